@@ -1,0 +1,232 @@
+"""Deterministic inputs and weights, identical for every variant, cached as safetensors.
+
+Values depend only on (case, input set, seed) and the case's manifest and model source: the
+same call returns bit-identical tensors in any process, on any machine. Tensors are drawn on
+the CPU from a seeded generator (so CPU and GPU runs share values), then moved to the device.
+Cache files live under `.kopt/cache/data/<case>/` and hold no pickles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from harness.case import Case, ResolvedInputSet, ScalarSpec, TensorSpec
+from harness.errors import CaseError
+from harness.paths import cache_dir
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+
+
+@dataclass
+class Inputs:
+    """Positional and keyword arguments of one forward call."""
+
+    args: list[Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def tensors(self) -> list[torch.Tensor]:
+        items = list(self.args) + list(self.kwargs.values())
+        return [t for t in items if isinstance(t, torch.Tensor)]
+
+    def to(self, device: str | torch.device) -> Inputs:
+        def move(v: Any) -> Any:
+            return v.to(device) if isinstance(v, torch.Tensor) else v
+
+        return Inputs([move(a) for a in self.args], {k: move(v) for k, v in self.kwargs.items()})
+
+
+def _digest(*parts: object) -> str:
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _seed_for(*parts: object) -> int:
+    return int(_digest(*parts)[:15], 16)
+
+
+def draw_tensor(spec: TensorSpec, seed: int) -> torch.Tensor:
+    """One tensor from `spec`, drawn on the CPU from a generator seeded with `seed`."""
+    gen = torch.Generator().manual_seed(seed)
+    dtype = TORCH_DTYPES[spec.dtype]
+    shape = list(spec.shape)
+    if not spec.contiguous and len(shape) >= 2:
+        shape[-1], shape[-2] = shape[-2], shape[-1]
+    if spec.init == "zeros":
+        t = torch.zeros(shape, dtype=dtype)
+    elif spec.init == "ones":
+        t = torch.ones(shape, dtype=dtype)
+    elif spec.init == "randint" or (dtype.is_floating_point is False and spec.init != "bernoulli"):
+        low = int(spec.low if spec.low is not None else 0)
+        high = int(spec.high if spec.high is not None else (2 if dtype == torch.bool else 100))
+        t = torch.randint(low, high, shape, generator=gen, dtype=torch.int64).to(dtype)
+    elif spec.init == "bernoulli":
+        t = (torch.rand(shape, generator=gen) < spec.p).to(dtype)
+    elif spec.init == "uniform":
+        low = spec.low if spec.low is not None else 0.0
+        high = spec.high if spec.high is not None else 1.0
+        t = (torch.rand(shape, generator=gen, dtype=torch.float32) * (high - low) + low).to(dtype)
+    else:
+        t = (torch.randn(shape, generator=gen, dtype=torch.float32) * spec.std + spec.mean).to(dtype)
+    return t
+
+
+def _as_view(t: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
+    if not spec.contiguous and t.dim() >= 2:
+        return t.transpose(-1, -2)
+    return t
+
+
+def _cache_file(case: Case, kind: str, key: str) -> Path:
+    return cache_dir() / "data" / case.name / f"{kind}-{key}.safetensors"
+
+
+def _model_source_digest(case: Case) -> str:
+    return hashlib.sha256(case.model_file.read_bytes()).hexdigest()[:16]
+
+
+def agent_provide_inputs(
+    case: Case,
+    input_set: str = "main",
+    seed: int = 0,
+    *,
+    device: str | torch.device = "cpu",
+    cache: bool = True,
+) -> Inputs:
+    """The inputs of `input_set` for `seed`: deterministic, cached on disk, moved to `device`."""
+    resolved = case.input_set(input_set)
+    specs = {f"arg{i}": a for i, a in enumerate(resolved.args)}
+    specs.update({f"kw_{k}": v for k, v in resolved.kwargs.items()})
+    spec_dump = {k: v.model_dump() for k, v in specs.items()}
+    key = f"{input_set}-s{seed}-{_digest(case.name, spec_dump)[:12]}"
+    file = _cache_file(case, "inputs", key)
+    tensors: dict[str, torch.Tensor] | None = None
+    if cache and file.is_file():
+        try:
+            tensors = load_file(str(file))
+        except Exception:  # a torn or foreign file: draw again
+            tensors = None
+    if tensors is None:
+        tensors = {
+            k: draw_tensor(s, _seed_for(case.name, input_set, seed, k, s.model_dump()))
+            for k, s in specs.items() if isinstance(s, TensorSpec)
+        }
+        if cache:
+            _atomic_save(tensors, file)
+
+    def value(k: str, s: TensorSpec | ScalarSpec) -> Any:
+        if isinstance(s, ScalarSpec):
+            return s.value
+        return _as_view(tensors[k], s).to(device)
+
+    args = [value(f"arg{i}", a) for i, a in enumerate(resolved.args)]
+    kwargs = {k: value(f"kw_{k}", v) for k, v in resolved.kwargs.items()}
+    return Inputs(args, kwargs)
+
+
+def _atomic_save(tensors: dict[str, torch.Tensor], file: Path) -> None:
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_suffix(f".tmp{id(tensors)}")
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp))
+    tmp.replace(file)
+
+
+def load_model_module(case: Case) -> types.ModuleType:
+    """Import the case's model.py under a private module name (never `model`)."""
+    path = case.model_file
+    name = f"kopt_case_{case.name.replace('-', '_')}_{_model_source_digest(case)}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CaseError(path, "cannot be imported", fix="is it a Python file?")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(case.directory))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # user code: any failure is the case's
+        raise CaseError(path, f"does not import: {type(err).__name__}: {err}",
+                        fix=f"run `python {path}` to see the traceback") from err
+    finally:
+        sys.path.remove(str(case.directory))
+    sys.modules[name] = module
+    return module
+
+
+def model_class(case: Case) -> type[torch.nn.Module]:
+    module = load_model_module(case)
+    cls_name = case.manifest.model.class_name
+    cls = getattr(module, cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise CaseError(case.model_file, f"defines no nn.Module class {cls_name!r}",
+                        key="model.class", fix="name the class in manifest.yaml model.class")
+    return cls
+
+
+def instantiate(cls: type[torch.nn.Module], resolved: ResolvedInputSet, file: Path) -> torch.nn.Module:
+    try:
+        return cls(*resolved.init_args, **resolved.init_kwargs)
+    except Exception as err:
+        raise CaseError(file, f"{cls.__name__}(*{resolved.init_args!r}, **{resolved.init_kwargs!r}) "
+                        f"raised {type(err).__name__}: {err}", key="model.init_kwargs",
+                        fix="check the constructor arguments") from err
+
+
+def agent_provide_weights(case: Case, input_set: str = "main", seed: int = 0,
+                          *, cache: bool = True) -> dict[str, torch.Tensor]:
+    """The baseline's state_dict for the input set's constructor args: seeded, cached, on CPU."""
+    resolved = case.input_set(input_set)
+    key = _digest(case.name, resolved.init_args, resolved.init_kwargs, seed,
+                  _model_source_digest(case),
+                  case.manifest.weights.function if case.manifest.weights else None)[:16]
+    file = _cache_file(case, "weights", key)
+    if cache and file.is_file():
+        try:
+            return load_file(str(file))
+        except Exception:
+            pass
+    cls = model_class(case)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(_seed_for(case.name, "weights", seed) % (2**63))
+        model = instantiate(cls, resolved, case.model_file)
+        if case.manifest.weights is not None:
+            fn = getattr(load_model_module(case), case.manifest.weights.function, None)
+            if not callable(fn):
+                raise CaseError(case.manifest_file,
+                                f"model.py has no function {case.manifest.weights.function!r}",
+                                key="weights.function", fix="define it or drop `weights:`")
+            fn(model)
+    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    if cache and state:
+        _atomic_save(state, file)
+    return state
+
+
+def build_model(case: Case, input_set: str = "main", *, device: str | torch.device = "cpu",
+                cls: type[torch.nn.Module] | None = None, seed: int = 0) -> torch.nn.Module:
+    """The baseline (or `cls`, e.g. a candidate's ModelNew) with the baseline's weights, in eval mode."""
+    resolved = case.input_set(input_set)
+    weights = agent_provide_weights(case, input_set, seed)
+    model = instantiate(cls or model_class(case), resolved, case.model_file)
+    model.load_state_dict(weights, strict=True)
+    return model.to(device).eval()

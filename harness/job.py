@@ -1,0 +1,68 @@
+"""Parent side of the worker protocol: stage a job directory, run it on a target.
+
+A job directory is self-contained (request, a copy of the case, the candidate, staged input
+tensors) so that any target can ship it elsewhere and bring `out/` back.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from harness.case import Case
+from harness.paths import kopt_dir
+from harness.targets.base import LineSink, Target, WorkerOutcome
+
+
+def new_job_dir(job: str, root: Path | None = None) -> Path:
+    base = root or (kopt_dir() / "jobs")
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{job}-{uuid.uuid4().hex[:6]}-", dir=base))
+
+
+def stage_job(
+    job: str,
+    request: dict[str, Any],
+    *,
+    case: Case | None = None,
+    candidate: Path | None = None,
+    tensors: dict[str, dict[str, torch.Tensor]] | None = None,
+    root: Path | None = None,
+) -> Path:
+    """Create a job directory: `request.json` (+ `case/`, `candidate.py`, `inputs/<name>.safetensors`)."""
+    job_dir = new_job_dir(job, root)
+    if case is not None:
+        shutil.copytree(case.directory, job_dir / "case",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        request = {**request, "case_dir": "case"}
+    if candidate is not None:
+        shutil.copy2(candidate, job_dir / "candidate.py")
+        request = {**request, "candidate": "candidate.py"}
+    for name, group in (tensors or {}).items():
+        (job_dir / "inputs").mkdir(exist_ok=True)
+        save_file({k: v.detach().cpu().contiguous() for k, v in group.items()},
+                  str(job_dir / "inputs" / f"{name}.safetensors"))
+    (job_dir / "request.json").write_text(json.dumps({"job": job, **request}, indent=1, default=str))
+    return job_dir
+
+
+def run_job(target: Target, job_dir: Path, *, timeout: float, env: dict[str, str] | None = None,
+            on_line: LineSink | None = None) -> WorkerOutcome:
+    return target.run(job_dir, timeout=timeout, env=env, on_line=on_line)
+
+
+def load_output(job_dir: Path, name: str) -> dict[str, torch.Tensor] | None:
+    """`out/<name>.safetensors` written by the worker, or None."""
+    file = job_dir / "out" / f"{name}.safetensors"
+    return load_file(str(file)) if file.is_file() else None
+
+
+def cleanup(job_dir: Path) -> None:
+    shutil.rmtree(job_dir, ignore_errors=True)

@@ -1,0 +1,45 @@
+"""Where kopt reads and writes.
+
+kopt writes nowhere in the user's tree but `manifests/`, `archive/` and `.kopt/` under the
+workspace root. The workspace root is `$KOPT_HOME` if set, else the current directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def workspace_root() -> Path:
+    """The workbench directory: `$KOPT_HOME`, else the current working directory."""
+    return Path(os.environ.get("KOPT_HOME") or os.getcwd()).resolve()
+
+
+def kopt_dir() -> Path:
+    """`.kopt/` under the workspace: caches, worktrees, artifacts of commands outside a run."""
+    return workspace_root() / ".kopt"
+
+
+def cache_dir() -> Path:
+    """Cached input/weight tensors and measured device ceilings."""
+    return Path(os.environ.get("KOPT_CACHE") or kopt_dir() / "cache")
+
+
+def manifests_dir() -> Path:
+    return workspace_root() / "manifests"
+
+
+def archive_dir() -> Path:
+    return workspace_root() / "archive"
+
+
+def bundled_cases_dir() -> Path:
+    """The `cases/` shipped with kopt (beside the `harness` package)."""
+    return PACKAGE_ROOT / "cases"
+
+
+def user_cases_dir() -> Path:
+    """The workspace's own `cases/` (may be the same folder as the bundled one)."""
+    return workspace_root() / "cases"

@@ -1,0 +1,97 @@
+"""The `local` target: a worker subprocess on this machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from harness.targets.base import LineSink, WorkerOutcome, read_response
+
+
+def worker_command(job_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "harness.worker", str(job_dir)]
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment: ours, with the package importable and no API key."""
+    env = dict(os.environ)
+    for secret in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        env.pop(secret, None)
+    from harness.paths import PACKAGE_ROOT
+
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
+    )
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+class LocalTarget:
+    """Runs each job in a fresh `python -m harness.worker` process, in its own session so
+    that a timeout kills the whole process group (threads, children, everything)."""
+
+    name = "local"
+
+    def run(self, job_dir: Path, *, timeout: float, env: dict[str, str] | None = None,
+            on_line: LineSink | None = None) -> WorkerOutcome:
+        tail: deque[str] = deque(maxlen=60)
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            worker_command(job_dir), cwd=str(job_dir), env=worker_env(env),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            text=True, errors="replace", start_new_session=True,
+        )
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                tail.append(line.rstrip("\n"))
+                if on_line is not None:
+                    on_line(line.rstrip("\n"))
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        except BaseException:  # Ctrl-C in the parent: take the worker down with us
+            _kill_group(proc)
+            raise
+        finally:
+            _kill_group(proc)  # also reaps anything the job left running
+        reader.join(timeout=5)
+        return WorkerOutcome(
+            returncode=None if timed_out else proc.returncode,
+            timed_out=timed_out,
+            response=read_response(job_dir),
+            output_tail="\n".join(tail),
+            host=platform.node() or "local",
+            elapsed_s=time.monotonic() - start,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        from harness.environment import describe_environment
+
+        return describe_environment()
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass

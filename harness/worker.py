@@ -1,0 +1,67 @@
+"""The worker process: `python -m harness.worker JOB_DIR`.
+
+Runs one job from `JOB_DIR/request.json` and writes `JOB_DIR/out/response.json`. Jobs are
+the functions in `JOBS` (one module each under `harness/jobs/`); each takes the job
+directory and the request and returns the response dict. Anything a job raises becomes
+`{"ok": false, "error": "<type>: <message>"}`; a crash or hang is judged by the parent.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+# job name -> "module:function"; imported lazily so a job pays only for what it uses.
+JOBS: dict[str, str] = {
+    "echo": "harness.jobs.echo:run",
+}
+
+
+def register_job(name: str, target: str) -> None:
+    JOBS[name] = target
+
+
+def _write_response(job_dir: Path, response: dict[str, Any]) -> None:
+    out = job_dir / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "response.json.tmp"
+    tmp.write_text(json.dumps(response, default=str))
+    tmp.replace(out / "response.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m harness.worker JOB_DIR", file=sys.stderr)
+        return 2
+    job_dir = Path(argv[0]).resolve()
+    request = json.loads((job_dir / "request.json").read_text())
+    name = request.get("job")
+    if name not in JOBS:
+        _write_response(job_dir, {"ok": False, "error": f"unknown job {name!r}"})
+        return 2
+    if request.get("interpret"):
+        os.environ["TRITON_INTERPRET"] = "1"
+    module_name, func_name = JOBS[name].split(":")
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+        response = func(job_dir, request)
+        response.setdefault("ok", True)
+    except BaseException as err:  # the job's failure is data for the parent
+        traceback.print_exc()
+        response = {"ok": False, "error": f"{type(err).__name__}: {err}".strip()[:2000],
+                    "traceback": traceback.format_exc()[-4000:]}
+    _write_response(job_dir, response)
+    sys.stdout.flush()
+    # Skip interpreter teardown: threads a candidate left behind must not keep us alive
+    # and atexit hooks from candidate code must not run.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""kopt's phase agents (architect, optimizer, accelerator, integrator) and their hand-offs."""

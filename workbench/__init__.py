@@ -1,0 +1,1 @@
+"""kopt's two faces: the `kopt` CLI and the `kopt-tui` Textual app."""

@@ -1,0 +1,75 @@
+"""The `kopt` command line: one argparse tree built from `workbench/commands/*.py`.
+
+Each command module exposes `register(subparsers)`, which adds its parser and sets
+`func=handler(args) -> int`. Conventions (ARCHITECTURE.md): `--json` prints one JSON object
+as the last line; exit 0 ok, 1 negative verdict, 2 bad input, 130 interrupted; a
+`KoptError` prints as one line, a traceback only with `--debug`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from harness.errors import KoptError
+
+# Order is the order of `kopt --help`.
+COMMAND_MODULES = [
+    "workbench.commands.cases",
+    "workbench.commands.new",
+    "workbench.commands.import_kernelbench",
+    "workbench.commands.baseline",
+    "workbench.commands.doctor",
+    "workbench.commands.verify",
+    "workbench.commands.bench",
+    "workbench.commands.run",
+    "workbench.commands.manifest",
+    "workbench.commands.history",
+    "workbench.commands.decide",
+    "workbench.commands.diff",
+    "workbench.commands.init",
+    "workbench.commands.targets",
+    "workbench.commands.jobs",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kopt",
+        description="kopt: make PyTorch models faster with fused, verified Triton kernels.",
+        epilog="Run `kopt-tui` for the interactive workbench. Docs: README.md, SPEC.md.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name == name:  # a command not built yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KoptError as err:
+        if args.debug:
+            raise
+        print(f"kopt: error: {err.one_line()}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("kopt: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

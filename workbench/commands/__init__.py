@@ -1,0 +1,1 @@
+"""One module per `kopt` command; each exposes `register(subparsers)`."""
