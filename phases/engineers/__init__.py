@@ -1,0 +1,1 @@
+"""Engineers write candidate kernels: `offline` (codegen), `anthropic` (Claude), `replay`."""
