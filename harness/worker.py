@@ -19,6 +19,7 @@ from typing import Any
 # job name -> "module:function"; imported lazily so a job pays only for what it uses.
 JOBS: dict[str, str] = {
     "echo": "harness.jobs.echo:run",
+    "measure": "harness.jobs.measure:run",
     "reference": "harness.jobs.reference:run",
     "candidate": "harness.jobs.candidate:run",
     "bench": "harness.jobs.bench:run",
