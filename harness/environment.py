@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -17,6 +18,9 @@ def describe_environment() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_cuda": torch.version.cuda,
+        "kopt": _kopt_version(),
     }
     try:
         import triton
@@ -33,8 +37,31 @@ def describe_environment() -> dict[str, Any]:
             "sm_count": props.multi_processor_count,
             "capability": f"{props.major}.{props.minor}",
             "count": torch.cuda.device_count(),
+            "l2_cache_bytes": int(getattr(props, "L2_cache_size", 0) or 0) or None,
         }
+        try:
+            info["gpu"]["driver"] = _nvidia_driver()
+        except Exception:  # nvidia-smi missing: the other fields still identify the GPU
+            info["gpu"]["driver"] = None
     else:
         info["gpu"] = None
     info["interpret"] = os.environ.get("TRITON_INTERPRET") == "1"
     return info
+
+
+def _kopt_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("kopt")
+    except Exception:  # running from a source tree that was never installed
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _nvidia_driver() -> str | None:
+    import subprocess
+
+    out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=10)
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None

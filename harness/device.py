@@ -1,0 +1,66 @@
+"""Where a case runs: `cuda`, or `cpu` through Triton's interpreter on the `smoke` inputs.
+
+A case's `device:` (or a `--device` override) is resolved here, once, in the parent. On
+`cpu` every worker runs with `TRITON_INTERPRET=1` (request key `"interpret": true`), uses
+the case's `smoke` input set, and its timings carry the label `cpu-interpreter`: they are
+never presented as GPU figures.
+"""
+
+from __future__ import annotations
+
+from harness.case import Case
+from harness.errors import DeviceError
+
+DEVICES = ("cuda", "cpu", "auto")
+GPU_TIMING_LABEL = "cuda-events"
+CPU_TIMING_LABEL = "cpu-interpreter"
+
+
+def gpu_available() -> bool:
+    """True when torch sees at least one CUDA device."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def resolve_device(case: Case | None, override: str | None = None) -> str:
+    """`cuda` or `cpu` for `case` (its `device:`), or for `override` when one is given.
+
+    `auto` picks `cuda` when a GPU is visible. Asking for `cuda` on a machine without one
+    raises `DeviceError` naming the fix.
+    """
+    wanted = override or (case.manifest.device if case is not None else "auto")
+    if wanted not in DEVICES:
+        raise DeviceError(f"unknown device {wanted!r}",
+                          fix=f"expected one of {', '.join(map(repr, DEVICES))}")
+    if wanted == "auto":
+        return "cuda" if gpu_available() else "cpu"
+    if wanted == "cuda" and not gpu_available():
+        where = (f"--device cuda" if override else
+                 f"{case.manifest_file}: device: cuda" if case is not None else "device cuda")
+        raise DeviceError(f"{where} asks for a GPU but torch sees no CUDA device",
+                          fix="run on a machine with a GPU, or use --device cpu "
+                              "(or `device: auto` in the manifest) for the Triton interpreter")
+    return wanted
+
+
+def is_interpreter(device: str) -> bool:
+    """Do Triton kernels run under the CPU interpreter (`TRITON_INTERPRET=1`) here?"""
+    return device == "cpu"
+
+
+def timing_label(device: str) -> str:
+    """`cuda-events` for GPU timings, `cpu-interpreter` for anything measured on the CPU."""
+    return GPU_TIMING_LABEL if device == "cuda" else CPU_TIMING_LABEL
+
+
+def default_input_set(case: Case, device: str) -> str:
+    """`main` on a GPU; `smoke` on the CPU interpreter (when the case declares one)."""
+    if device == "cuda" or case.manifest.smoke is None:
+        return "main"
+    return "smoke"
+
+
+def worker_env(device: str) -> dict[str, str]:
+    """Environment a worker needs for `device` (the interpreter switch on the CPU)."""
+    return {"TRITON_INTERPRET": "1"} if is_interpreter(device) else {}

@@ -1,0 +1,286 @@
+"""The roofline floor of a case: bytes that must move, FLOPs, and the GPU's measured ceilings.
+
+Bytes: each input tensor and each weight (state_dict entry) read once, each output written
+once -- the traffic of a perfectly fused kernel. FLOPs: the case's `flops:` field (main
+inputs), else torch's FlopCounterMode (it counts matmul/conv/attention FLOPs; pointwise and
+reductions count 0, so such cases are memory-bound by construction). Both are computed on
+the `meta` device (no data, no time), falling back to a real CPU forward when a model
+cannot run on `meta`.
+
+Ceilings are measured once per GPU (device-to-device copy bandwidth counting read + write;
+bf16, fp16, tf32 and fp32 matmul rates) and cached in `.kopt/cache/ceilings/<gpu>.json`.
+On the CPU there are no ceilings: bytes and FLOPs are reported, the floor is null, and
+nothing is ever presented as a GPU figure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from harness.case import Case, TensorSpec
+from harness.data import TORCH_DTYPES, instantiate, model_class
+from harness.paths import cache_dir
+
+# Ceiling measurement sizes: 512 MiB copies and 8192^3 matmuls saturate an H100/H200
+# (smaller sizes read 10-20% low); each figure is the median of the timer's samples.
+COPY_BYTES = 512 * 2**20
+MATMUL_N = 8192
+CEILINGS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one forward must do at minimum."""
+
+    bytes: int
+    """Inputs and weights read once, outputs written once."""
+    flops: float
+    """Floating-point operations (matmul-like ops; see module docstring)."""
+    flops_source: str = "counter"
+    """`manifest` (the case's `flops:`), `counter` (FlopCounterMode) or `unavailable`."""
+    input_bytes: int = 0
+    weight_bytes: int = 0
+    output_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Peak rates of one device. None where not measured (always None on the CPU)."""
+
+    copy_gbps: float | None
+    """Device-to-device copy bandwidth, GB/s, counting read + write."""
+    bf16_tflops: float | None
+    fp16_tflops: float | None
+    tf32_tflops: float | None
+    """float32 matmul with TF32 tensor cores allowed."""
+    fp32_tflops: float | None
+    """float32 matmul in strict IEEE fp32."""
+    device_name: str = "cpu"
+    source: str = "none"
+    """`measured` (on this GPU, cached), or `none` (CPU: no floor is claimed)."""
+    measured_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- cost -------------------------------------------------------------------------------------
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _meta_inputs(case: Case, input_set: str) -> tuple[list[Any], dict[str, Any]]:
+    resolved = case.input_set(input_set)
+
+    def make(spec: Any) -> Any:
+        if not isinstance(spec, TensorSpec):
+            return spec.value
+        shape = list(spec.shape)
+        if not spec.contiguous and len(shape) >= 2:
+            shape[-1], shape[-2] = shape[-2], shape[-1]
+            return torch.empty(shape, dtype=TORCH_DTYPES[spec.dtype], device="meta").transpose(-1, -2)
+        return torch.empty(shape, dtype=TORCH_DTYPES[spec.dtype], device="meta")
+
+    return [make(a) for a in resolved.args], {k: make(v) for k, v in resolved.kwargs.items()}
+
+
+def _count(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, float]:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        out = model(*args, **kwargs)
+    return out, float(counter.get_total_flops())
+
+
+def case_cost(case: Case, input_set: str = "main") -> Cost:
+    """Bytes that must move and FLOPs of one forward of `case` on `input_set`."""
+    resolved = case.input_set(input_set)
+    cls = model_class(case)
+    try:
+        with torch.device("meta"):
+            model = instantiate(cls, resolved, case.model_file)
+        args, kwargs = _meta_inputs(case, input_set)
+        out, flops = _count(model, args, kwargs)
+    except Exception:  # data-dependent model (e.g. .item()): run it for real on the CPU
+        from harness.data import agent_provide_inputs, build_model
+
+        model = build_model(case, input_set)
+        inputs = agent_provide_inputs(case, input_set)
+        args, kwargs = inputs.args, inputs.kwargs
+        out, flops = _count(model, args, kwargs)
+
+    seen: set[int] = set()
+
+    def unique_bytes(tensors: list[torch.Tensor]) -> int:
+        total = 0
+        for t in tensors:  # a tensor named twice (tied weights) moves once
+            key = id(t) if t.device.type == "meta" else t.data_ptr()
+            if key not in seen:
+                seen.add(key)
+                total += _tensor_bytes(t)
+        return total
+
+    input_bytes = unique_bytes([t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)])
+    weight_bytes = unique_bytes(list(model.state_dict(keep_vars=True).values()))
+    output_bytes = sum(_tensor_bytes(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+    source = "counter"
+    if case.manifest.flops is not None and input_set == "main":
+        flops, source = float(case.manifest.flops), "manifest"
+    return Cost(bytes=input_bytes + weight_bytes + output_bytes, flops=flops,
+                flops_source=source, input_bytes=input_bytes, weight_bytes=weight_bytes,
+                output_bytes=output_bytes)
+
+
+def case_dtype(case: Case, input_set: str = "main") -> str:
+    """The dtype that sets the compute ceiling: the largest floating-point input's."""
+    specs = [s for s in case.input_set(input_set).tensor_specs()
+             if TORCH_DTYPES[s.dtype].is_floating_point]
+    if not specs:
+        return "float32"
+    return max(specs, key=lambda s: _numel(s.shape)).dtype
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+# -- ceilings ---------------------------------------------------------------------------------
+
+def _ceilings_file(name: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "gpu"
+    return cache_dir() / "ceilings" / f"{safe}.json"
+
+
+def ceilings(device: str = "cuda", *, refresh: bool = False) -> Ceilings:
+    """The device's peak rates: measured once per GPU and cached; all None on the CPU."""
+    if not str(device).startswith("cuda"):
+        return Ceilings(None, None, None, None, None, device_name="cpu", source="none")
+    name = torch.cuda.get_device_name()
+    file = _ceilings_file(name)
+    if not refresh and file.is_file():
+        try:
+            data = json.loads(file.read_text())
+            if data.pop("version", None) == CEILINGS_VERSION:
+                return Ceilings(**data)
+        except (OSError, ValueError, TypeError):
+            pass  # unreadable or from an older kopt: measure again
+    measured = measure_ceilings()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"version": CEILINGS_VERSION, **measured.to_dict()}, indent=1))
+    tmp.replace(file)
+    return measured
+
+
+def measure_ceilings() -> Ceilings:
+    """Measure this GPU's copy bandwidth and matmul rates (a few seconds)."""
+    from harness.timing import time_callable
+
+    def timed(fn: Any) -> float:
+        return time_callable(fn, device="cuda", flush_l2=False, min_iters=10, max_iters=100,
+                             max_seconds=3.0).median_ms
+
+    src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    copy_ms = timed(lambda: dst.copy_(src))
+    copy_gbps = 2 * COPY_BYTES / (copy_ms * 1e-3) / 1e9
+    del src, dst
+
+    flops = 2.0 * MATMUL_N**3
+    rates: dict[str, float] = {}
+    old_tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for key, dtype, tf32 in (("bf16", torch.bfloat16, False), ("fp16", torch.float16, False),
+                                 ("tf32", torch.float32, True), ("fp32", torch.float32, False)):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            a = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=dtype)
+            b = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=dtype)
+            out = torch.empty(MATMUL_N, MATMUL_N, device="cuda", dtype=dtype)
+            ms = timed(lambda a=a, b=b, out=out: torch.mm(a, b, out=out))
+            rates[key] = flops / (ms * 1e-3) / 1e12
+            del a, b, out
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old_tf32
+    torch.cuda.empty_cache()
+    return Ceilings(copy_gbps=round(copy_gbps, 1), bf16_tflops=round(rates["bf16"], 1),
+                    fp16_tflops=round(rates["fp16"], 1), tf32_tflops=round(rates["tf32"], 1),
+                    fp32_tflops=round(rates["fp32"], 1), device_name=torch.cuda.get_device_name(),
+                    source="measured", measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+# -- floor ------------------------------------------------------------------------------------
+
+def compute_tflops(ceil: Ceilings, dtype: str, precision: str = "strict") -> float | None:
+    """The matmul rate that bounds `dtype` compute under the case's `precision`."""
+    if dtype == "bfloat16":
+        return ceil.bf16_tflops
+    if dtype == "float16":
+        return ceil.fp16_tflops
+    if dtype == "float32" and precision == "tf32":
+        return ceil.tf32_tflops
+    return ceil.fp32_tflops  # float32 strict; float64/int are no faster than fp32
+
+
+def floor_parts(cost: Cost, ceil: Ceilings, dtype: str,
+                precision: str = "strict") -> tuple[float | None, float | None]:
+    """(memory ms, compute ms) at the ceilings; None where a ceiling is unknown."""
+    mem = cost.bytes / (ceil.copy_gbps * 1e9) * 1e3 if ceil.copy_gbps else None
+    rate = compute_tflops(ceil, dtype, precision)
+    comp = cost.flops / (rate * 1e12) * 1e3 if rate else None
+    return mem, comp
+
+
+def floor_ms(cost: Cost, ceil: Ceilings, dtype: str, precision: str = "strict") -> float | None:
+    """The roofline floor: max(bytes / copy bandwidth, FLOPs / matmul rate). None on the CPU."""
+    mem, comp = floor_parts(cost, ceil, dtype, precision)
+    if mem is None:
+        return None
+    return max(mem, comp or 0.0)
+
+
+def bound(cost: Cost, ceil: Ceilings, dtype: str, precision: str = "strict") -> str | None:
+    """`memory` or `compute`: which ceiling sets the floor (None without ceilings)."""
+    mem, comp = floor_parts(cost, ceil, dtype, precision)
+    if mem is None:
+        return None
+    return "compute" if (comp or 0.0) > mem else "memory"
+
+
+def pct_of_floor(floor: float | None, median_ms: float) -> float | None:
+    """floor_ms / median_ms x 100: how close a variant is to the floor (100 = at it)."""
+    if floor is None or median_ms <= 0:
+        return None
+    return floor / median_ms * 100.0
+
+
+def throughput(cost: Cost, median_ms: float) -> dict[str, float | None]:
+    """Achieved GB/s and TFLOP/s of a variant at `median_ms`."""
+    if median_ms <= 0:
+        return {"gbps": None, "tflops": None}
+    s = median_ms * 1e-3
+    return {"gbps": cost.bytes / s / 1e9, "tflops": cost.flops / s / 1e12}
+
+
+def roofline_summary(case: Case, input_set: str, device: str, median_ms: float) -> dict[str, Any]:
+    """metrics.json's `roofline` object for a variant timed at `median_ms`."""
+    cost = case_cost(case, input_set)
+    ceil = ceilings(device)
+    dtype = case_dtype(case, input_set)
+    precision = case.manifest.precision
+    floor = floor_ms(cost, ceil, dtype, precision)
+    return {"bytes": cost.bytes, "flops": cost.flops, "flops_source": cost.flops_source,
+            "floor_ms": floor, "pct_of_floor": pct_of_floor(floor, median_ms),
+            "bound": bound(cost, ceil, dtype, precision), "dtype": dtype,
+            "ceilings": ceil.to_dict()}

@@ -1,0 +1,314 @@
+"""The variant runner: SPEC.md's harness API.
+
+- `make_case_forward(case, ...)` -> `CaseForward`: a zero-argument callable that runs one
+  model (the baseline, or a candidate's `ModelNew` with the baseline's weights, strict) on
+  the case's cached inputs.
+- `execute_variant(label, forward, ...)` (inside a worker): seeds the RNG, attaches several
+  copies of the cached input buffers, warms up, times, checks parity against the reference
+  (the baseline's outputs on the same inputs, computed before the variant ran), and writes
+  `<artifacts>/<label>/metrics.json` (+ a profiler trace under `<label>/profiler/`).
+- `measure_variant(case, variant, ...)` (parent side): stages a `measure` job and runs it in
+  a worker on a target with a timeout. A crash, hang or timeout comes back as
+  `{"ok": false, "error": ...}`; it never takes kopt down. A baseline that cannot load or
+  run is the case's fault: `CaseError` (exit 2).
+
+Variants: `eager`, `compile` (torch.compile, default mode) or a path to a candidate file
+defining `ModelNew`. Artifacts go to the directory given (a run's
+`manifests/<run-id>/artifacts/`) or `.kopt/artifacts/`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from harness.case import Case, load_case
+from harness.data import Inputs, agent_provide_inputs, build_model
+from harness.device import default_input_set, is_interpreter, resolve_device, timing_label, worker_env
+from harness.errors import BadInputError
+from harness.paths import cache_dir, kopt_dir
+
+VARIANTS = ("eager", "compile")
+# A worker gets this long for load + warm-up + compile + timing + profile before it is killed.
+DEFAULT_TIMEOUT = 600.0
+# Input buffer copies rotated between timed calls (fewer when they would not fit).
+GPU_BUFFER_SETS, CPU_BUFFER_SETS = 3, 2
+# Buffer copies may take at most this share of the free GPU memory.
+BUFFER_MEMORY_SHARE = 0.2
+
+
+class CaseForward:
+    """One model on one case's inputs: call it with no arguments to run a forward."""
+
+    def __init__(self, case: Case, model: torch.nn.Module, inputs: Inputs, device: str,
+                 input_set: str, seed: int = 0) -> None:
+        self.case = case
+        self.model = model
+        self.inputs = inputs
+        self.device = device
+        self.input_set = input_set
+        self.seed = seed
+        self.buffer_sets: list[Inputs] = [inputs]
+
+    def __call__(self) -> Any:
+        with torch.no_grad():
+            return self.model(*self.inputs.args, **self.inputs.kwargs)
+
+    def with_model(self, model: torch.nn.Module) -> CaseForward:
+        """The same inputs (and buffer sets) driving another model (e.g. torch.compile's)."""
+        other = CaseForward(self.case, model, self.inputs, self.device, self.input_set, self.seed)
+        other.buffer_sets = self.buffer_sets
+        return other
+
+    def attach_buffer_sets(self, count: int | None = None) -> int:
+        """Keep `count` copies of the inputs (same values, distinct storage) to rotate through."""
+        base = self.buffer_sets[0]
+        if count is None:
+            count = _buffer_set_count(base, self.device)
+        self.buffer_sets = [base] + [_clone_inputs(base) for _ in range(max(0, count - 1))]
+        self.inputs = base
+        return len(self.buffer_sets)
+
+    def rotate(self, i: int) -> None:
+        """Swap in input buffer set `i` (modulo the number attached)."""
+        self.inputs = self.buffer_sets[i % len(self.buffer_sets)]
+
+
+def _clone_inputs(inputs: Inputs) -> Inputs:
+    def clone(v: Any) -> Any:
+        # clone() keeps the strides of a transposed view (preserve_format)
+        return v.clone() if isinstance(v, torch.Tensor) else v
+
+    return Inputs([clone(a) for a in inputs.args], {k: clone(v) for k, v in inputs.kwargs.items()})
+
+
+def _buffer_set_count(inputs: Inputs, device: str) -> int:
+    if device != "cuda":
+        return CPU_BUFFER_SETS
+    size = sum(t.numel() * t.element_size() for t in inputs.tensors())
+    free, _ = torch.cuda.mem_get_info()
+    fits = int(BUFFER_MEMORY_SHARE * free // max(size, 1))
+    return max(1, min(GPU_BUFFER_SETS, fits))
+
+
+def apply_precision(precision: str) -> None:
+    """The case's `precision:`: TF32 for float32 matmuls/convs only under `tf32`."""
+    allow = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+
+
+def make_case_forward(case: Case | str | Path, device: str | None = None,
+                      input_set: str | None = None, seed: int = 0,
+                      model_cls: type[torch.nn.Module] | None = None) -> CaseForward:
+    """A zero-argument runner of the case's model (or `model_cls`, loaded strictly with the
+    baseline's weights) on `input_set` (default: `main` on a GPU, `smoke` on the CPU)."""
+    if not isinstance(case, Case):
+        case = load_case(case)
+    device = resolve_device(case, device)
+    input_set = input_set or default_input_set(case, device)
+    apply_precision(case.manifest.precision)
+    model = build_model(case, input_set, device=device, cls=model_cls, seed=seed)
+    inputs = agent_provide_inputs(case, input_set, seed, device=device)
+    return CaseForward(case, model, inputs, device, input_set, seed)
+
+
+def output_tensors(out: Any) -> list[torch.Tensor]:
+    """The tensors of a forward's result (a tensor, or any nesting of tuples/lists/dicts)."""
+    return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def reference_outputs(forward: CaseForward) -> list[torch.Tensor]:
+    """The baseline's outputs on the forward's current inputs, detached copies."""
+    out = output_tensors(forward())
+    if forward.device == "cuda":
+        torch.cuda.synchronize()
+    return [t.detach().clone() for t in out]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:
+        pass
+
+
+def _parity(case: Case, out: list[torch.Tensor], ref: list[torch.Tensor] | None) -> dict[str, Any]:
+    if ref is None:
+        return {"checked": False, "passed": None, "max_abs_err": None, "rel_err": None,
+                "detail": "no reference given"}
+    from harness.compare import compare_outputs
+    from harness.tolerance import tolerance_for
+
+    tols = {r.dtype: tolerance_for(case, r.dtype) for r in ref}
+    cmp = compare_outputs([o.detach().cpu() for o in out], [r.detach().cpu() for r in ref], tols)
+    finite = cmp.tensors and not cmp.problem
+    return {"checked": True, "passed": bool(cmp.ok),
+            "max_abs_err": cmp.max_abs_err if finite else None,
+            "rel_err": cmp.rel_err if finite else None,
+            "detail": "" if cmp.ok else cmp.to_text()[:1000]}
+
+
+def _peak_memory(forward: CaseForward) -> int | None:
+    if forward.device != "cuda":
+        return None  # the CPU has no per-call peak we could honestly attribute
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    forward()
+    torch.cuda.synchronize()
+    return int(torch.cuda.max_memory_allocated())
+
+
+def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool = False,
+                    artifacts_dir: Path | str | None = None,
+                    reference: list[torch.Tensor] | None = None, variant: str | None = None,
+                    timing_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Time `forward_impl`, check it against `reference`, write `<artifacts>/<label>/metrics.json`.
+
+    Returns the metrics dict (ARCHITECTURE.md's keys, plus `timing`, `profile`, `seed`).
+    """
+    from harness.environment import describe_environment
+    from harness.roofline import roofline_summary, throughput
+    from harness.timing import time_callable
+
+    fwd = forward_impl
+    case, device = fwd.case, fwd.device
+    out_dir = Path(artifacts_dir) if artifacts_dir is not None else kopt_dir() / "artifacts"
+    label_dir = out_dir / label
+    label_dir.mkdir(parents=True, exist_ok=True)
+
+    seed_everything(fwd.seed)
+    fwd.attach_buffer_sets()
+    fwd.rotate(0)  # the reference was computed on these values
+    out = output_tensors(fwd())
+    if device == "cuda":
+        torch.cuda.synchronize()
+    correctness = _parity(case, out, reference)
+    del out
+
+    timing = time_callable(fwd, device=device, rotate=fwd.rotate, **(timing_options or {}))
+    peak = _peak_memory(fwd)
+    roofline = roofline_summary(case, fwd.input_set, device, timing.median_ms)
+    from harness.roofline import case_cost
+
+    rates = throughput(case_cost(case, fwd.input_set), timing.median_ms)
+    profile = None
+    if use_profiler:
+        from harness.profiling import profile_callable
+
+        profile = profile_callable(fwd, device=device, out_dir=label_dir / "profiler",
+                                   rotate=fwd.rotate).to_dict()
+        profile["trace_file"] = "profiler/trace.json"  # relative to the label's folder
+    metrics: dict[str, Any] = {
+        "label": label,
+        "case": case.name,
+        "variant": variant or label,
+        "input_set": fwd.input_set,
+        "device": device,
+        "timing_label": timing.label,
+        "latency_ms": {"median": timing.median_ms, "p20": timing.p20_ms, "p80": timing.p80_ms},
+        "samples": timing.samples,
+        "throughput": rates,
+        "peak_memory_bytes": peak,
+        "roofline": roofline,
+        "correctness": correctness,
+        "environment": describe_environment(),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "timing": timing.to_dict(),
+        "deferred_work_suspected": timing.deferred_work_suspected(),
+        "buffer_sets": len(fwd.buffer_sets),
+        "seed": fwd.seed,
+        "interpret": is_interpreter(device),
+        "profile": profile,
+    }
+    tmp = label_dir / "metrics.json.tmp"
+    tmp.write_text(json.dumps(metrics, indent=1, default=str))
+    tmp.replace(label_dir / "metrics.json")
+    return metrics
+
+
+# -- parent side --------------------------------------------------------------------------------
+
+def variant_name(variant: str | Path) -> str:
+    """`eager`, `compile`, or a candidate file's stem."""
+    return str(variant) if str(variant) in VARIANTS else Path(variant).stem
+
+
+def measure_variant(case: Case | str | Path, variant: str | Path, *, device: str | None = None,
+                    artifacts_root: Path | str | None = None, profile: bool = False,
+                    target: Any = None, timeout: float = DEFAULT_TIMEOUT,
+                    label: str | None = None, input_set: str | None = None, seed: int = 0,
+                    on_line: Callable[[str], None] | None = None,
+                    timing_options: dict[str, Any] | None = None,
+                    keep_job: bool = False) -> dict[str, Any]:
+    """Measure one variant in a worker; its metrics dict with `ok: true`, or `ok: false`
+    and `error` when the variant failed (crash, hang, timeout, raised). Does not verify.
+
+    Raises `CaseError` when the baseline itself cannot load or run (bad input, exit 2).
+    """
+    from harness.job import cleanup, run_job, stage_job
+    from harness.targets.base import resolve_target
+
+    if not isinstance(case, Case):
+        case = load_case(case)
+    device = resolve_device(case, device)
+    input_set = input_set or default_input_set(case, device)
+    candidate: Path | None = None
+    if str(variant) not in VARIANTS:
+        candidate = Path(variant).expanduser()
+        if not candidate.is_file():
+            raise BadInputError(f"no candidate file {str(variant)!r}",
+                                fix=f"give a Python file defining ModelNew, or one of {VARIANTS}")
+    name = variant_name(variant)
+    label = label or f"{case.name}-{name}"
+    artifacts = Path(artifacts_root) if artifacts_root is not None else kopt_dir() / "artifacts"
+    if target is None or isinstance(target, str):
+        target = resolve_target(target)
+    request = {"variant": "candidate" if candidate else name, "name": name, "device": device,
+               "input_set": input_set, "label": label, "profile": profile, "seed": seed,
+               "interpret": is_interpreter(device), "timing_options": timing_options or {}}
+    job_dir = stage_job("measure", request, case=case, candidate=candidate)
+    env = worker_env(device)
+    if getattr(target, "name", "") == "local":
+        env["KOPT_CACHE"] = str(cache_dir())  # share the tensor and ceilings caches
+    try:
+        outcome = run_job(target, job_dir, timeout=timeout, env=env, on_line=on_line)
+        response = outcome.response or {}
+        base = {"ok": False, "case": case.name, "variant": name, "label": label,
+                "device": device, "input_set": input_set, "timing_label": timing_label(device)}
+        if not outcome.ok:
+            if response.get("error_kind") == "case" and not outcome.timed_out:
+                # the worker saw its own copy of the case; name the user's files instead
+                text = str(response.get("error")).replace(str(job_dir / "case"),
+                                                          str(case.directory))
+                raise BadInputError(text)
+            return {**base, "error": outcome.failure_reason(),
+                    "error_kind": "timeout" if outcome.timed_out else
+                    response.get("error_kind", "crash"),
+                    "output_tail": outcome.output_tail[-2000:]}
+        metrics = dict(response.get("metrics") or {})
+        produced = job_dir / "out" / "artifacts" / label
+        dest = artifacts / label
+        if produced.is_dir():
+            if dest.exists():
+                shutil.rmtree(dest)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(produced, dest)
+        if metrics.get("profile"):
+            metrics["profile"]["trace_file"] = str(dest / "profiler" / "trace.json")
+        return {**metrics, "ok": True, "artifacts_dir": str(dest)}
+    finally:
+        if not keep_job:
+            cleanup(job_dir)
