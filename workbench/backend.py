@@ -1,0 +1,250 @@
+"""What the TUI calls: one object that wraps the phases and the harness.
+
+The screens never import `phases` or `harness` directly for work; they call a `Backend`.
+`Backend` is the real thing (git history, the pipeline, the verifier, the bench); tests hand
+the app a subclass that overrides its methods with small fakes. Every method may block: the
+screens call them from thread workers only, never from the UI thread.
+
+Runs and iterations are `phases.history.RunInfo` / `IterationInfo` objects (ARCHITECTURE.md);
+the UI reads them by attribute name only, so a fake may use any object with those fields.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import BadInputError, KoptError
+from phases.events import EventSink
+
+PHASES = ("architect", "optimizer", "accelerator", "integrator")
+
+
+@dataclass(frozen=True)
+class CaseRow:
+    """One line of the home screen."""
+
+    name: str
+    description: str = ""
+    runs: int = 0
+    """How many runs of this case the history holds."""
+    best_speedup: float | None = None
+    """Best verified speedup over all runs (None: no verified iteration yet)."""
+    verdict: str = "no runs"
+    """approved | rejected | pending | no runs | invalid (the case does not load)."""
+    source: str = "bundled"
+    """bundled | user."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the new-run dialog asks for (`run_pipeline`'s arguments)."""
+
+    case: str
+    engineer: str = "offline"
+    analyst: str | None = None
+    phases: list[str] | None = None
+    """None: all four phases."""
+    iterations: int = 3
+    run_id: str | None = None
+    """Continue this run (e.g. the next iteration after a rejection) instead of a new one."""
+
+
+@dataclass
+class IterationDetail:
+    """What the verification, profile and metrics panes show for one iteration."""
+
+    verification: dict[str, Any] | None = None
+    """The verifier's report dict (`VerificationReport.to_dict()`)."""
+    metrics: dict[str, Any] | None = None
+    """The iteration's `metrics.json` (ARCHITECTURE.md), when measured."""
+
+
+@dataclass
+class ManifestView:
+    """One phase manifest of a run and whether it validates."""
+
+    phase: str
+    data: dict[str, Any]
+    valid: bool
+    problem: str = ""
+
+
+@dataclass
+class RunOutcome:
+    """What a finished pipeline call reports back to the run screen."""
+
+    run_id: str | None
+    status: str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def kernel_path(run: Any) -> Path:
+    """The candidate file of a run: `kernels/<case>.py` in its worktree."""
+    return Path(run.worktree) / "kernels" / f"{run.case}.py"
+
+
+def default_engineer() -> str:
+    """`anthropic` when an API key is set, else the embedded `offline` engineer."""
+    return "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
+
+
+class Backend:
+    """The real calls (phases.pipeline, phases.history, harness.verify, harness.bench)."""
+
+    def cases(self) -> list[CaseRow]:
+        from harness.case import list_cases
+        from harness.paths import bundled_cases_dir
+
+        rows: list[CaseRow] = []
+        runs = self._runs_or_empty(None)
+        for case in list_cases():
+            if isinstance(case, KoptError):
+                name = Path(getattr(case, "file", "?")).parent.name
+                rows.append(CaseRow(name=name, description=case.one_line(), verdict="invalid"))
+                continue
+            mine = [r for r in runs if r.case == case.name]
+            source = "bundled" if bundled_cases_dir() in case.directory.parents else "user"
+            rows.append(case_row(case.name, case.manifest.description, mine, source=source))
+        return rows
+
+    def runs(self, case: str | None = None) -> list[Any]:
+        return self._runs_or_empty(case)
+
+    def _runs_or_empty(self, case: str | None) -> list[Any]:
+        try:
+            from phases import history
+        except ModuleNotFoundError:
+            return []
+        try:
+            return list(history.list_runs(case))
+        except KoptError:
+            return []
+
+    def run_pipeline(self, request: RunRequest, *, events: EventSink,
+                     cancel: threading.Event) -> RunOutcome:
+        from phases.pipeline import run_pipeline
+
+        result = run_pipeline(request.case, engineer=request.engineer, analyst=request.analyst,
+                              phases=request.phases, iterations=request.iterations,
+                              run_id=request.run_id, events=events, cancel=cancel)
+        summary = result.to_dict() if hasattr(result, "to_dict") else dict(vars(result))
+        return RunOutcome(run_id=summary.get("run_id"), status=str(summary.get("status", "")),
+                          summary=summary)
+
+    def approve(self, run_id: str, commit: str | None) -> None:
+        from phases import history
+
+        history.approve(run_id, commit)
+
+    def reject(self, run_id: str, commit: str | None, reason: str) -> None:
+        from phases import history
+
+        history.reject(run_id, commit, reason=reason)
+
+    def undo(self, run_id: str) -> None:
+        from phases import history
+
+        history.undo_decision(run_id)
+
+    def diff(self, run_id: str, a: str | None, b: str | None) -> str:
+        from phases import history
+
+        return history.diff(run_id, a, b)
+
+    def iteration_detail(self, run: Any, iteration: Any) -> IterationDetail:
+        """The verification and metrics files committed with the iteration."""
+        import git
+
+        detail = IterationDetail()
+        repo = git.Repo(run.worktree)
+        try:
+            for attr, suffix in (("verification", "verification"), ("metrics", "metrics")):
+                try:
+                    text = repo.git.show(f"{iteration.commit}:kernels/{run.case}.{suffix}.json")
+                    setattr(detail, attr, json.loads(text))
+                except (git.GitCommandError, json.JSONDecodeError):
+                    pass
+        finally:
+            repo.close()
+        return detail
+
+    def manifests(self, run_id: str) -> list[ManifestView]:
+        from harness.paths import manifests_dir
+
+        out: list[ManifestView] = []
+        for phase in PHASES:
+            path = manifests_dir() / run_id / f"{phase}.json"
+            if not path.exists():
+                continue
+            try:
+                data = json.loads(path.read_text())
+            except json.JSONDecodeError as err:
+                out.append(ManifestView(phase, {}, False, f"{path}: not JSON ({err})"))
+                continue
+            valid, problem = True, ""
+            try:
+                from phases import manifest
+
+                manifest.validate(data)  # type: ignore[attr-defined]
+            except ModuleNotFoundError:
+                problem = "not validated (phases.manifest not available)"
+            except AttributeError:
+                problem = "not validated"
+            except Exception as err:  # a validation error of any kind: show it, do not crash
+                valid, problem = False, str(err).splitlines()[0]
+            out.append(ManifestView(phase, data, valid, problem))
+        return out
+
+    def verify(self, case: str, candidate: Path) -> dict[str, Any]:
+        from harness.verify import verify_candidate
+
+        return verify_candidate(case, candidate).to_dict()
+
+    def bench(self, case: str, candidate: Path) -> list[dict[str, Any]]:
+        from harness.bench import bench_case
+
+        return list(bench_case(case, [candidate]))
+
+    def import_kernelbench(self, path: Path, name: str | None = None) -> str:
+        from harness.kernelbench import import_kernelbench
+
+        if not path.is_file():
+            raise BadInputError(f"no KernelBench file at {str(path)!r}",
+                                fix="give the path of a .py file defining Model and get_inputs()")
+        out = import_kernelbench(path, name, None)
+        return Path(out).name if out is not None else (name or path.stem)
+
+    def commit_user_edit(self, run: Any, candidate: Path, report: dict[str, Any] | None,
+                         bench: list[dict[str, Any]] | None) -> str:
+        """Record the user's edit of the kernel as an iteration authored by `user`."""
+        from phases import history
+
+        commit = history.commit_iteration(run.run_id, candidate=candidate, author="user",
+                                          verification=report, bench=bench)
+        return str(getattr(commit, "commit", commit))
+
+
+def case_row(name: str, description: str, runs: list[Any], *, source: str = "bundled") -> CaseRow:
+    """Summarise a case's runs: best speedup and the latest decision."""
+    speedups = [r.best_speedup for r in runs if r.best_speedup is not None]
+    verdict = "no runs"
+    if runs:
+        verdict = approval_word(runs[-1].approval)
+    return CaseRow(name=name, description=description, runs=len(runs),
+                   best_speedup=max(speedups) if speedups else None, verdict=verdict,
+                   source=source)
+
+
+def approval_word(approval: Any) -> str:
+    """approved | rejected | pending, from whatever `RunInfo.approval` holds."""
+    if approval is None:
+        return "pending"
+    if isinstance(approval, dict):
+        approval = approval.get("state") or approval.get("status") or approval.get("decision")
+    text = str(getattr(approval, "state", approval) or "pending").lower()
+    return text if text in ("approved", "rejected") else "pending"
