@@ -230,6 +230,7 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
         "deferred_work_suspected": timing.deferred_work_suspected(),
         "buffer_sets": len(fwd.buffer_sets),
         "seed": fwd.seed,
+        "cpu_threads": torch.get_num_threads(),
         "interpret": is_interpreter(device),
         "profile": profile,
     }

@@ -57,6 +57,10 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     variant = request["variant"]
     input_set = request.get("input_set")
     seed = int(request.get("seed", 0))
+    if device == "cpu":
+        # One intra-op thread: on a small shared machine OpenMP workers that lose their core
+        # stall every op for milliseconds; one thread gives stable interpreter figures.
+        torch.set_num_threads(int(request.get("cpu_threads", 1)))
     try:
         case = load_case_dir(job_dir / request["case_dir"])
         baseline = make_case_forward(case, device=device, input_set=input_set, seed=seed)

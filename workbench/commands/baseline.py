@@ -1,0 +1,120 @@
+"""`kopt baseline CASE`: time the model eager and under torch.compile, against the roofline.
+
+Each variant is measured in its own worker (harness.runner.measure_variant). On a machine
+without a GPU the case runs on its `smoke` inputs on the CPU and every figure is labelled
+`cpu-interpreter`: it shows the case runs, not how fast a GPU is.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.table import Table
+
+from harness.case import load_case
+from harness.device import resolve_device, timing_label
+from harness.runner import DEFAULT_TIMEOUT, measure_variant
+from workbench.output import console, err_console, print_json_line
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("baseline", help="time a case eager and under torch.compile")
+    p.add_argument("case", metavar="CASE", help="bundled case name or case directory")
+    p.add_argument("--profile", action="store_true",
+                   help="also trace with torch.profiler and list the top kernels")
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="override the case's device (cpu runs the smoke inputs)")
+    p.add_argument("--skip-compile", action="store_true",
+                   help="time eager only (torch.compile can take a minute on the CPU)")
+    p.add_argument("--target", default=None, help="where to run: local (default), ssh://...")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"seconds per variant before its worker is killed (default {DEFAULT_TIMEOUT:.0f})")
+    p.set_defaults(func=handle)
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _row(m: dict[str, Any], eager_ms: float | None) -> list[str]:
+    if not m.get("ok"):
+        return [m["variant"], "[red]failed[/red]", "", "", "", "", "", ""]
+    lat = m["latency_ms"]
+    speedup = eager_ms / lat["median"] if eager_ms and lat["median"] else None
+    corr = m["correctness"]
+    verdict = ("ok" if corr.get("passed") else "[red]differs[/red]" if corr.get("checked")
+               else "-")
+    return [m["variant"], _fmt(lat["median"], ".4g"), f"{_fmt(lat['p20'], '.3g')}-{_fmt(lat['p80'], '.3g')}",
+            _fmt(m["throughput"]["gbps"], ".1f"), _fmt(m["throughput"]["tflops"], ".2f"),
+            _fmt(m["roofline"]["pct_of_floor"], ".1f"), _fmt(speedup, ".2f") + "x", verdict]
+
+
+def handle(args: argparse.Namespace) -> int:
+    case = load_case(args.case)
+    device = resolve_device(case, args.device)
+    variants = ["eager"] if args.skip_compile else ["eager", "compile"]
+    results: dict[str, dict[str, Any]] = {}
+    for variant in variants:
+        if not args.json:
+            err_console.print(f"[dim]measuring {case.name} {variant} on {device}...[/dim]")
+        results[variant] = measure_variant(case, variant, device=device, profile=args.profile,
+                                           target=args.target, timeout=args.timeout)
+    eager = results["eager"]
+    label = timing_label(device)
+    input_set = eager.get("input_set")
+    roofline = eager.get("roofline") if eager.get("ok") else None
+    environment = next((m.get("environment") for m in results.values() if m.get("ok")), None)
+    if args.json:
+        variants_out = {k: {kk: vv for kk, vv in m.items() if kk != "environment"}
+                        for k, m in results.items()}
+        print_json_line({"ok": bool(eager.get("ok")), "case": case.name, "device": device,
+                         "input_set": input_set, "timing_label": label, "roofline": roofline,
+                         "variants": variants_out, "environment": environment})
+        return 0 if eager.get("ok") else 1
+
+    title = f"{case.name} baseline on {device} ({input_set} inputs, {label})"
+    table = Table(title=title)
+    # "out": do the variant's outputs match eager's (within the case's tolerance)?
+    for col in ("variant", "median ms", "p20-p80", "GB/s", "TFLOP/s", "%floor", "speedup", "out"):
+        table.add_column(col, justify="left" if col in ("variant", "out") else "right",
+                         min_width=13 if col == "p20-p80" else None)
+    eager_ms = eager["latency_ms"]["median"] if eager.get("ok") else None
+    for m in results.values():
+        table.add_row(*_row(m, eager_ms))
+    console.print(table)
+    if roofline:
+        floor = roofline.get("floor_ms")
+        floor_text = (f"floor {floor:.4f} ms ({roofline['bound']}-bound)" if floor is not None
+                      else "no floor: the CPU interpreter has no GPU ceilings")
+        console.print(f"roofline: {roofline['bytes'] / 1e6:.3f} MB must move, "
+                      f"{roofline['flops'] / 1e9:.3f} GFLOP; {floor_text}")
+    if label == "cpu-interpreter":
+        console.print("[yellow]cpu-interpreter timings: the case runs; these are not GPU "
+                      "figures.[/yellow]")
+    for m in results.values():
+        if not m.get("ok"):
+            console.print(f"[red]{m['variant']} failed:[/red] {m.get('error')}")
+        elif m["correctness"].get("checked") and not m["correctness"].get("passed"):
+            console.print(f"[red]{m['variant']} differs from eager:[/red] "
+                          f"{m['correctness'].get('detail')}")
+        elif args.profile and m.get("profile"):
+            _print_profile(m)
+    if eager.get("ok"):
+        console.print(f"[dim]metrics: {eager['artifacts_dir']}/metrics.json[/dim]")
+    return 0 if eager.get("ok") else 1
+
+
+def _print_profile(m: dict[str, Any]) -> None:
+    p = m["profile"]
+    unit = "device" if p["by"] == "device" else "CPU"
+    table = Table(title=f"{m['variant']}: top kernels by {unit} time over {p['iterations']} calls")
+    table.add_column("kernel" if p["by"] == "device" else "op", overflow="fold")
+    table.add_column("calls", justify="right")
+    table.add_column("total ms", justify="right")
+    table.add_column("%", justify="right")
+    for k in p["kernels"]:
+        table.add_row(k["name"], str(k["calls"]), f"{k['total_ms']:.3f}", f"{k['pct']:.1f}")
+    console.print(table)
+    console.print(f"[dim]trace: {p['trace_file']}[/dim]")
