@@ -23,25 +23,32 @@ from phases.engineers.settings import EngineerSettings
 from phases.engineers.transcript import Transcript
 from phases.events import LOG, Event, EventSink, null_sink
 
-# USD per million tokens (input, output), from Anthropic's public price list. Cache writes
-# (5-minute TTL) cost 1.25x input, cache reads 0.1x input. Longest matching prefix wins.
+# USD per million tokens (input, output), from Anthropic's model pages (platform.claude.com,
+# November 2026). Cache writes (5-minute TTL) cost 1.25x input, cache reads 0.1x input.
+# The longest matching prefix wins; an unknown id is priced like the default model.
 PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
+    "claude-fable-5-1": (10.0, 50.0),
+    "claude-opus-5-5": (4.0, 20.0),
+    "claude-opus-5": (5.0, 25.0),
+    "claude-sonnet-5-5": (2.0, 10.0),
+    "claude-sonnet-5": (2.0, 10.0),
+    "claude-opus-4-8": (5.0, 25.0),
+    "claude-opus-4-7": (5.0, 25.0),  # between 4.5 and 4.8, which are both $5/$25
+    "claude-opus-4-6": (5.0, 25.0),
     "claude-opus-4-5": (5.0, 25.0),
     "claude-opus-4-1": (15.0, 75.0),
     "claude-opus-4": (15.0, 75.0),
+    "claude-sonnet-4-6": (3.0, 15.0),
     "claude-sonnet-4-5": (3.0, 15.0),
     "claude-sonnet-4": (3.0, 15.0),
-    "claude-3-7-sonnet": (3.0, 15.0),
     "claude-haiku-4-5": (1.0, 5.0),
-    "claude-3-5-haiku": (0.8, 4.0),
 }
-DEFAULT_PRICE = PRICES_PER_MTOK["claude-sonnet-4-5"]  # unknown ids are priced like Sonnet
+DEFAULT_PRICE = PRICES_PER_MTOK["claude-sonnet-5-5"]
 CACHE_WRITE_FACTOR = 1.25
 CACHE_READ_FACTOR = 0.1
 
 # 408 timeout, 409 conflict, 429 rate limit, 5xx server, 529 overloaded: worth another try.
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
-BACKOFF_BASE_S = 1.0
 
 
 class CallCancelled(Exception):
@@ -273,6 +280,9 @@ class AnthropicClient:
                         raise CallCancelled()
                     if event.type == "text":
                         on_text(event.text)
+                    elif event.type == "thinking":
+                        # Newer models return the text between tool calls as thinking.
+                        on_text(event.thinking)
                     elif event.type == "content_block_stop":
                         block = getattr(event, "content_block", None)
                         if block is not None and block.type == "tool_use":
@@ -308,7 +318,7 @@ class AnthropicClient:
                     return min(max(float(value) * scale, 0.0), cap)
                 except ValueError:
                     pass  # an HTTP date: fall back to backoff
-        return min(BACKOFF_BASE_S * 2 ** (attempt - 1) * (0.75 + random.random() / 2), cap)
+        return min(self.settings.retry_base_s * 2 ** (attempt - 1) * (0.75 + random.random() / 2), cap)
 
     def _wait(self, delay: float, why: str, attempt: int, attempts: int,
               cancel: threading.Event, call_no: int) -> None:

@@ -16,7 +16,8 @@ import yaml
 from harness.errors import BadInputError
 from harness.paths import kopt_dir
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-5-5"
+"""The current Sonnet (November 2026): the best balance of speed, cost and coding skill."""
 CONFIG_SECTION = "anthropic"
 
 
@@ -40,6 +41,8 @@ class EngineerSettings:
     """Dollar budget of the whole run, across iterations."""
     max_retries: int = 5
     """Retries of one call on 429, 529, 5xx and connection failures before it starts."""
+    retry_base_s: float = 1.0
+    """First backoff wait when the server gives no `retry-after` (doubles per attempt)."""
     retry_cap_s: float = 60.0
     """Longest wait between retries, whatever `retry-after` says."""
     timeout_s: float = 600.0
@@ -70,7 +73,7 @@ def read_config() -> dict[str, Any]:
     section = data.get(CONFIG_SECTION) or {}
     if not isinstance(section, dict):
         raise BadInputError(f"{file}: {CONFIG_SECTION}: expected a mapping (not {section!r})",
-                            fix="write `anthropic: {model: claude-sonnet-4-5}`")
+                            fix="write `anthropic: {model: claude-sonnet-5-5}`")
     merged = dict(section)
     if "model" in data and "model" not in merged:
         merged["model"] = data["model"]
