@@ -65,6 +65,13 @@ class TargetError(KoptError):
     """An execution target (local, ssh://, ray://) is unusable."""
 
 
+class TargetLost(TargetError):
+    """A target went away mid-job (connection dropped, node or Ray worker died): the job was
+    not the candidate's fault and can be re-run elsewhere (`harness.parallel` re-queues it)."""
+
+    exit_code = 1
+
+
 class GitError(KoptError):
     """The workbench's git repository is missing or in a state kopt cannot work with."""
 
