@@ -1,0 +1,159 @@
+"""One comparison of a candidate's outputs with the baseline's, and the text that explains it.
+
+The same text is shown to the user and fed to the engineer's next attempt, so it says what is
+wrong and where: mismatch count, the first bad indices with both values, NaN/Inf mismatches,
+the relative error and the signal-to-noise ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.tolerance import Tolerance
+
+FIRST_BAD = 5
+"""How many bad elements a report lists (enough to see a pattern, short enough to read)."""
+
+
+@dataclass
+class TensorComparison:
+    """How one output tensor compares with its reference."""
+
+    name: str
+    ok: bool
+    problem: str = ""
+    """Why it is not ok (shape, dtype, values); empty when ok."""
+    numel: int = 0
+    mismatches: int = 0
+    """Elements outside the element-wise bound (NaN/Inf mismatches included)."""
+    nan_inf_mismatches: int = 0
+    """Elements that are NaN/Inf in one tensor and not (the same) in the other."""
+    nonfinite_where_ref_finite: int = 0
+    """Elements NaN/Inf in the output where the reference is finite."""
+    first_bad: list[tuple[tuple[int, ...], float, float]] = field(default_factory=list)
+    """(index, output value, reference value) of the first bad elements."""
+    max_abs_err: float = 0.0
+    rel_err: float = 0.0
+    """||out - ref|| / ||ref|| over finite elements."""
+    snr_db: float = math.inf
+    """10 log10(||ref||² / ||out - ref||²)."""
+    tolerance: str = ""
+
+    def to_text(self) -> str:
+        if self.problem and not self.numel:
+            return f"{self.name}: {self.problem}"
+        head = (f"{self.name}: {self.mismatches}/{self.numel} elements outside "
+                f"{self.tolerance}; max abs err {self.max_abs_err:.3g}, "
+                f"rel err {self.rel_err:.3g}, SNR {self.snr_db:.1f} dB")
+        parts = [head]
+        if self.nan_inf_mismatches:
+            parts.append(f"{self.nan_inf_mismatches} NaN/Inf mismatches")
+        if self.first_bad:
+            parts.append("first bad: " + ", ".join(
+                f"[{','.join(map(str, i))}] got {o:.6g} want {r:.6g}" for i, o, r in self.first_bad))
+        if self.problem:
+            parts.append(self.problem)
+        return "; ".join(parts)
+
+
+@dataclass
+class Comparison:
+    """How a list of outputs compares with the reference outputs."""
+
+    ok: bool
+    tensors: list[TensorComparison]
+    problem: str = ""
+    """A structural problem (number of outputs), empty when none."""
+
+    @property
+    def nonfinite_where_ref_finite(self) -> int:
+        return sum(t.nonfinite_where_ref_finite for t in self.tensors)
+
+    @property
+    def mismatches(self) -> int:
+        return sum(t.mismatches for t in self.tensors)
+
+    @property
+    def max_abs_err(self) -> float:
+        return max((t.max_abs_err for t in self.tensors), default=0.0)
+
+    @property
+    def rel_err(self) -> float:
+        return max((t.rel_err for t in self.tensors), default=0.0)
+
+    def to_text(self) -> str:
+        if self.problem:
+            return self.problem
+        bad = [t for t in self.tensors if not t.ok] or self.tensors
+        return " | ".join(t.to_text() for t in bad)
+
+
+def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
+                   name: str = "output") -> TensorComparison:
+    """Compare one output with its reference under `tol`."""
+    if out.shape != ref.shape:
+        return TensorComparison(name, False, f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    if out.dtype != ref.dtype:
+        return TensorComparison(name, False, f"dtype {out.dtype}, expected {ref.dtype}")
+    numel = ref.numel()
+    result = TensorComparison(name, True, numel=numel, tolerance=tol.describe())
+    if numel == 0:
+        return result
+    if tol.exact or not ref.dtype.is_floating_point:
+        bad = out != ref
+        o, r = out, ref
+    else:
+        o, r = out.detach().double().cpu(), ref.detach().double().cpu()
+        o_fin, r_fin = torch.isfinite(o), torch.isfinite(r)
+        # NaN/Inf must appear exactly where the reference has them (same kind, same sign).
+        same_special = (torch.isnan(o) & torch.isnan(r)) | (torch.isinf(o) & (o == r))
+        special_bad = (~o_fin | ~r_fin) & ~same_special
+        result.nan_inf_mismatches = int(special_bad.sum())
+        result.nonfinite_where_ref_finite = int((~o_fin & r_fin).sum())
+        both = o_fin & r_fin
+        diff = torch.where(both, (o - r).abs(), torch.zeros_like(o))
+        bad = (diff > tol.atol + tol.rtol * r.abs().where(both, torch.zeros_like(r))) | special_bad
+        result.max_abs_err = float(diff.max())
+        err_norm = float(diff.norm())
+        ref_norm = float(r.where(both, torch.zeros_like(r)).norm())
+        result.rel_err = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
+        result.snr_db = (10 * math.log10(ref_norm**2 / err_norm**2) if err_norm > 0 else math.inf)
+        if result.rel_err >= tol.rel and tol.rel > 0:
+            result.ok = False
+            result.problem = (f"relative error {result.rel_err:.3g} is not under {tol.rel:g}"
+                              + (" (near-zero or constant output?)" if ref_norm > 0 and
+                                 float(o.where(both, torch.zeros_like(o)).norm()) < 0.1 * ref_norm
+                                 else ""))
+    result.mismatches = int(bad.sum())
+    if result.mismatches:
+        result.ok = False
+        idx = bad.nonzero()[:FIRST_BAD]
+        result.first_bad = [(tuple(int(i) for i in ix), float(o[tuple(ix)]), float(r[tuple(ix)]))
+                            for ix in idx]
+    return result
+
+
+def compare_outputs(out: list[torch.Tensor], ref: list[torch.Tensor],
+                    tol: Tolerance | dict[torch.dtype, Tolerance] | None = None) -> Comparison:
+    """Compare outputs with reference outputs, tensor by tensor.
+
+    `tol` is one tolerance for all, or a tolerance per reference dtype (see
+    `harness.tolerance.tolerance_for`); None means SPEC.md's defaults under strict precision.
+    """
+    from harness.tolerance import default_tolerance
+
+    if len(out) != len(ref):
+        return Comparison(False, [], f"{len(out)} outputs, expected {len(ref)}")
+    tensors = []
+    for i, (o, r) in enumerate(zip(out, ref)):
+        if isinstance(tol, Tolerance):
+            t = tol
+        elif isinstance(tol, dict) and r.dtype in tol:
+            t = tol[r.dtype]
+        else:
+            t = default_tolerance(r.dtype)
+        tensors.append(compare_tensor(o, r, t, name=f"output[{i}]" if len(ref) > 1 else "output"))
+    return Comparison(all(t.ok for t in tensors), tensors)

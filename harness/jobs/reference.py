@@ -1,0 +1,50 @@
+"""`reference`: the baseline's outputs on staged inputs, in a worker that never sees candidate code.
+
+Request: `{"job": "reference", "case_dir", "device", "precision", "sets": [{"name", "groups":
+[group, ...]}]}` with `inputs/weights-<set>.safetensors` and `inputs/<group>.safetensors`.
+Writes `out/ref-<group>.safetensors` and, per set, the output structure and the aten compute
+ops the baseline runs (what "no PyTorch fallback" compares a candidate against).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
+    from harness.case import load_case_dir
+    from harness.data import instantiate, model_class
+    from harness.verification import guards, tensors
+
+    if any(name.startswith("kopt_candidate") for name in sys.modules) or "candidate" in request:
+        raise RuntimeError("the reference worker must never see candidate code")
+    device = request["device"]
+    guards.set_precision(request.get("precision", "strict"))
+    case = load_case_dir(job_dir / request["case_dir"])
+    cls = model_class(case)
+    facts: dict[str, Any] = {}
+    for item in request["sets"]:
+        set_name = item["name"]
+        resolved = case.input_set(set_name)
+        weights = tensors.load_bases(job_dir / "inputs" / f"weights-{set_name}.safetensors", "cpu")
+        model = instantiate(cls, resolved, case.model_file)
+        model.load_state_dict(weights, strict=True)
+        model = model.to(device).eval()
+        set_facts: dict[str, Any] = {}
+        for i, group in enumerate(item["groups"]):
+            bases = tensors.load_bases(job_dir / "inputs" / f"{group}.safetensors", device)
+            inputs = tensors.materialize(resolved, bases, device)
+            recorder = guards.OpRecorder()
+            with torch.no_grad(), recorder:
+                result = model(*inputs.args, **inputs.kwargs)
+            outs, structure = tensors.flatten_outputs(result)
+            tensors.save_tensors(outs, job_dir / "out" / f"ref-{group}.safetensors")
+            if i == 0:
+                set_facts = {"structure": structure, "compute_ops": recorder.compute_ops()}
+        facts[set_name] = set_facts
+    return {"ok": True, "pid": os.getpid(), "sets": facts}

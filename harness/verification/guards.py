@@ -1,0 +1,355 @@
+"""Observers installed in a worker before any candidate code is imported.
+
+They record facts, never verdicts: which torch/clock/harness objects were replaced, which
+threads and processes were left behind, which Triton kernels were launched (and on which
+stream), which aten ops ran, which processes were spawned and which files were written.
+The parent judges the facts (harness.verify). Uninstallable by design: the audit hook
+cannot be removed, and every wrapper installed here is itself part of the identity snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+import types
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+# Aten ops that move, view or allocate memory but compute nothing: they never count as a
+# "PyTorch compute op still running" (the Triton interpreter itself copies and re-views
+# storages around each launch).
+NON_COMPUTE_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+    "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full",
+    "fill_", "zero_", "view", "_unsafe_view", "reshape", "as_strided", "t", "transpose",
+    "permute", "expand", "detach", "alias", "set_", "copy_", "_to_copy", "clone", "contiguous",
+    "lift_fresh", "lift_fresh_copy", "slice", "select", "unsqueeze", "squeeze", "split",
+    "split_with_sizes", "chunk", "unbind", "resize_", "item", "_local_scalar_dense",
+    "is_nonzero", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "stride",
+    "numel", "dim", "size", "arange", "scalar_tensor", "_to_dense", "record_stream",
+    "narrow", "view_as", "expand_as", "flatten", "unflatten", "movedim", "_reshape_alias",
+})
+
+ALLOC_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
+                       "new_empty_strided"})
+
+# Executables a Triton compile may legitimately spawn on a GPU machine (ptxas, the host
+# C compiler for the launcher stub, ldconfig to find libcuda).
+ALLOWED_SPAWNS = frozenset({"ptxas", "ptxas-blackwell", "cc", "gcc", "g++", "c++", "clang",
+                            "clang++", "ldconfig", "nvdisasm", "cuobjdump", "nvcc", "hipcc",
+                            "ld.lld", "lld"})
+
+POISON_PATTERNS: dict[str, dict[str, float]] = {
+    # "a": NaN in floats; "b": a finite value no real kernel writes by accident.
+    "a": {"float": float("nan"), "int": -7, "uint": 0xA5, "bool": True},
+    "b": {"float": -1234.5, "int": 77, "uint": 0x5A, "bool": False},
+}
+
+
+def poison_value(t: torch.Tensor, pattern: str) -> float | int | bool:
+    p = POISON_PATTERNS[pattern]
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        return p["float"]
+    if t.dtype == torch.bool:
+        return p["bool"]
+    if t.dtype == torch.uint8:
+        return p["uint"]
+    return p["int"]
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the aten ops of a forward; fills every fresh `empty*` allocation with poison.
+
+    Poisoning at the allocation op works on any device and allocator: memory a kernel
+    leaves unwritten keeps the poison, so two runs with different patterns disagree there.
+    """
+
+    def __init__(self, poison: str | None = None) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+        self.poison = poison
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = func.overloadpacket.__name__
+        self.ops[name] += 1
+        out = func(*args, **(kwargs or {}))
+        if self.poison and name in ALLOC_OPS and isinstance(out, torch.Tensor) and out.numel():
+            out.fill_(poison_value(out, self.poison))
+        return out
+
+    def compute_ops(self) -> list[str]:
+        return sorted(op for op in self.ops if op not in NON_COMPUTE_OPS)
+
+
+@dataclass
+class Launch:
+    """One Triton kernel launch seen by the harness."""
+
+    kernel: str
+    stream: int | None
+    """The CUDA stream it was launched on (None on the interpreter)."""
+
+
+class LaunchCounter:
+    """Counts Triton launches by wrapping the `run` of Triton's kernel classes (compiled
+    and interpreted), the path every `kernel[grid](...)` and autotuner takes."""
+
+    def __init__(self) -> None:
+        self.launches: list[Launch] = []
+        self._installed: list[tuple[type, Any]] = []
+
+    def install(self) -> None:
+        from triton.runtime import interpreter, jit
+
+        for cls in (jit.JITFunction, interpreter.InterpretedFunction):
+            original = cls.run
+            counter = self
+
+            def run(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                if not kwargs.get("warmup"):
+                    counter.record(getattr(self, "__name__", None)
+                                   or getattr(getattr(self, "fn", None), "__name__", "?"))
+                return _original(self, *args, **kwargs)
+
+            cls.run = run  # type: ignore[method-assign]
+            self._installed.append((cls, run))
+
+    def record(self, kernel: str) -> None:
+        stream = None
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            stream = torch.cuda.current_stream().cuda_stream
+        self.launches.append(Launch(kernel, stream))
+
+    def intact(self) -> list[str]:
+        return [f"{cls.__module__}.{cls.__name__}.run" for cls, fn in self._installed
+                if cls.__dict__.get("run") is not fn]
+
+    def take(self) -> list[Launch]:
+        out, self.launches = self.launches, []
+        return out
+
+
+def _watched_namespaces() -> dict[str, Any]:
+    """Objects whose attributes must not be replaced by a candidate."""
+    import builtins
+
+    spaces: dict[str, Any] = {
+        "torch": torch, "torch.nn.functional": torch.nn.functional,
+        "torch.Tensor": torch.Tensor, "torch._C.TensorBase": torch._C.TensorBase,
+        "torch.nn.Module": torch.nn.Module, "torch._C": torch._C, "torch.ops.aten": None,
+        "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event,
+        "torch.backends.cuda.matmul": None, "time": time, "builtins": builtins, "os": os,
+        "threading": threading, "torch.utils._python_dispatch": sys.modules.get(
+            "torch.utils._python_dispatch"),
+    }
+    for name, mod in list(sys.modules.items()):
+        # triton.language is re-pointed at interpreted versions by Triton's own interpreter
+        # around every launch; the launch path itself (triton.runtime) stays watched.
+        if (name.split(".")[0] in ("harness", "triton", "safetensors") and mod is not None
+                and not name.startswith("triton.language")):
+            spaces[name] = mod
+    return {k: v for k, v in spaces.items() if v is not None}
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    try:
+        return dict(vars(obj))
+    except TypeError:
+        return {}
+
+
+@dataclass
+class IdentitySnapshot:
+    """Every attribute of the watched namespaces, by object identity, and `sys.modules`."""
+
+    attributes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    modules: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def take(cls) -> IdentitySnapshot:
+        spaces = _watched_namespaces()
+        snap = cls({name: _attributes(obj) for name, obj in spaces.items()})
+        snap.modules = {k: v for k, v in sys.modules.items()
+                        if k.split(".")[0] in ("torch", "harness", "triton", "time", "safetensors")}
+        return snap
+
+    def changes(self) -> list[str]:
+        """Attributes replaced or deleted since the snapshot (additions are allowed: importing
+        a torch submodule adds one)."""
+        spaces = _watched_namespaces()
+        changed: list[str] = []
+        for space, before in self.attributes.items():
+            now = _attributes(spaces.get(space)) if space in spaces else {}
+            for attr, obj in before.items():
+                if attr in ("__dict__", "__weakref__", "__doc__"):
+                    continue
+                if attr not in now:
+                    changed.append(f"{space}.{attr} deleted")
+                elif now[attr] is not obj and not _same_value(now[attr], obj):
+                    new = now[attr]
+                    where = getattr(new, "__module__", None) or type(new).__name__
+                    changed.append(f"{space}.{attr} replaced (by {where}."
+                                   f"{getattr(new, '__qualname__', '?')})")
+        for name, mod in self.modules.items():
+            if sys.modules.get(name) is not mod:
+                changed.append(f"sys.modules[{name!r}] replaced")
+        return changed
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Plain data (counters, flags, caches' ints) may change; functions, classes and modules
+    may not."""
+    callable_kinds = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                      types.ModuleType, type, staticmethod, classmethod, property)
+    if isinstance(a, callable_kinds) or isinstance(b, callable_kinds) or callable(a) or callable(b):
+        return False
+    return True
+
+
+def precision_flags() -> dict[str, Any]:
+    """The float32 matmul precision settings a candidate must not lower."""
+    return {
+        "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "torch.get_float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    }
+
+
+def set_precision(precision: str) -> None:
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+
+
+def child_processes() -> list[str]:
+    """Live children of this process (Linux /proc; empty elsewhere), as 'pid name'."""
+    me = os.getpid()
+    out = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return out
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ..." where comm may hold spaces or parentheses.
+        comm = stat[stat.find("(") + 1: stat.rfind(")")]
+        rest = stat[stat.rfind(")") + 2:].split()
+        if len(rest) > 1 and rest[1].isdigit() and int(rest[1]) == me and rest[0] != "Z":
+            out.append(f"{entry.name} {comm}")
+    return out
+
+
+class AuditWatch:
+    """A `sys.addaudithook` hook (cannot be removed) that records, while `armed`, every process
+    spawn and every file opened for writing outside the allowed places."""
+
+    def __init__(self, allowed_dirs: list[Path]) -> None:
+        self.armed = False
+        self.spawns: list[str] = []
+        self.writes: list[str] = []
+        home = Path.home()
+        extra = [Path(tempfile.gettempdir()), home / ".triton", home / ".cache", Path("/dev"),
+                 Path("/proc/self")]
+        if os.environ.get("TRITON_CACHE_DIR"):
+            extra.append(Path(os.environ["TRITON_CACHE_DIR"]))
+        self.allowed = [str(p.resolve()) for p in allowed_dirs + extra]
+        sys.addaudithook(self._hook)
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self.armed:
+            return
+        if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn", "os.system",
+                     "pty.spawn"):
+            exe = args[0] if args else "?"
+            if isinstance(exe, (list, tuple)):
+                exe = exe[0] if exe else "?"
+            exe_name = os.path.basename(os.fsdecode(exe)) if isinstance(exe, (str, bytes, os.PathLike)) else str(exe)
+            if event == "os.system" or exe_name not in ALLOWED_SPAWNS:
+                self.spawns.append(f"{event}: {str(args[0])[:120]}")
+        elif event in ("os.fork", "os.forkpty"):
+            self.spawns.append(event)
+        elif event == "open" and len(args) >= 3:
+            path, mode, flags = args[0], args[1], args[2]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+            if writing and isinstance(path, (str, bytes, os.PathLike)):
+                text = os.path.abspath(os.fsdecode(path))
+                if "__pycache__" not in text and not any(
+                        text == a or text.startswith(a + os.sep) for a in self.allowed):
+                    self.writes.append(text)
+
+
+@dataclass
+class Baseline:
+    """What the worker looked like just before candidate code was imported."""
+
+    identities: IdentitySnapshot
+    threads: set[int]
+    children: list[str]
+    precision: dict[str, Any]
+
+
+def take_baseline() -> Baseline:
+    import torch._dynamo  # noqa: F401  (re-wraps torch.manual_seed on first import)
+
+    return Baseline(IdentitySnapshot.take(), {t.ident or 0 for t in threading.enumerate()},
+                    child_processes(), precision_flags())
+
+
+def leftovers(base: Baseline, grace_s: float = 0.2) -> dict[str, list[str]]:
+    """Threads and child processes started since `base` that are still running."""
+    deadline = time.monotonic() + grace_s
+    threads = []
+    for t in threading.enumerate():
+        if (t.ident or 0) not in base.threads and t.is_alive():
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                threads.append(f"{t.name} (daemon={t.daemon})")
+    children = [c for c in child_processes() if c not in base.children]
+    return {"threads": threads, "processes": children}
+
+
+def tampering(base: Baseline, counter: LaunchCounter, recorder: OpRecorder | None = None,
+              recorder_expected: bool = False) -> list[str]:
+    """What the candidate replaced, lowered or removed (empty when nothing)."""
+    found = base.identities.changes()
+    found += [f"{name} replaced" for name in counter.intact()]
+    now = precision_flags()
+    found += [f"{k} changed from {v!r} to {now[k]!r}" for k, v in base.precision.items()
+              if now[k] != v]
+    if recorder_expected and recorder is not None and _get_current_dispatch_mode() is not recorder:
+        found.append("the harness's dispatch mode was removed from the mode stack")
+    return found
+
+
+def poison_free_device_memory(device: str) -> None:
+    """CUDA: fill what the caching allocator holds free (and a margin) with NaN bytes, so memory
+    a kernel reads without writing holds NaN rather than a previous result."""
+    if device != "cuda" or not torch.cuda.is_available():
+        return
+    free, _total = torch.cuda.mem_get_info()
+    reserved_free = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    nbytes = int(min(max(reserved_free, 0) + free * 0.25, 8 * 2**30))
+    if nbytes <= 0:
+        return
+    block = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    block.fill_(0xFF)  # all-ones bytes are NaN in float16/bfloat16/float32
+    torch.cuda.synchronize()
+    del block
