@@ -33,7 +33,8 @@ UNLIMITED = 10**9
 class ReplayClient:
     """A `ModelClient` that answers with one session's recorded responses, in order."""
 
-    def __init__(self, session: list[dict[str, Any]]) -> None:
+    def __init__(self, session: list[dict[str, Any]], transcript: Transcript | None = None) -> None:
+        self.transcript = transcript
         head = session[0]
         self.model = str(head.get("model") or "replay")
         self.session_info = head
@@ -45,6 +46,10 @@ class ReplayClient:
             raise ReplayExhausted()
         record = self._responses.pop(0)
         message = record["message"]
+        if self.transcript:
+            self.transcript.write("request", call=record.get("call"), params=params)
+            self.transcript.write("response", call=record.get("call"), message=message,
+                                  usage=record.get("usage"), replayed=True)
         content = list(message.get("content") or [])
         for block in content:
             if block.get("type") == "text" and block.get("text"):
@@ -90,7 +95,7 @@ class ReplayEngineer:
         transcript = Transcript(out)
         # The system prompt is not needed to replay: record the original's model instead.
         system = [{"type": "text", "text": f"replay of {self.path} (model {head.get('model')})"}]
-        return run_tool_loop(request, events, ReplayClient(session), settings, system=system,
+        return run_tool_loop(request, events, ReplayClient(session, transcript), settings, system=system,
                              transcript=transcript, run_usage=self.run_usage,
                              engineer=self.name)
 
