@@ -1,0 +1,431 @@
+"""Capture a case's model with `torch.export` and lower it to the offline engineer's graph.
+
+Export runs on the CPU on the case's inputs, with every input dim marked dynamic
+(`Dim.AUTO`), so the sizes the model derives from its inputs stay symbolic; sizes tied to
+parameters specialise (the candidate reads those from its own parameters at run time).
+Decompositions run to core ATen; the composites the generator fuses are kept and lowered
+by `graph.py`.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+from torch.export import Dim
+
+from harness.case import Case
+from harness.data import agent_provide_inputs, build_model
+from harness.errors import EngineerError
+from phases.engineers.offline.graph import (
+    _SIMPLE,
+    _VIEWS,
+    Builder,
+    Graph,
+    InputInfo,
+    Node,
+    Sym,
+    lower_layer_norm,
+    lower_logsumexp,
+    lower_mean,
+    lower_reduction,
+    lower_softmax,
+    lower_var,
+    norm_dim,
+)
+
+
+@dataclass
+class Captured:
+    """A captured model: the lowered graph, the model it came from and its example inputs."""
+
+    graph: Graph
+    model: torch.nn.Module
+    args: list[Any]
+    kwargs: dict[str, Any]
+    dynamic: bool
+    """True when export kept input dims symbolic."""
+
+
+def capture(case: Case, input_set: str = "main") -> Captured:
+    """Export the case's model on `input_set` and lower the program."""
+    model = build_model(case, input_set, device="cpu")
+    inputs = agent_provide_inputs(case, input_set, 0, device="cpu")
+    args, kwargs = list(inputs.args), dict(inputs.kwargs)
+    ep, dynamic = _export(model, args, kwargs)
+    graph = lower_program(ep)
+    return Captured(graph, model, args, kwargs, dynamic)
+
+
+def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, bool]:
+    def dims(v: Any) -> Any:
+        return {i: Dim.AUTO for i in range(v.dim())} if isinstance(v, torch.Tensor) else None
+
+    errors = []
+    for dynamic in (True, False):
+        try:
+            ds = None
+            if dynamic:
+                ds = {"args": tuple(dims(a) for a in args), "kwargs": {k: dims(v) for k, v in kwargs.items()}}
+                ds = _match_signature(model, args, kwargs, ds)
+            with torch.no_grad():
+                ep = torch.export.export(model, tuple(args), kwargs, dynamic_shapes=ds)
+            return ep.run_decompositions(), dynamic
+        except Exception as err:  # noqa: BLE001 - any export failure: try static, then report
+            errors.append(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+    raise EngineerError(f"torch.export could not capture the model ({errors[-1]})",
+                        fix="make forward traceable (no data-dependent Python control flow)")
+
+
+def _match_signature(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any],
+                     ds: dict[str, Any]) -> Any:
+    """dynamic_shapes keyed by forward's parameter names (what export expects)."""
+    import inspect
+
+    params = [p for p in inspect.signature(model.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(model.forward).parameters.values()):
+        return tuple(ds["args"]) + tuple(ds["kwargs"].values()) if not ds["kwargs"] else None
+    out: dict[str, Any] = {}
+    for p, d in zip(params, ds["args"]):
+        out[p.name] = d
+    out.update(ds["kwargs"])
+    return out
+
+
+def _val(n: torch.fx.Node) -> Any:
+    return n.meta.get("val")
+
+
+def _size(s: Any) -> tuple[int, Any]:
+    if isinstance(s, torch.SymInt):
+        expr = s.node.expr
+        hint = s.node.hint if s.node.hint is not None else int(s.node.shape_env.size_hint(expr))
+        if isinstance(expr, sympy.Integer):
+            return int(expr), int(expr)
+        return int(hint), expr
+    return int(s), int(s)
+
+
+def lower_program(ep: Any) -> Graph:
+    """The exported program as a lowered `Graph`."""
+    sig = ep.graph_signature
+    b = Builder()
+    env: dict[str, Any] = {}
+    inputs: dict[str, InputInfo] = {}
+    symbols: dict[str, str] = {}
+    params = dict(sig.inputs_to_parameters)
+    buffers = dict(sig.inputs_to_buffers)
+    constants = dict(getattr(sig, "inputs_to_lifted_tensor_constants", {}))
+    non_persistent = set(getattr(sig, "non_persistent_buffers", set()))
+    user_inputs = [s.arg.name for s in sig.input_specs if s.kind.name == "USER_INPUT"]
+    fwd_names = _forward_arg_names(ep, len(user_inputs))
+
+    for fx in ep.graph.nodes:
+        if fx.op == "placeholder":
+            val = _val(fx)
+            if not isinstance(val, torch.Tensor):
+                raise EngineerError(f"forward input {fx.name!r} is not a tensor",
+                                    fix="the offline engineer handles tensor inputs only")
+            shape, sym = zip(*[_size(s) for s in val.shape]) if val.dim() else ((), ())
+            node = b.add(Node(fx.name, "input", [], {}, tuple(shape), tuple(sym), val.dtype,
+                              origin=fx.name))
+            env[fx.name] = node
+            if fx.name in params:
+                inputs[node.name] = InputInfo("param", params[fx.name])
+            elif fx.name in buffers:
+                key = buffers[fx.name]
+                value = ep.constants.get(key) if key in non_persistent else None
+                inputs[node.name] = InputInfo("constant" if value is not None else "buffer", key,
+                                              value=value)
+            elif fx.name in constants:
+                inputs[node.name] = InputInfo("constant", constants[fx.name],
+                                              value=ep.constants[constants[fx.name]])
+            else:
+                i = user_inputs.index(fx.name)
+                arg_name = fwd_names[i] if i < len(fwd_names) else f"arg{i}"
+                inputs[node.name] = InputInfo("arg", arg_name, index=i)
+                for d, s in enumerate(sym):
+                    if isinstance(s, sympy.Symbol) and str(s) not in symbols:
+                        symbols[str(s)] = f"{arg_name}.shape[{d}]"
+        elif fx.op == "call_function":
+            env[fx.name] = _lower(b, fx, env)
+        elif fx.op == "output":
+            outs = fx.args[0]
+            outputs = [env[o.name] if isinstance(o, torch.fx.Node) else o for o in outs]
+    user_outputs = [s for s in sig.output_specs if s.kind.name == "USER_OUTPUT"]
+    outputs = outputs[len(outputs) - len(user_outputs):]
+    spec = "single" if ep.call_spec.out_spec is not None and ep.call_spec.out_spec.is_leaf() else "tuple"
+    return Graph(b.nodes, inputs, outputs, spec, symbols)
+
+
+def _forward_arg_names(ep: Any, n: int) -> list[str]:
+    import inspect
+
+    try:
+        module = ep.module()
+        names = [p for p in inspect.signature(module.forward).parameters]
+        if len(names) >= n and all(nm.isidentifier() for nm in names):
+            return names[:n]
+    except Exception:  # noqa: BLE001 - names are cosmetic; positional fallbacks work
+        pass
+    return [f"arg{i}" for i in range(n)]
+
+
+def _arg(v: Any, env: dict[str, Any]) -> Any:
+    if isinstance(v, torch.fx.Node):
+        if env.get(v.name) is not None:
+            return env[v.name]
+        val = _val(v)
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            hint, expr = _size(val) if isinstance(val, torch.SymInt) else (val.node.hint, val.node.expr)
+            return Sym(expr, hint) if not isinstance(expr, (int, float)) else expr
+        raise EngineerError(f"unsupported graph value {v.name!r}")
+    if isinstance(v, (list, tuple)):
+        return [_arg(x, env) for x in v]
+    if isinstance(v, torch.SymInt):
+        hint, expr = _size(v)
+        return Sym(expr, hint) if not isinstance(expr, int) else expr
+    return v
+
+
+def _meta(fx: torch.fx.Node) -> tuple[tuple[int, ...], tuple[Any, ...], torch.dtype]:
+    val = _val(fx)
+    if isinstance(val, (list, tuple)):
+        val = val[0]
+    if not isinstance(val, torch.Tensor):
+        return (), (), torch.float32
+    if val.dim() == 0:
+        return (), (), val.dtype
+    shape, sym = zip(*[_size(s) for s in val.shape])
+    return tuple(shape), tuple(sym), val.dtype
+
+
+def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
+    """Lower one exported call to primitive nodes; returns the node (or a tuple of nodes)."""
+    target = fx.target
+    name = fx.name
+    if target is operator.getitem:
+        src, i = env[fx.args[0].name], fx.args[1]
+        if isinstance(src, tuple):
+            return src[i]
+        shape, sym, dtype = _meta(fx)
+        return b.add(Node(name, "split_item" if src.op == "layout_fallback" else "getitem",
+                          [src, i], {}, shape, sym, dtype, origin=name))
+    if target in (operator.mul, operator.add, operator.sub, operator.floordiv, operator.neg,
+                  torch.sym_max, torch.sym_min) or "sym_size" in str(target) or \
+            "sym_numel" in str(target) or "sym_stride" in str(target):
+        return None  # shape arithmetic: read through `_arg` as a Sym
+    if not isinstance(target, torch._ops.OpOverload):
+        if "_assert" in str(target):
+            return None
+        raise EngineerError(f"unsupported call {target!r} in the exported graph")
+    packet = target.overloadpacket.__name__.rstrip("_") if target.overloadpacket.__name__ not in (
+        "_softmax", "_log_softmax", "_to_copy", "_unsafe_view") else target.overloadpacket.__name__
+    overload = target._overloadname
+    args = [_arg(a, env) for a in fx.args]
+    kwargs = {k: _arg(v, env) for k, v in fx.kwargs.items()}
+    shape, sym, dtype = _meta(fx)
+
+    def node(op: str, a: list[Any], **kw: Any) -> Node:
+        return b.add(Node(name, op, a, kw, shape, sym, dtype, origin=name))
+
+    def x0() -> Node:
+        return args[0]
+
+    if packet.startswith("_assert") or packet in ("_assert_tensor_metadata", "sym_constrain_range_for_size"):
+        return None
+    if packet in _SIMPLE:
+        scalar_ok = packet in ("eq", "ne", "lt", "le", "gt", "ge", "minimum", "maximum", "fmod",
+                               "remainder", "logical_and", "logical_or", "logical_xor",
+                               "bitwise_and", "bitwise_or", "bitwise_xor")
+        return node(_SIMPLE[packet], args[:2] if scalar_ok else args[:1])
+    if packet in ("add", "sub"):
+        a, c = args[0], args[1]
+        alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+        if alpha != 1:
+            c = b.op(f"{name}_alpha", "mul", [c, alpha], x0() if isinstance(c, Node) else x0(),
+                     shape=c.shape if isinstance(c, Node) else (), sym=c.sym if isinstance(c, Node) else (),
+                     dtype=dtype) if isinstance(c, Node) else c * alpha
+        return node(packet, [a, c])
+    if packet == "rsub":
+        return node("sub", [args[1], args[0]])
+    if packet == "mul":
+        return node("mul", args[:2])
+    if packet == "div":
+        mode = kwargs.get("rounding_mode", args[2] if len(args) > 2 else None)
+        op = {"floor": "truediv_floor", "trunc": "truediv_trunc"}.get(mode or "", "div")
+        return node(op, args[:2])
+    if packet == "pow":
+        return node("pow", args[:2])
+    if packet in ("clamp", "clip", "hardtanh"):
+        lo = kwargs.get("min", args[1] if len(args) > 1 else (-1.0 if packet == "hardtanh" else None))
+        hi = kwargs.get("max", args[2] if len(args) > 2 else (1.0 if packet == "hardtanh" else None))
+        return node("clamp", [args[0], lo, hi])
+    if packet == "clamp_min":
+        return node("clamp", [args[0], args[1], None])
+    if packet == "clamp_max":
+        return node("clamp", [args[0], None, args[1]])
+    if packet == "where":
+        return node("where", args[:3])
+    if packet == "masked_fill":
+        return node("where", [args[1], args[2], args[0]])
+    if packet == "gelu":
+        approx = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
+        return node("gelu_tanh" if approx == "tanh" else "gelu", args[:1])
+    if packet == "leaky_relu":
+        return node("leaky_relu", [args[0], kwargs.get("negative_slope", args[1] if len(args) > 1 else 0.01)])
+    if packet == "elu":
+        return node("elu", [args[0], args[1] if len(args) > 1 else 1.0])
+    if packet == "softplus":
+        return node("softplus", [args[0], args[1] if len(args) > 1 else 1.0,
+                                 args[2] if len(args) > 2 else 20.0])
+    if packet in ("_to_copy", "to", "convert_element_type", "type_as"):
+        new = kwargs.get("dtype", dtype)
+        return node("cast" if new != x0().dtype else "identity", [x0()])
+    if packet in ("full_like", "zeros_like", "ones_like"):
+        value = {"zeros_like": 0, "ones_like": 1}.get(packet, args[1] if len(args) > 1 else None)
+        return node("full", [value])
+    if packet == "full":
+        return node("full", [args[1]])
+    if packet in ("zeros", "ones", "new_zeros", "new_ones"):
+        return node("full", [1 if "ones" in packet else 0])
+    if packet == "scalar_tensor":
+        return node("full", [args[0]])
+    if packet == "arange":
+        if overload == "default":
+            start, step = 0, 1
+        else:
+            start = args[0]
+            step = args[2] if len(args) > 2 else kwargs.get("step", 1)
+        return node("arange", [start, step])
+    if packet in _VIEWS:
+        op = _VIEWS[packet]
+        if packet == "t":
+            return node("permute", [x0(), [1, 0] if x0().rank == 2 else [0]])
+        if packet == "transpose":
+            r = x0().rank
+            d0, d1 = norm_dim(args[1], r), norm_dim(args[2], r)
+            perm = list(range(r))
+            perm[d0], perm[d1] = perm[d1], perm[d0]
+            return node("permute", [x0(), perm])
+        if packet == "squeeze":
+            r = x0().rank
+            dims = args[1] if len(args) > 1 else [d for d in range(r) if x0().shape[d] == 1]
+            dims = [dims] if isinstance(dims, int) else list(dims)
+            dims = [norm_dim(d, r) for d in dims if x0().shape[norm_dim(d, r)] == 1]
+            return node("squeeze", [x0(), dims])
+        if packet == "unsqueeze":
+            return node("unsqueeze", [x0(), norm_dim(args[1], x0().rank + 1)])
+        if packet == "permute":
+            return node("permute", [x0(), [norm_dim(d, x0().rank) for d in args[1]]])
+        if op == "layout_fallback":
+            n = node(op, args)
+            n.target, n.multi = target, True
+            vals = _val(fx)
+            n.kwargs = dict(kwargs)
+            n.shape = tuple(len(vals) for _ in range(1)) if isinstance(vals, (list, tuple)) else shape
+            return n
+        n = node(op, args)
+        n.target = target
+        n.kwargs = dict(kwargs)
+        return n
+    if packet in ("sum", "mean", "amax", "amin", "var", "std", "var_mean", "logsumexp", "max", "min"):
+        x = x0()
+        if packet in ("max", "min") and overload != "default" and overload != "dim":
+            return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+        if overload == "default" and packet in ("sum", "mean", "max", "min"):
+            dims, keep = list(range(x.rank)), False
+        else:
+            dims = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            if dims is None:
+                dims = list(range(x.rank))
+            dims = [dims] if isinstance(dims, int) else list(dims)
+            if not dims:
+                dims = list(range(x.rank))
+            keep = kwargs.get("keepdim", args[2] if len(args) > 2 and isinstance(args[2], bool) else False)
+            if packet in ("var", "std", "var_mean"):
+                keep = kwargs.get("keepdim", False)
+        dims = [norm_dim(d, x.rank) for d in dims]
+        if packet in ("max", "min") and overload == "dim":
+            return _fallback(b, fx, args, kwargs, shape, sym, dtype)  # values + indices
+        if len(dims) != 1 and x.rank > 0 and len([d for d in dims if x.shape[d] != 1]) > 1:
+            return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+        if x.rank == 0:
+            return node("identity", [x])
+        d = next((d for d in dims if x.shape[d] != 1), dims[0])
+        squeeze_rest = [e for e in dims if e != d]
+        if packet in ("max", "min"):
+            packet = "amax" if packet == "max" else "amin"
+        if packet == "sum":
+            out = lower_reduction(b, "sum", x, d, keep, name, name, dtype)
+        elif packet == "amax" or packet == "amin":
+            out = lower_reduction(b, packet, x, d, keep, name, name, dtype)
+        elif packet == "mean":
+            out = lower_mean(b, x, d, keep, name, name, dtype)
+        elif packet == "logsumexp":
+            out = lower_logsumexp(b, x, d, keep, name, name)
+        else:
+            corr = kwargs.get("correction", 1)
+            corr = 1 if corr is None else corr
+            var, mean = lower_var(b, x, d, keep, float(corr), name if packet != "std" else f"{name}_var", name)
+            if packet == "std":
+                out = b.op(name, "sqrt", [var], var, origin=name)
+            elif packet == "var_mean":
+                return (_squeeze(b, var, squeeze_rest, keep), _squeeze(b, mean, squeeze_rest, keep))
+            else:
+                out = var
+        return _squeeze(b, out, squeeze_rest, keep)
+    if packet in ("_softmax", "_log_softmax", "softmax", "log_softmax"):
+        x = x0()
+        return lower_softmax(b, x, norm_dim(args[1], x.rank), name, name,
+                             log="log" in packet, out_dtype=dtype)
+    if packet == "native_layer_norm":
+        x, normalized = x0(), args[1]
+        if len(normalized) != 1:
+            return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+        return lower_layer_norm(b, x, args[2], args[3], float(args[4]), name, name)
+    if packet == "gather":
+        x, d, idx = args[0], norm_dim(args[1], args[0].rank), args[2]
+        if isinstance(idx, Node) and idx.rank == x.rank and idx.shape[d] == 1 and \
+                all(idx.shape[i] == x.shape[i] for i in range(x.rank) if i != d):
+            return b.add(Node(name, "select", [x, idx], {"dim": d, "keepdim": True}, shape, sym,
+                              dtype, origin=name))
+        return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+    if packet in ("mm", "bmm"):
+        return node(packet, args[:2])
+    if packet == "addmm":
+        beta = kwargs.get("beta", 1)
+        alpha = kwargs.get("alpha", 1)
+        mm = b.add(Node(f"{name}_mm", "mm", args[1:3], {}, shape, sym, dtype, origin=name))
+        if alpha != 1:
+            mm = b.op(f"{name}_alpha", "mul", [mm, alpha], mm, origin=name)
+        bias = args[0]
+        if beta != 1:
+            bias = b.op(f"{name}_beta", "mul", [bias, beta], bias, origin=name)
+        return node("add", [mm, bias])
+    return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+
+
+def _squeeze(b: Builder, out: Node, dims: list[int], keep: bool) -> Node:
+    """Remove the other (size-1) reduced dims of a multi-dim reduction."""
+    if not dims or keep:
+        return out
+    d0 = out.rank + len(dims)
+    # out already lost one dim; the remaining size-1 dims are those in `dims` (shifted).
+    keepd = [i for i in range(out.rank) if out.shape[i] == 1][: len(dims)]
+    shape = tuple(s for i, s in enumerate(out.shape) if i not in keepd)
+    sym = tuple(s for i, s in enumerate(out.sym) if i not in keepd)
+    del d0
+    return b.op(f"{out.name}_sq", "squeeze", [out, keepd], out, shape=shape, sym=sym)
+
+
+def _fallback(b: Builder, fx: torch.fx.Node, args: list[Any], kwargs: dict[str, Any],
+              shape: tuple[int, ...], sym: tuple[Any, ...], dtype: torch.dtype) -> Node:
+    n = b.add(Node(fx.name, "fallback", args, kwargs, shape, sym, dtype, target=fx.target,
+                   origin=fx.name))
+    n.multi = isinstance(_val(fx), (list, tuple))
+    return n

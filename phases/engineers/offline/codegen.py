@@ -1,0 +1,329 @@
+"""Assemble the candidate file: constants, kernels, launchers, then ModelNew (STYLE.md order)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import sympy
+import torch
+from torch.utils._sympy.printers import PythonPrinter
+
+from harness.case import Case
+from phases.engineers.offline.fusion import Group, Partition
+from phases.engineers.offline.graph import Node, Sym
+from phases.engineers.offline.kernels import (
+    KernelSource,
+    kernel_label,
+    matmul_kernel,
+    pointwise_kernel,
+    reduction_kernel,
+)
+from phases.engineers.offline.layout import Constructor
+from phases.engineers.offline.pointwise import HELPERS
+
+_PRINTER = PythonPrinter()
+
+_LAUNCH_CONFIG = '''
+def _launch_config(kernel, kind, n, m=0, k=0):
+    """Launch parameters for one call: KOPT_CONFIG's values clipped to the problem size.
+
+    The accelerator phase rewrites KOPT_CONFIG; this function only shrinks blocks that
+    would be mostly masked and caps warps (hard caps: MAX_* above).
+    """
+    cfg = dict(KOPT_CONFIG[kernel])
+    if kind == "pointwise":
+        cfg["BLOCK_SIZE"] = min(cfg["BLOCK_SIZE"], max(MIN_BLOCK, triton.next_power_of_2(n)))
+    elif kind == "reduction":
+        block = min(cfg["BLOCK_SIZE"], MAX_ROW_BLOCK, max(MIN_BLOCK, triton.next_power_of_2(n)))
+        cfg["BLOCK_SIZE"] = block
+        # about 8 row elements per thread; a short row does not need 16 warps
+        cfg["num_warps"] = max(4, min(cfg["num_warps"], block // 256))
+    else:
+        cfg["BLOCK_M"] = min(cfg["BLOCK_M"], max(16, triton.next_power_of_2(m)))
+        cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, triton.next_power_of_2(n)))
+        cfg["BLOCK_K"] = min(cfg["BLOCK_K"], max(16, triton.next_power_of_2(k)))
+    cfg["num_warps"] = min(cfg["num_warps"], MAX_WARPS)
+    return cfg
+
+
+def _resolve_shape(shape, numel):
+    """A view's target size with its one -1 resolved against numel."""
+    shape = list(shape)
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        shape[shape.index(-1)] = numel // known if known else 0
+    return tuple(shape)
+'''
+
+
+def sym_code(v: Any, symbols: dict[str, str]) -> str:
+    """Python source for a size in forward (symbols are locals named after themselves)."""
+    if isinstance(v, Sym):
+        v = v.expr if all(str(s) in symbols for s in v.expr.free_symbols) else v.hint
+    if isinstance(v, sympy.Basic):
+        if all(str(s) in symbols for s in v.free_symbols):
+            return _PRINTER.doprint(v)
+        return str(int(v.subs({})) if v.is_number else v)
+    return repr(v)
+
+
+class ForwardWriter:
+    """Writes ModelNew.forward: PyTorch views and ops between the kernel launches."""
+
+    def __init__(self, part: Partition, kernels: dict[int, KernelSource]) -> None:
+        self.part = part
+        self.graph = part.graph
+        self.kernels = kernels
+        self.lines: list[str] = []
+        self.var: dict[Node, str] = {}
+        self.notes: list[str] = []
+
+    def size(self, v: Any) -> str:
+        return sym_code(v, self.graph.symbols)
+
+    def arg(self, v: Any) -> str:
+        if isinstance(v, Node):
+            return self.var[v]
+        if isinstance(v, Sym):
+            return self.size(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(self.arg(x) for x in v) + "]"
+        if isinstance(v, torch.dtype):
+            return str(v)
+        if isinstance(v, torch.device):
+            return "device"
+        if isinstance(v, torch.layout):
+            return "torch.strided"
+        if isinstance(v, torch.memory_format):
+            return str(v)
+        if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
+            return f'float("{v}")'
+        if isinstance(v, sympy.Basic):
+            return self.size(v)
+        return repr(v)
+
+    def view_shape(self, n: Node) -> str:
+        target = list(n.args[1])
+        concrete = [j for j, v in enumerate(target) if isinstance(v, int) and v not in (1, -1)]
+        if -1 not in target and concrete:
+            j = max(concrete, key=lambda i: target[i])
+            target[j] = -1
+            if len(concrete) > 1:
+                self.notes.append(f"{n.origin}: view sizes {[target[i] for i in concrete if i != j]} are "
+                                  "fixed at their traced values")
+        return "[" + ", ".join(self.arg(v) for v in target) + "]"
+
+    def node(self, n: Node) -> None:
+        v = f"v_{n.name}"
+        self.var[n] = v
+        x = self.var.get(n.args[0]) if n.args and isinstance(n.args[0], Node) else None
+        if n.op == "view":
+            code = f"{x}.reshape({self.view_shape(n)})"
+        elif n.op == "unsqueeze":
+            code = f"{x}.unsqueeze({n.args[1]})"
+        elif n.op == "squeeze":
+            code = f"torch.squeeze({x}, {tuple(n.args[1])})"
+        elif n.op == "permute":
+            code = f"{x}.permute({list(n.args[1])})"
+        elif n.op == "expand":
+            src = n.args[0]
+            off = n.rank - src.rank
+            sizes = []
+            for j, s in enumerate(n.args[1]):
+                same = j >= off and src.shape[j - off] == n.shape[j] and src.shape[j - off] != 1
+                sizes.append("-1" if same else self.arg(s))
+            code = f"{x}.expand({', '.join(sizes)})"
+        elif n.op in ("getitem", "split_item"):
+            code = f"{x}[{n.args[1]}]"
+        else:
+            args = ", ".join(self.arg(a) for a in n.args)
+            kwargs = "".join(f", {k}={self.arg(val)}" for k, val in n.kwargs.items())
+            if not args:
+                kwargs = kwargs.lstrip(", ")
+            code = f"torch.ops.{n.target}({args}{kwargs})"
+        self.lines.append(f"{v} = {code}  # {n.origin}")
+
+    def group(self, g: Group) -> None:
+        k = self.kernels[g.index]
+        args = []
+        for a in k.call_args:
+            if a == "device":
+                args.append("device")
+            elif a.startswith("@"):
+                args.append(self.var[_by_name(self.graph, a[1:])])
+            elif a.startswith("="):
+                args.append(self.size(g.domain_sym[int(a[1:])]))
+            elif a.startswith("%"):
+                args.append(self.view_shape(_by_name(self.graph, a[1:])))
+            else:
+                args.append(a[1:])
+        outs = []
+        for o in g.outputs:
+            self.var[o] = f"v_{o.name}"
+            outs.append(self.var[o])
+        self.lines.append(f"{', '.join(outs)}, = {k.launcher}({', '.join(args)})")
+
+
+def _by_name(graph: Any, name: str) -> Node:
+    for n in graph.nodes:
+        if n.name == name:
+            return n
+    raise KeyError(name)
+
+
+def build_kernels(part: Partition, precision: str) -> dict[int, KernelSource]:
+    out: dict[int, KernelSource] = {}
+    used: set[str] = set()
+    for g in part.groups:
+        label = kernel_label(g)
+        name = f"_{g.name}_{label}_kernel"
+        while name in used:
+            name = name.replace("_kernel", "_x_kernel")
+        used.add(name)
+
+        def code(v: Any) -> str:
+            return sym_code(v, part.graph.symbols)
+
+        if g.kind == "pointwise":
+            out[g.index] = pointwise_kernel(g, part, code, name)
+        elif g.kind == "reduction":
+            out[g.index] = reduction_kernel(g, part, code, name)
+        else:
+            out[g.index] = matmul_kernel(g, part, code, name, precision)
+    return out
+
+
+def _cost_comment(g: Group) -> str:
+    def nbytes(n: Node) -> int:
+        return math.prod(n.shape) * n.dtype.itemsize
+
+    moved = sum(nbytes(n) for n in g.inputs) + sum(nbytes(n) for n in g.outputs)
+    if g.kind == "matmul" and g.anchor is not None:
+        a, b = g.anchor.args[0], g.anchor.args[1]
+        flops = 2 * math.prod(g.anchor.shape) * a.shape[-1]
+        return f"# moves >= {moved / 1e6:.1f} MB, {flops / 1e9:.2f} GFLOP at the traced shapes"
+    return f"# moves >= {moved / 1e6:.1f} MB at the traced shapes (each input read once, each output written once)"
+
+
+def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[int, KernelSource],
+                 unfused: list[dict[str, str]]) -> tuple[str, list[str]]:
+    """The candidate file's source, and notes on what was fixed at traced values."""
+    fw = ForwardWriter(part, kernels)
+    graph = part.graph
+    args = [info for info in graph.inputs.values() if info.kind in ("arg", "kwarg")]
+    args.sort(key=lambda i: i.index)
+    for n in graph.nodes:
+        if n.op == "input":
+            info = graph.inputs[n.name]
+            if info.kind in ("arg", "kwarg"):
+                fw.var[n] = info.key
+            elif info.kind in ("param", "buffer"):
+                fw.var[n] = f"p_{n.name}"
+            else:
+                fw.var[n] = f"c_{n.name}"
+    fw.lines.append(f"device = {args[0].key}.device" if args else "device = next(self.parameters()).device")
+    for sym, code in sorted(graph.symbols.items()):
+        fw.lines.append(f"{sym} = {code}")
+    for n in graph.nodes:
+        if n.op == "input":
+            info = graph.inputs[n.name]
+            if info.kind == "param":
+                fw.lines.append(f'{fw.var[n]} = self.get_parameter("{info.key}")')
+            elif info.kind == "buffer":
+                fw.lines.append(f'{fw.var[n]} = self.get_buffer("{info.key}")')
+            elif info.kind == "constant":
+                fw.lines.append(f"{fw.var[n]} = self._kopt_{n.name}")
+    for step in part.steps:
+        if isinstance(step, Group):
+            fw.group(step)
+        else:
+            fw.node(step)
+    outs = [fw.arg(o) for o in graph.outputs]
+    ret = outs[0] if graph.out_spec == "single" and len(outs) == 1 else "(" + ", ".join(outs) + ",)"
+    fw.lines.append(f"return {ret}")
+
+    tunables = {k.name: k.tunables for k in kernels.values()}
+    config = {k.name: k.config for k in kernels.values()}
+    helpers: set[str] = set().union(*[k.helpers for k in kernels.values()]) if kernels else set()
+    src: list[str] = []
+    src.append(f'"""{case.name}: fused Triton candidate written by kopt\'s offline engineer.\n')
+    src.append(f"Kernels: {len(kernels)} ({', '.join(k.name for k in kernels.values())}).")
+    if unfused:
+        src.append("Left to PyTorch: " + "; ".join(f"{u['node']} ({u['reason']})" for u in unfused) + ".")
+    src.append('Generated for any input of the traced rank and dtypes; sizes are read at run time.\n"""\n')
+    src.append("import math\n\nimport torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n")
+    src.append("# Launch parameters the accelerator phase may search, per kernel.")
+    src.append("KOPT_TUNABLES = " + _pretty(tunables) + "\n")
+    src.append("# Defaults for an H100 (the accelerator rewrites this dict with measured winners):")
+    src.append("# pointwise 1024 elements x 4 warps = 8 per thread, 16-byte vector loads of bf16;")
+    src.append("# reductions keep rows up to 16384 in registers (one HBM pass); matmul tiles")
+    src.append("# 128x256x64 (bf16) / 128x128x32 (fp32) with 3 stages fit the 228 KB of shared memory.")
+    src.append("KOPT_CONFIG = " + _pretty(config) + "\n")
+    src.append("# Rows longer than this are reduced in a loop over column blocks (registers would spill).")
+    src.append("MAX_ROW_BLOCK = 16384")
+    src.append("# tl.arange and tl.dot need at least 16 lanes.")
+    src.append("MIN_BLOCK = 16")
+    src.append("# More warps than this per program only adds scheduling overhead on Hopper.")
+    src.append("MAX_WARPS = 32\n")
+    for h in sorted(helpers):
+        src.append("\n" + HELPERS[h])
+    for g in part.groups:
+        k = kernels[g.index]
+        src.append("")
+        src.append(f"# {k.name}: fuses {', '.join(k.fuses)}")
+        src.append(_cost_comment(g))
+        src.append(k.kernel_code)
+    src.append(_LAUNCH_CONFIG)
+    for g in part.groups:
+        src.append("")
+        src.append(kernels[g.index].launcher_code)
+    src.append(_model_class(case, ctor, graph, args, fw.lines))
+    return "\n".join(src), fw.notes + ctor.notes
+
+
+def _pretty(d: dict[str, Any]) -> str:
+    lines = ["{"]
+    for k, v in d.items():
+        lines.append(f"    {json.dumps(k)}: {json.dumps(v)},")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], body: list[str]) -> str:
+    lines = ["", "", "class ModelNew(nn.Module):",
+             f'    """{case.name} with its hot path in the Triton kernels above; same constructor and state_dict as Model."""',
+             "",
+             f"    def __init__(self{', ' + ctor.signature if ctor.signature else ''}):",
+             "        super().__init__()"]
+    for p in ctor.params:
+        *path, leaf = p.key.split(".")
+        owner = "self"
+        if path:
+            owner = f'_submodule(self, "{".".join(path)}")'
+        shape = ", ".join(p.shape) + ("," if len(p.shape) == 1 else "")
+        tensor = f"torch.zeros(({shape}), dtype={p.dtype})"
+        if p.persistent_param:
+            lines.append(f'        {owner}.register_parameter("{leaf}", nn.Parameter({tensor}, '
+                         f'requires_grad={p.dtype.is_floating_point}))')
+        else:
+            lines.append(f'        {owner}.register_buffer("{leaf}", {tensor})')
+    for n in graph.nodes:
+        info = graph.inputs.get(n.name) if n.op == "input" else None
+        if info is not None and info.kind == "constant" and info.value is not None:
+            v = info.value
+            lines.append(f"        self.register_buffer(\"_kopt_{n.name}\", torch.tensor({v.tolist()!r}, "
+                         f"dtype={v.dtype}), persistent=False)")
+    fwd_args = ", ".join(a.key for a in args)
+    lines += ["", f"    def forward(self{', ' + fwd_args if fwd_args else ''}):"]
+    lines += [f"        {line}" for line in body]
+    helper = ['', '', 'def _submodule(root, path):',
+              '    """The (created on first use) submodule at a dotted state_dict path."""',
+              '    mod = root',
+              '    for part in path.split("."):',
+              '        if part not in mod._modules:',
+              '            mod.add_module(part, nn.Module())',
+              '        mod = mod._modules[part]',
+              '    return mod']
+    return "\n".join(helper + lines) + "\n"

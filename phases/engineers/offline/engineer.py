@@ -1,0 +1,134 @@
+"""The `offline` engineer: capture -> fusion groups -> Triton source, no network, no key.
+
+`generate_candidate` is deterministic for a case and a fusion policy. The optimizer calls
+`OfflineEngineer.propose` once per iteration; after a failed verification it backs off to a
+more conservative policy (no matmul epilogue, then no fusion across reductions, then one
+kernel per op), so each iteration is a different, simpler candidate.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.case import Case
+from harness.errors import EngineerError
+from phases.engineers.base import EngineerRequest, Proposal
+from phases.engineers.offline.capture import capture
+from phases.engineers.offline.codegen import build_kernels, write_module
+from phases.engineers.offline.fusion import FusionPolicy, partition
+from phases.engineers.offline.layout import build_constructor
+from phases.events import LOG, Event, EventSink, null_sink
+
+# Policies tried in order: each later one fuses less (what a failure report backs off to).
+POLICIES: list[tuple[str, FusionPolicy]] = [
+    ("full fusion", FusionPolicy()),
+    ("no matmul epilogue", FusionPolicy(matmul_epilogue=False)),
+    ("reductions alone", FusionPolicy(matmul_epilogue=False, reduction_prologue=False)),
+    ("one kernel per op", FusionPolicy(pointwise=False, reduction_prologue=False, matmul_epilogue=False)),
+]
+
+
+@dataclass
+class OfflineResult:
+    """A generated candidate and what it does and does not fuse."""
+
+    source: str
+    """The candidate file's text."""
+    unfused: list[dict[str, str]]
+    """Ops left to PyTorch: {"op", "node", "reason"}."""
+    tunables: dict[str, dict[str, list[Any]]]
+    """Per kernel: launch parameter -> values the accelerator may try (KOPT_TUNABLES)."""
+    kernels: list[dict[str, Any]]
+    """Per kernel: {"name", "kind", "fuses": [graph nodes]}."""
+    notes: list[str] = field(default_factory=list)
+    """Sizes fixed at traced values and other caveats."""
+    policy: str = "full fusion"
+    seconds: float = 0.0
+    """Code generation time (capture included)."""
+
+
+def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPolicy | None = None,
+                       policy_name: str = "") -> OfflineResult:
+    """Capture `case` on `input_set` and write a fused Triton candidate for it."""
+    t0 = time.perf_counter()
+    policy = policy or POLICIES[0][1]
+    captured = capture(case, input_set)
+    part = partition(captured.graph, policy)
+    kernels = build_kernels(part, case.manifest.precision)
+    if not kernels:
+        raise EngineerError(f"{case.name}: no op of the model could be generated as a Triton kernel",
+                            fix="the offline engineer fuses pointwise ops, reductions and matmuls")
+    ctor = build_constructor(case, captured.model)
+    source, notes = write_module(case, part, ctor, kernels, part.unfused)
+    compile(source, f"{case.name}.py", "exec")
+    return OfflineResult(
+        source=source,
+        unfused=part.unfused,
+        tunables={k.name: k.tunables for k in kernels.values()},
+        kernels=[{"name": k.name, "kind": k.kind, "fuses": k.fuses} for k in kernels.values()],
+        notes=notes,
+        policy=policy_name or next((n for n, p in POLICIES if p == policy), "custom"),
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _policy_for(request: EngineerRequest) -> int:
+    """Iteration 1 fuses everything; each failed verification backs off one level."""
+    level = request.options.get("policy_level")
+    if isinstance(level, int):
+        return max(0, min(level, len(POLICIES) - 1))
+    if not request.feedback or request.iteration <= 1:
+        return 0
+    failures = request.options.get("_failures", 0)
+    return min(failures, len(POLICIES) - 1)
+
+
+class OfflineEngineer:
+    """Deterministic code generator registered as engineer `offline`."""
+
+    name = "offline"
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options = dict(options or {})
+        self.failures = 0
+
+    def propose(self, request: EngineerRequest, events: EventSink = null_sink) -> Proposal:
+        def log(msg: str) -> None:
+            events(Event(LOG, "optimizer", msg, {"engineer": "offline"}))
+
+        feedback = (request.feedback or "").strip()
+        if feedback and request.iteration > 1 and not _accepted(feedback):
+            self.failures += 1
+        level = self.options.get("policy_level", min(self.failures, len(POLICIES) - 1))
+        level = max(0, min(int(level), len(POLICIES) - 1))
+        name, policy = POLICIES[level]
+        if feedback and level:
+            first = feedback.splitlines()[0][:160]
+            log(f"previous candidate failed verification ({first}); backing off to: {name}")
+        log(f"capturing {request.case.name} with torch.export and fusing ({name})")
+        result = generate_candidate(request.case, policy=policy, policy_name=name)
+        rel = f"kernels/{request.case.name}.py"
+        path = request.worktree / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.source)
+        for k in result.kernels:
+            log(f"{k['name']} ({k['kind']}): fuses {', '.join(k['fuses'])}")
+        for u in result.unfused:
+            log(f"left to PyTorch: {u['node']} ({u['op']}): {u['reason']}")
+        for note in result.notes:
+            log(f"note: {note}")
+        log(f"wrote {rel}: {len(result.kernels)} kernel(s) in {result.seconds:.2f} s")
+        flat: dict[str, list[Any]] = {}
+        for kname, params in result.tunables.items():
+            for p, values in params.items():
+                flat[f"{kname}.{p}"] = values
+        notes = (f"offline engineer ({name}): {len(result.kernels)} Triton kernel(s): "
+                 + "; ".join(f"{k['name']} fuses {', '.join(k['fuses'])}" for k in result.kernels))
+        return Proposal(candidate=rel, notes=notes, unfused=result.unfused, tunables=flat)
+
+
+def _accepted(feedback: str) -> bool:
+    low = feedback.lower()
+    return "accepted" in low.splitlines()[0] if low else False

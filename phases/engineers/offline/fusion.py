@@ -1,0 +1,388 @@
+"""Fusion groups: which lowered nodes run together in one Triton kernel.
+
+A group owns a *domain*: the index space its kernel walks (a pointwise group's output shape,
+a reduction group's pre-reduction shape, a matmul's output). Every member has a *dim map*:
+for each of its own dims, the domain dim it indexes (None for a size-1 dim), so a member may
+be full-size, a per-row value of a reduction, or a broadcast. Values that are not members
+(graph inputs, other groups' outputs, views PyTorch makes for free) are loaded at the
+coordinates the consumer's dim map gives them; shape-only values (`arange`, `full` and what
+is computed from them) are recomputed from the coordinates inside the kernel.
+
+Nodes join greedily in graph order: a pointwise node joins the group of a producer, a
+reduction joins the group that computes its input (the prologue), a matmul anchors its own
+group that takes its pointwise epilogue. A join is refused when it would make the group
+graph cyclic or the dim maps disagree; the node then starts a group or stays in PyTorch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from phases.engineers.offline.graph import (
+    GENERATORS,
+    LAYOUT,
+    MATMUL,
+    POINTWISE,
+    REDUCTIONS,
+    Graph,
+    Node,
+)
+
+DimMap = tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class FusionPolicy:
+    """How aggressively to fuse (later optimizer iterations back off after a failure)."""
+
+    pointwise: bool = True
+    """Merge pointwise nodes into their producer's group."""
+    reduction_prologue: bool = True
+    """Let a reduction take over the pointwise group that computes its input."""
+    matmul_epilogue: bool = True
+    """Fuse pointwise consumers of a matmul into the matmul kernel."""
+
+
+@dataclass(eq=False)
+class Group:
+    """One kernel's worth of nodes."""
+
+    index: int
+    kind: str
+    """`pointwise`, `reduction` or `matmul`."""
+    domain: tuple[int, ...]
+    domain_sym: tuple[Any, ...]
+    nodes: list[Node] = field(default_factory=list)
+    dmaps: dict[Node, DimMap] = field(default_factory=dict)
+    rdim: int | None = None
+    """The reduced domain dim (reduction groups)."""
+    anchor: Node | None = None
+    """The mm/bmm node (matmul groups)."""
+    epi_view: Node | None = None
+    """A view of the matmul result that the epilogue continues on (matmul groups)."""
+    outputs: list[Node] = field(default_factory=list)
+    inputs: list[Node] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"g{self.index}"
+
+    def __repr__(self) -> str:
+        return f"Group({self.name}:{self.kind} {[n.name for n in self.nodes]})"
+
+
+@dataclass
+class Partition:
+    """The graph cut into kernels and PyTorch steps, in an executable order."""
+
+    graph: Graph
+    groups: list[Group]
+    steps: list[Group | Node]
+    """Groups and forward-side nodes (inputs excluded) in execution order."""
+    generated: set[Node]
+    """Shape-only nodes recomputed inside kernels."""
+    unfused: list[dict[str, str]]
+    """Ops left to PyTorch: {"op", "node", "reason"}."""
+
+
+def shape_only(graph: Graph) -> set[Node]:
+    """Nodes whose values depend only on shapes (recomputable from coordinates)."""
+    gen: set[Node] = set()
+    for n in graph.nodes:
+        if n.op in GENERATORS:
+            gen.add(n)
+        elif n.op in POINTWISE | {"unsqueeze", "squeeze", "permute", "expand"} and n.inputs() and \
+                all(i in gen for i in n.inputs()):
+            gen.add(n)
+    return gen
+
+
+def _trivial_view(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    return [s for s in src if s != 1] == [s for s in dst if s != 1]
+
+
+class _Partitioner:
+    def __init__(self, graph: Graph, policy: FusionPolicy) -> None:
+        self.graph = graph
+        self.policy = policy
+        self.gen = shape_only(graph)
+        self.owner: dict[Node, Group] = {}
+        self.groups: list[Group] = []
+        self.unfused: list[dict[str, str]] = []
+
+    # -- dependencies -------------------------------------------------------------------
+    def _unit(self, n: Node) -> Group | Node:
+        return self.owner.get(n, n)
+
+    def _deps(self, unit: Group | Node) -> list[Group | Node]:
+        members = unit.nodes if isinstance(unit, Group) else [unit]
+        out: list[Group | Node] = []
+        for m in members:
+            for i in m.inputs():
+                if i in self.gen or (isinstance(unit, Group) and self.owner.get(i) is unit):
+                    continue
+                u = self._unit(i)
+                if u not in out:
+                    out.append(u)
+        return out
+
+    def _reaches(self, start: Group | Node, target: Group) -> bool:
+        seen: set[int] = set()
+        stack = [start]
+        while stack:
+            u = stack.pop()
+            if u is target:
+                return True
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            stack.extend(self._deps(u))
+        return False
+
+    def _acyclic(self, n: Node, g: Group) -> bool:
+        for i in n.inputs():
+            if i in self.gen or self.owner.get(i) is g:
+                continue
+            if self._reaches(self._unit(i), g):
+                return False
+        return True
+
+    # -- dim maps -----------------------------------------------------------------------
+    def _consistent(self, n: Node, g: Group, dm: list[int | None]) -> DimMap | None:
+        used = [d for d in dm if d is not None]
+        if len(used) != len(set(used)):
+            return None
+        for j, d in enumerate(dm):
+            want = 1 if d is None else g.domain[d]
+            if n.shape[j] != want and not (d is None and n.shape[j] == 1):
+                return None
+        return tuple(dm)
+
+    def _pointwise_dmap(self, n: Node, g: Group) -> DimMap | None:
+        r = n.rank
+        dm: list[int | None] = [None] * r
+        for i in n.inputs():
+            if self.owner.get(i) is not g:
+                continue
+            idm, off = g.dmaps[i], r - i.rank
+            if off < 0:
+                return None
+            for j in range(i.rank):
+                if i.shape[j] == 1 or idm[j] is None:
+                    continue
+                if dm[off + j] is None:
+                    dm[off + j] = idm[j]
+                elif dm[off + j] != idm[j]:
+                    return None
+        for j in range(r):
+            if dm[j] is None and n.shape[j] != 1:
+                # a dim only external inputs carry: the domain dim at the same place
+                if r != len(g.domain) or g.domain[j] != n.shape[j] or j in dm:
+                    return None
+                dm[j] = j
+        return self._consistent(n, g, dm)
+
+    def _layout_dmap(self, n: Node, g: Group) -> DimMap | None:
+        x = n.args[0]
+        xdm = list(g.dmaps[x])
+        if n.op == "unsqueeze":
+            d = n.args[1]
+            dm = xdm[:d] + [None] + xdm[d:]
+        elif n.op == "squeeze":
+            dm = [e for j, e in enumerate(xdm) if j not in n.args[1]]
+        elif n.op == "permute":
+            dm = [xdm[p] for p in n.args[1]]
+        elif n.op == "expand":
+            off = n.rank - x.rank
+            dm = [None] * off + xdm
+            for j in range(n.rank):
+                if dm[j] is None and n.shape[j] != 1:
+                    if n.rank != len(g.domain) or g.domain[j] != n.shape[j] or j in dm:
+                        return None
+                    dm[j] = j
+        elif n.op == "view" and _trivial_view(x.shape, n.shape):
+            it = iter([e for j, e in enumerate(xdm) if x.shape[j] != 1])
+            dm = [None if s == 1 else next(it) for s in n.shape]
+        else:
+            return None
+        return self._consistent(n, g, dm)
+
+    # -- joins --------------------------------------------------------------------------
+    def _add(self, g: Group, n: Node, dm: DimMap) -> None:
+        g.nodes.append(n)
+        g.dmaps[n] = dm
+        self.owner[n] = g
+
+    def _new(self, kind: str, n: Node, domain: tuple[int, ...], domain_sym: tuple[Any, ...]) -> Group:
+        g = Group(len(self.groups), kind, domain, domain_sym)
+        self.groups.append(g)
+        return g
+
+    def _producer_groups(self, n: Node) -> list[Group]:
+        out: list[Group] = []
+        for i in n.inputs():
+            g = self.owner.get(i)
+            if g is not None and g not in out:
+                out.append(g)
+        return out
+
+    def _try_pointwise(self, n: Node, g: Group) -> bool:
+        if not self._acyclic(n, g):
+            return False
+        if g.kind == "matmul":
+            if not self.policy.matmul_epilogue:
+                return False
+            shapes = {g.domain} | ({g.epi_view.shape} if g.epi_view is not None else set())
+            if n.shape not in shapes:
+                return False
+            for i in n.inputs():
+                if self.owner.get(i) is g and i.shape != n.shape:
+                    return False
+                if i in self.gen:
+                    return False
+            self._add(g, n, tuple(range(n.rank)))
+            return True
+        mandatory = any(isinstance(a, tuple) and a and a[0] in ("numel", "numel_minus") for a in n.args)
+        if not (self.policy.pointwise or mandatory):
+            return False
+        if g.kind == "reduction" and not (self.policy.reduction_prologue or mandatory):
+            return False
+        dm = self._pointwise_dmap(n, g)
+        if dm is None:
+            return False
+        self._add(g, n, dm)
+        return True
+
+    def place(self, n: Node) -> None:
+        if n.op == "input" or n in self.gen:
+            return
+        if n.op in POINTWISE:
+            for g in reversed(self._producer_groups(n)):
+                if self._try_pointwise(n, g):
+                    return
+            if any(isinstance(a, tuple) and a and a[0] in ("numel", "numel_minus") for a in n.args):
+                raise AssertionError(f"{n.name}: a mean/var division left its reduction's kernel")
+            g = self._new("pointwise", n, n.shape, n.sym)
+            self._add(g, n, tuple(range(n.rank)))
+        elif n.op in REDUCTIONS:
+            self._place_reduction(n)
+        elif n.op in MATMUL:
+            g = self._new("matmul", n, n.shape, n.sym)
+            g.anchor = n
+            self._add(g, n, tuple(range(n.rank)))
+        elif n.op in LAYOUT:
+            x = n.args[0] if n.args and isinstance(n.args[0], Node) else None
+            g = self.owner.get(x) if x is not None else None
+            if g is not None and self._acyclic(n, g):
+                if g.kind == "reduction" and self.policy.pointwise:
+                    dm = self._layout_dmap(n, g)
+                    if dm is not None:
+                        self._add(g, n, dm)
+                        return
+                if g.kind == "matmul" and n.op == "view" and g.epi_view is None and \
+                        self.policy.matmul_epilogue and x.shape == g.domain:
+                    g.epi_view = n
+                    self._add(g, n, tuple(range(n.rank)))
+                    return
+        elif n.op not in ("getitem", "split_item"):
+            self.unfused.append({"op": str(n.target), "node": n.origin,
+                                 "reason": _fallback_reason(n)})
+
+    def _place_reduction(self, n: Node) -> None:
+        x, d = n.args[0], n.kwargs["dim"]
+        g = self.owner.get(x)
+        ok = g is not None and g.kind in ("pointwise", "reduction") and self._acyclic(n, g)
+        if ok and g.kind == "pointwise":
+            ok = self.policy.reduction_prologue and g.dmaps[x] == tuple(range(len(g.domain))) \
+                and x.shape == g.domain and all(dm == tuple(range(len(g.domain))) for dm in g.dmaps.values())
+            if ok:
+                g.kind, g.rdim = "reduction", d
+        elif ok:
+            ok = self.policy.reduction_prologue and g.dmaps[x][d] == g.rdim
+        if ok and n.op == "select":
+            idx = n.args[1]
+            if self.owner.get(idx) is g:
+                ok = g.dmaps[idx] == self._reduced_dmap(g.dmaps[x], n)
+        if not ok:
+            g = self._new("reduction", n, x.shape, x.sym)
+            g.rdim = d
+            dmx = tuple(range(x.rank))
+        else:
+            dmx = g.dmaps[x]
+        self._add(g, n, self._reduced_dmap(dmx, n))
+
+    @staticmethod
+    def _reduced_dmap(dmx: DimMap, n: Node) -> DimMap:
+        d = n.kwargs["dim"]
+        if n.kwargs.get("keepdim"):
+            return dmx[:d] + (None,) + dmx[d + 1:]
+        return dmx[:d] + dmx[d + 1:]
+
+
+def _fallback_reason(n: Node) -> str:
+    name = str(n.target)
+    if "convolution" in name:
+        return "convolution stays in cuDNN; its pointwise epilogue is fused"
+    if "embedding" in name or "index" in name or "gather" in name or "scatter" in name:
+        return "data-dependent indexing stays in PyTorch"
+    if "max.dim" in name or "min.dim" in name or "argmax" in name or "argmin" in name:
+        return "reductions that return indices are not generated"
+    if "cat" in name or "stack" in name:
+        return "concatenation stays in PyTorch (a copy)"
+    return "no Triton template for this op"
+
+
+def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
+    """Cut `graph` into fusion groups and PyTorch steps."""
+    p = _Partitioner(graph, policy or FusionPolicy())
+    for n in graph.nodes:
+        p.place(n)
+    users = graph.users()
+    outputs = {o for o in graph.outputs if isinstance(o, Node)}
+    # Shape-only nodes that something outside the kernels needs get a kernel of their own.
+    for n in graph.nodes:
+        if n in p.gen and (n in outputs or any(u not in p.gen and u not in p.owner for u in users[n])):
+            g = p._new("pointwise", n, n.shape, n.sym)
+            p._add(g, n, tuple(range(n.rank)))
+            g.nodes = [n]
+    generated = {n for n in p.gen if n not in p.owner}
+    for g in p.groups:
+        g.nodes.sort(key=graph.nodes.index)
+        g.outputs = [m for m in g.nodes if m in outputs or any(p.owner.get(u) is not g for u in users[m])]
+        if g.kind == "matmul" and g.outputs == []:
+            g.outputs = [g.nodes[-1]]
+        ins: list[Node] = []
+        for m in g.nodes:
+            for i in m.inputs():
+                if p.owner.get(i) is not g and i not in generated and i not in ins:
+                    ins.append(i)
+        g.inputs = ins
+    steps = _schedule(p, graph, generated)
+    return Partition(graph, p.groups, steps, generated, p.unfused)
+
+
+def _schedule(p: _Partitioner, graph: Graph, generated: set[Node]) -> list[Group | Node]:
+    units: list[Group | Node] = []
+    for n in graph.nodes:
+        if n.op == "input" or n in generated or n.op is None:
+            continue
+        u = p._unit(n)
+        if u not in units:
+            units.append(u)
+    order = {id(u): i for i, u in enumerate(units)}
+    done: set[int] = set()
+    steps: list[Group | Node] = []
+    remaining = list(units)
+    while remaining:
+        for u in remaining:
+            deps = [d for d in p._deps(u) if not (isinstance(d, Node) and (d.op == "input" or d in generated))]
+            if all(id(d) in done for d in deps):
+                steps.append(u)
+                done.add(id(u))
+                remaining.remove(u)
+                break
+        else:
+            raise AssertionError("fusion produced a cyclic group graph")
+    del order
+    return steps

@@ -1,0 +1,270 @@
+"""The offline engineer's graph: core-ATen nodes lowered to a small set of primitive ops.
+
+`capture.py` turns a `torch.export` program into this graph. Composite ATen ops that the
+code generator fuses (softmax, log_softmax, layer_norm, var, mean, logsumexp, gather along
+the reduced dim) are lowered here into primitive pointwise and reduction nodes, so fusion
+and emission deal with one small vocabulary:
+
+- pointwise ops (`POINTWISE`), with torch's broadcasting;
+- primitive reductions along one dim: `sum`, `amax`, `amin`, `select` (gather of one element
+  per row, written as a masked sum);
+- generators whose values depend only on shapes (`arange`, `full`);
+- layout ops that only re-index (`unsqueeze`, `squeeze`, `permute`, `expand`, `view`, ...);
+- `mm` / `bmm` anchors (addmm becomes mm + a bias add);
+- `fallback`: any other ATen op, run by PyTorch in the candidate.
+
+Shapes are kept twice: `shape` holds the traced sizes (ints), `sym` the sizes as sympy
+expressions over the inputs' dynamic dims (or ints), so the candidate never bakes a size it
+can read at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# Ops whose output element i depends only on input elements at i (after broadcasting).
+POINTWISE = {
+    "add", "sub", "mul", "div", "truediv_floor", "truediv_trunc", "neg", "abs", "exp", "exp2",
+    "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf",
+    "relu", "gelu", "gelu_tanh", "silu", "leaky_relu", "elu", "hardtanh", "hardsigmoid",
+    "hardswish", "softplus", "mish", "clamp", "minimum", "maximum", "pow", "reciprocal", "sign",
+    "floor", "ceil", "trunc", "round", "eq", "ne", "lt", "le", "gt", "ge", "where",
+    "logical_and", "logical_or", "logical_xor", "logical_not", "cast", "identity", "isnan",
+    "isinf", "fmod", "remainder", "sinh", "cosh", "square",
+}
+REDUCTIONS = {"sum", "amax", "amin", "select"}
+GENERATORS = {"arange", "full"}
+LAYOUT = {"view", "unsqueeze", "squeeze", "permute", "expand", "slice", "select_index",
+          "split_item", "as_strided", "layout_fallback"}
+MATMUL = {"mm", "bmm"}
+
+# Core-ATen packet name -> primitive op (arguments are rewritten by `lower_node`).
+_SIMPLE = {
+    "neg": "neg", "abs": "abs", "exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2",
+    "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin",
+    "cos": "cos", "tanh": "tanh", "sigmoid": "sigmoid", "erf": "erf", "relu": "relu",
+    "silu": "silu", "reciprocal": "reciprocal", "sign": "sign", "floor": "floor",
+    "ceil": "ceil", "trunc": "trunc", "round": "round", "logical_not": "logical_not",
+    "bitwise_not": "logical_not", "isnan": "isnan", "isinf": "isinf",
+    "sinh": "sinh", "cosh": "cosh", "mish": "mish",
+    "hardsigmoid": "hardsigmoid", "hardswish": "hardswish", "square": "square",
+    "clone": "identity", "alias": "identity", "lift_fresh_copy": "identity",
+    "contiguous": "identity", "detach": "identity",
+    "minimum": "minimum", "maximum": "maximum", "fmod": "fmod", "remainder": "remainder",
+    "logical_and": "logical_and", "logical_or": "logical_or", "logical_xor": "logical_xor",
+    "bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "logical_xor",
+    "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
+}
+_VIEWS = {"view": "view", "_unsafe_view": "view", "reshape": "view", "unsqueeze": "unsqueeze",
+          "squeeze": "squeeze", "permute": "permute", "expand": "expand", "t": "permute",
+          "transpose": "permute", "slice": "slice", "select": "select_index",
+          "as_strided": "as_strided", "unbind": "layout_fallback",
+          "split_with_sizes": "layout_fallback", "split": "layout_fallback",
+          "chunk": "layout_fallback"}
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A size that is only known at run time: a sympy expression over input dims."""
+
+    expr: Any
+    hint: int
+
+
+@dataclass(eq=False)
+class Node:
+    """One value of the lowered graph."""
+
+    name: str
+    op: str
+    """A primitive op name (POINTWISE, REDUCTIONS, ...), `input`, `fallback` or `getitem`."""
+    args: list[Any] = field(default_factory=list)
+    """Operands: `Node`, `Sym`, Python scalars, lists of those, dtypes."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    shape: tuple[int, ...] = ()
+    """Traced sizes."""
+    sym: tuple[Any, ...] = ()
+    """Sizes as ints or sympy expressions."""
+    dtype: torch.dtype = torch.float32
+    target: Any = None
+    """For `fallback`: the ATen OpOverload that PyTorch runs."""
+    origin: str = ""
+    """The exported graph node this one comes from (for comments and reports)."""
+    multi: bool = False
+    """A fallback with a tuple result (read through `getitem`)."""
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def inputs(self) -> list[Node]:
+        out: list[Node] = []
+
+        def walk(v: Any) -> None:
+            if isinstance(v, Node):
+                out.append(v)
+            elif isinstance(v, (list, tuple)):
+                for x in v:
+                    walk(x)
+
+        walk(self.args)
+        walk(list(self.kwargs.values()))
+        return out
+
+    def __repr__(self) -> str:
+        return f"Node({self.name}={self.op}{tuple(self.shape)})"
+
+
+@dataclass
+class InputInfo:
+    """Where a graph input comes from in the candidate's forward."""
+
+    kind: str
+    """`arg` (a positional forward argument), `kwarg`, `param`, `buffer`, `constant`."""
+    key: str
+    """Argument name or state_dict key."""
+    index: int = 0
+    value: torch.Tensor | None = None
+    """For `constant` (and non-persistent buffers): the tensor to embed."""
+
+
+@dataclass
+class Graph:
+    """The lowered graph in topological order."""
+
+    nodes: list[Node]
+    inputs: dict[str, InputInfo]
+    """Input node name -> where it comes from."""
+    outputs: list[Node | Any]
+    """Forward's return values (nodes, or constants)."""
+    out_spec: str = "tuple"
+    """`single`: forward returns outputs[0]; `tuple`: a tuple."""
+    symbols: dict[str, str] = field(default_factory=dict)
+    """Sympy symbol name -> Python expression of it in forward (`x.shape[0]`)."""
+
+    def users(self) -> dict[Node, list[Node]]:
+        users: dict[Node, list[Node]] = {n: [] for n in self.nodes}
+        for n in self.nodes:
+            for i in n.inputs():
+                if n not in users[i]:
+                    users[i].append(n)
+        return users
+
+
+def is_float(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point
+
+
+def norm_dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+class Builder:
+    """Appends lowered nodes with fresh names."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self._names: set[str] = set()
+
+    def add(self, node: Node) -> Node:
+        base, i = node.name, 1
+        while node.name in self._names:
+            node.name = f"{base}_{i}"
+            i += 1
+        self._names.add(node.name)
+        self.nodes.append(node)
+        return node
+
+    def op(self, name: str, op: str, args: list[Any], like: Node, *, shape: tuple[int, ...] | None = None,
+           sym: tuple[Any, ...] | None = None, dtype: torch.dtype | None = None,
+           origin: str = "", **kwargs: Any) -> Node:
+        return self.add(Node(name, op, list(args), dict(kwargs),
+                             like.shape if shape is None else shape,
+                             like.sym if sym is None else sym,
+                             like.dtype if dtype is None else dtype, origin=origin or like.origin))
+
+
+def reduced(shape: tuple[Any, ...], dim: int, keepdim: bool) -> tuple[Any, ...]:
+    if keepdim:
+        return shape[:dim] + (1,) + shape[dim + 1:]
+    return shape[:dim] + shape[dim + 1:]
+
+
+def lower_reduction(b: Builder, kind: str, x: Node, dim: int, keepdim: bool, name: str,
+                    origin: str, dtype: torch.dtype | None = None) -> Node:
+    """One primitive reduction node of x along dim."""
+    dim = norm_dim(dim, x.rank)
+    return b.op(name, kind, [x], x, shape=reduced(x.shape, dim, keepdim),
+                sym=reduced(x.sym, dim, keepdim), dtype=dtype or x.dtype, origin=origin,
+                dim=dim, keepdim=keepdim)
+
+
+def lower_mean(b: Builder, x: Node, dim: int, keepdim: bool, name: str, origin: str,
+               dtype: torch.dtype | None = None) -> Node:
+    s = lower_reduction(b, "sum", x, dim, keepdim, f"{name}_sum", origin, torch.float32)
+    return b.op(name, "div", [s, ("numel", norm_dim(dim, x.rank))], s, dtype=dtype or x.dtype,
+                origin=origin)
+
+
+def lower_var(b: Builder, x: Node, dim: int, keepdim: bool, correction: float, name: str,
+              origin: str) -> tuple[Node, Node]:
+    """(var, mean) of x along dim, two-pass (mean first, then squared deviations)."""
+    mean_k = lower_mean(b, x, dim, True, f"{name}_mean", origin, torch.float32)
+    dev = b.op(f"{name}_dev", "sub", [x, mean_k], x, dtype=torch.float32, origin=origin)
+    sq = b.op(f"{name}_sq", "mul", [dev, dev], dev, origin=origin)
+    ss = lower_reduction(b, "sum", sq, dim, keepdim, f"{name}_ss", origin, torch.float32)
+    d = norm_dim(dim, x.rank)
+    var = b.op(name, "div", [ss, ("numel_minus", d, correction)], ss, dtype=x.dtype, origin=origin)
+    mean = mean_k
+    if not keepdim:
+        mean = lower_mean(b, x, dim, False, f"{name}_mean_out", origin, x.dtype)
+    return var, mean
+
+
+def lower_softmax(b: Builder, x: Node, dim: int, name: str, origin: str, log: bool,
+                  out_dtype: torch.dtype) -> Node:
+    """softmax = exp(x - max) / sum(exp(x - max)); log_softmax = x - max - log(sum)."""
+    m = lower_reduction(b, "amax", x, dim, True, f"{name}_max", origin, torch.float32)
+    sh = b.op(f"{name}_shift", "sub", [x, m], x, dtype=torch.float32, origin=origin)
+    e = b.op(f"{name}_exp", "exp", [sh], sh, origin=origin)
+    s = lower_reduction(b, "sum", e, dim, True, f"{name}_sum", origin, torch.float32)
+    if log:
+        ls = b.op(f"{name}_logsum", "log", [s], s, origin=origin)
+        return b.op(name, "sub", [sh, ls], sh, dtype=out_dtype, origin=origin)
+    return b.op(name, "div", [e, s], e, dtype=out_dtype, origin=origin)
+
+
+def lower_logsumexp(b: Builder, x: Node, dim: int, keepdim: bool, name: str, origin: str) -> Node:
+    m = lower_reduction(b, "amax", x, dim, True, f"{name}_max", origin, torch.float32)
+    # torch's logsumexp keeps -inf rows at -inf: shift by 0 where the max is infinite.
+    inf = b.op(f"{name}_isinf", "isinf", [m], m, dtype=torch.bool, origin=origin)
+    safe = b.op(f"{name}_safe", "where", [inf, 0.0, m], m, origin=origin)
+    sh = b.op(f"{name}_shift", "sub", [x, safe], x, dtype=torch.float32, origin=origin)
+    e = b.op(f"{name}_exp", "exp", [sh], sh, origin=origin)
+    s = lower_reduction(b, "sum", e, dim, keepdim, f"{name}_sum", origin, torch.float32)
+    ls = b.op(f"{name}_log", "log", [s], s, origin=origin)
+    safe_r = safe
+    if not keepdim:
+        safe_r = b.op(f"{name}_safe_sq", "squeeze", [safe], s, origin=origin, dims=[norm_dim(dim, x.rank)])
+    return b.op(name, "add", [ls, safe_r], ls, dtype=x.dtype, origin=origin)
+
+
+def lower_layer_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None, eps: float,
+                     name: str, origin: str) -> tuple[Node, Node, Node]:
+    """(out, mean, rstd) of a layer norm over the last dim."""
+    d = x.rank - 1
+    var, mean = lower_var(b, x, d, True, 0.0, f"{name}_var", origin)
+    var = b.op(f"{name}_varf", "cast", [var], var, dtype=torch.float32, origin=origin)
+    ve = b.op(f"{name}_var_eps", "add", [var, float(eps)], var, dtype=torch.float32, origin=origin)
+    rstd = b.op(f"{name}_rstd", "rsqrt", [ve], ve, origin=origin)
+    dev = b.op(f"{name}_centered", "sub", [x, mean], x, dtype=torch.float32, origin=origin)
+    y = b.op(f"{name}_normed", "mul", [dev, rstd], dev, origin=origin)
+    if weight is not None:
+        y = b.op(f"{name}_scaled", "mul", [y, weight], y, origin=origin)
+    if bias is not None:
+        y = b.op(f"{name}_shifted", "add", [y, bias], y, origin=origin)
+    out = b.op(name, "identity", [y], y, dtype=x.dtype, origin=origin)
+    return out, mean, rstd

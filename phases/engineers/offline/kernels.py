@@ -1,0 +1,721 @@
+"""Triton source for one fusion group: the `@triton.jit` kernel and its launcher.
+
+Three templates share one expression writer (`_Writer`):
+- pointwise: a flat 1-D walk of the domain; coordinates are decomposed from the flat index
+  only where a broadcast or strided operand needs them (a contiguous full-size operand is
+  loaded at the flat index, a constexpr fast path chosen at launch);
+- reduction: one program per row of the reduced dim; when the row fits one block everything
+  stays in registers (`ONE_PASS`), otherwise each reduction level is a loop over column
+  blocks and the outputs are written by a last loop;
+- matmul: the grouped-ordering tile loop of the Triton tutorial, fp32 accumulator, then the
+  pointwise epilogue on the accumulator tile before the one store.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.errors import EngineerError
+from phases.engineers.offline.fusion import DimMap, Group, Partition
+from phases.engineers.offline.graph import LAYOUT, MATMUL, REDUCTIONS, Node, Sym
+from phases.engineers.offline.pointwise import (
+    TL_TYPES,
+    Operand,
+    compute_type,
+    emit_pointwise,
+    literal,
+)
+
+_NEUTRAL = {"sum": "0.0", "select": "0.0", "amax": '-float("inf")', "amin": 'float("inf")'}
+
+
+@dataclass
+class KernelSource:
+    """One group's emitted code and what the candidate file needs to know about it."""
+
+    name: str
+    """Kernel function name (`_g0_layer_norm_gelu_kernel`)."""
+    launcher: str
+    """Launcher function name (`_launch_g0`)."""
+    kind: str
+    kernel_code: str
+    launcher_code: str
+    call_args: list[str]
+    """Forward-side expressions passed to the launcher, in order."""
+    fuses: list[str]
+    """Graph nodes this kernel computes."""
+    tunables: dict[str, list[Any]]
+    config: dict[str, Any]
+    helpers: set[str] = field(default_factory=set)
+
+
+def kernel_label(group: Group) -> str:
+    seen: list[str] = []
+    for n in group.nodes:
+        base = re.sub(r"(_\d+)+$", "", n.origin or n.name)
+        base = base.lstrip("_").replace("native_", "")
+        if base in ("view", "unsqueeze", "squeeze", "expand", "permute", "getitem", "clone", "alias"):
+            continue
+        if base not in seen:
+            seen.append(base)
+    label = "_".join(seen[:3]) or group.kind
+    return re.sub(r"[^a-zA-Z0-9_]", "_", label)[:40]
+
+
+class _Scope:
+    def __init__(self, parent: _Scope | None = None) -> None:
+        self.parent = parent
+        self.values: dict[Any, Operand] = {}
+
+    def get(self, key: Any) -> Operand | None:
+        s: _Scope | None = self
+        while s is not None:
+            if key in s.values:
+                return s.values[key]
+            s = s.parent
+        return None
+
+
+class _Writer:
+    """Emits the body of one kernel: loads, expressions, reductions and stores."""
+
+    def __init__(self, group: Group, part: Partition, sym_code: Any) -> None:
+        self.g = group
+        self.part = part
+        self.sym_code = sym_code
+        self.lines: list[str] = []
+        self.indent = 1
+        self.helpers: set[str] = set()
+        self.counter = 0
+        self.coords_needed: set[int] = set()
+        self.scalar_args: list[tuple[str, str]] = []
+        """(kernel param, forward expression) for run-time scalars."""
+        self.input_index = {n: i for i, n in enumerate(group.inputs)}
+        self.dim_sources: dict[int, tuple[int, int]] = {}
+        self.contig_flags: list[int] = []
+
+    # -- helpers ------------------------------------------------------------------------
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def fresh(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def coord(self, k: int) -> str:  # overridden per template
+        raise NotImplementedError
+
+    def load_mask(self, dm: DimMap) -> str | None:
+        raise NotImplementedError
+
+    def flat_offset(self, dm: DimMap) -> str | None:
+        return None
+
+    # -- operands -----------------------------------------------------------------------
+    def load(self, x: Node, dm: DimMap, scope: _Scope) -> Operand:
+        key = ("load", x, dm)
+        got = scope.get(key)
+        if got is not None:
+            return got
+        i = self.input_index[x]
+        for j, d in enumerate(dm):
+            if d is not None and x.shape[j] == self.g.domain[d] and x.shape[j] != 1:
+                self.dim_sources.setdefault(d, (i, j))
+        terms = [f"{self.coord(d)} * x{i}_s{j}" for j, d in enumerate(dm) if d is not None]
+        offset = " + ".join(terms) if terms else "0"
+        mask = self.load_mask(dm)
+        m = f", mask={mask}, other=0" if mask else ""
+        var = self.fresh("x")
+        flat = self.flat_offset(dm) if x.rank == len(self.g.domain) else None
+        if flat is not None:
+            if i not in self.contig_flags:
+                self.contig_flags.append(i)
+            self.emit(f"if X{i}_CONTIG:  # contiguous and full-size: load at the flat index")
+            self.emit(f"    {var} = tl.load(x{i}_ptr + {flat}{m})")
+            self.emit("else:")
+            self.emit(f"    {var} = tl.load(x{i}_ptr + {offset}{m})")
+        else:
+            self.emit(f"{var} = tl.load(x{i}_ptr + {offset}{m})")
+        ct = compute_type(x.dtype)
+        if TL_TYPES[x.dtype] != ct:
+            self.emit(f"{var} = {var}.to({ct})")
+        op = Operand(var, ct)
+        scope.values[key] = op
+        return op
+
+    def generated(self, n: Node, dm: DimMap, scope: _Scope) -> Operand:
+        """A shape-only value recomputed from coordinates."""
+        key = ("gen", n, dm)
+        got = scope.get(key)
+        if got is not None:
+            return got
+        ct = compute_type(n.dtype)
+        if n.op == "full":
+            v = n.args[0]
+            if isinstance(v, Sym):
+                return self.scalar(v)
+            if ct == "tl.int1":
+                v = bool(v)
+            elif ct.startswith("tl.float"):
+                v = float(v)
+            else:
+                v = int(v)
+            return Operand(literal(v), None, v)
+        if n.op == "arange":
+            start, step = (self.scalar(a).text if isinstance(a, Sym) else literal(a) for a in n.args[:2])
+            d = dm[0] if dm else None
+            text = start if d is None else f"({self.coord(d)} * {step} + {start})"
+            op = Operand(text, "tl.int64" if ct != "tl.float32" else None, None)
+            if ct == "tl.float32":
+                op = Operand(f"({text}).to(tl.float32)" if d is not None else f"{text} * 1.0", "tl.float32")
+        elif n.op in ("unsqueeze", "squeeze", "permute", "expand"):
+            x = n.args[0]
+            op = self.generated(x, _back_layout(n, dm), scope)
+            scope.values[key] = op
+            return op
+        else:
+            ops = [self.operand(a, dm, n, scope) for a in n.args if not isinstance(a, torch.dtype)]
+            text = emit_pointwise(n.op, ops, n.dtype, n.args[1:], self.helpers)
+            var = self.fresh("s")
+            self.emit(f"{var} = {text}  # {n.origin} (from shapes)")
+            op = Operand(var, ct)
+        scope.values[key] = op
+        return op
+
+    def scalar(self, s: Sym) -> Operand:
+        name = f"sym{len(self.scalar_args)}"
+        self.scalar_args.append((name, self.sym_code(s)))
+        return Operand(name, "tl.int64")
+
+    def operand(self, a: Any, dm: DimMap, consumer: Node, scope: _Scope) -> Operand:
+        if isinstance(a, Node):
+            if self.part_owner(a) is self.g:
+                return self.value(a, scope)
+            adm = _right_align(a, dm, consumer.rank)
+            if a in self.part.generated:
+                return self.generated(a, adm, scope)
+            return self.load(a, self.load_dmap(a, adm), scope)
+        if isinstance(a, Sym):
+            return self.scalar(a)
+        if isinstance(a, tuple) and a and a[0] == "numel":
+            return Operand("n_cols", "tl.int32")
+        if isinstance(a, tuple) and a and a[0] == "numel_minus":
+            return Operand(f"tl.maximum(n_cols.to(tl.float32) - {literal(float(a[2]))}, 0.0)", "tl.float32")
+        if a is None:
+            return Operand("None", None, None)
+        return Operand(literal(a), None, a)
+
+    def load_dmap(self, a: Node, adm: DimMap) -> DimMap:
+        return adm
+
+    def part_owner(self, n: Node) -> Group | None:
+        return self.g if n in self.g.dmaps else None
+
+    # -- values -------------------------------------------------------------------------
+    def value(self, n: Node, scope: _Scope) -> Operand:
+        got = scope.get(("val", n))
+        if got is not None:
+            return got
+        dm = self.g.dmaps[n]
+        if n.op in LAYOUT:
+            op = self.value(n.args[0], scope)
+        elif n.op in MATMUL:
+            op = Operand("acc", "tl.float32")
+        elif n.op in REDUCTIONS:
+            raise EngineerError(f"internal: reduction {n.name} read before its pass")
+        else:
+            ops = [self.operand(a, dm, n, scope) for a in n.args[:_n_operands(n)]]
+            text = emit_pointwise(n.op, ops, n.dtype, n.args[_n_operands(n):], self.helpers)
+            key = ("text", text, compute_type(n.dtype))
+            op = scope.get(key)  # the same expression already computed (common subexpression)
+            if op is None:
+                var = self.fresh("v")
+                self.emit(f"{var} = {text}  # {n.origin}: {n.op}")
+                op = Operand(var, compute_type(n.dtype))
+                scope.values[key] = op
+        scope.values[("val", n)] = op
+        return op
+
+    def store(self, n: Node, o: int, scope: _Scope, mask: str | None) -> None:
+        v = self.value(n, scope) if ("val", n) not in scope.values and scope.get(("val", n)) is None \
+            else scope.get(("val", n))
+        dm = self.g.dmaps[n]
+        flat = self.flat_offset(dm) if n.rank == len(self.g.domain) else None
+        terms = [f"{self.coord(d)} * y{o}_s{j}" for j, d in enumerate(dm) if d is not None]
+        offset = flat if flat is not None and dm == tuple(range(len(self.g.domain))) else \
+            (" + ".join(terms) if terms else "0")
+        val = v.as_type(compute_type(n.dtype)) if v.ctype is not None else v.text
+        m = f", mask={mask}" if mask else ""
+        if v.ctype is None:  # a constant: broadcast it over the offsets
+            val = f"(({offset}) * 0 + {val})"
+        self.emit(f"tl.store(y{o}_ptr + {offset}, {val}.to({TL_TYPES[n.dtype]}){m})")
+
+
+def _n_operands(n: Node) -> int:
+    return {"leaky_relu": 1, "elu": 1, "softplus": 1}.get(n.op, len(n.args))
+
+
+def _right_align(a: Node, dm: DimMap, rank: int) -> DimMap:
+    off = rank - a.rank
+    return tuple(None if a.shape[j] == 1 else dm[off + j] for j in range(a.rank))
+
+
+def _back_layout(n: Node, dm: DimMap) -> DimMap:
+    """The dim map of a layout node's input, given the node's own."""
+    x = n.args[0]
+    if n.op == "unsqueeze":
+        d = n.args[1]
+        return dm[:d] + dm[d + 1:]
+    if n.op == "squeeze":
+        out = list(dm)
+        for d in sorted(n.args[1]):
+            out.insert(d, None)
+        return tuple(out[: x.rank])
+    if n.op == "permute":
+        out: list[int | None] = [None] * x.rank
+        for i, p in enumerate(n.args[1]):
+            out[p] = dm[i]
+        return tuple(out)
+    off = n.rank - x.rank
+    return tuple(None if x.shape[j] == 1 else dm[off + j] for j in range(x.rank))
+
+
+def _origins(group: Group) -> list[str]:
+    out: list[str] = []
+    for n in group.nodes:
+        if n.origin not in out:
+            out.append(n.origin)
+    return out
+
+
+def _identity(r: int) -> DimMap:
+    return tuple(range(r))
+
+
+def _signature(params: list[tuple[str, str]]) -> list[str]:
+    out = []
+    for p, comment in params:
+        out.append(f"    {p},{'  # ' + comment if comment else ''}")
+    return out
+
+
+def _input_params(w: _Writer, inputs: list[Node], prefix: str = "x") -> tuple[list[tuple[str, str]], list[str]]:
+    params, args = [], []
+    for i, x in enumerate(inputs):
+        strides = ", ".join(f"{prefix}{i}_s{j}" for j in range(x.rank))
+        dims = ", ".join(str(s) for s in x.shape)
+        params.append((f"{prefix}{i}_ptr" + (f", {strides}" if strides else ""),
+                       f"({dims}) {str(x.dtype).removeprefix('torch.')}: {x.name}"))
+        args.append(f"{prefix}{i}" + (f", *{prefix}{i}.stride()" if x.rank else ""))
+    return params, args
+
+
+class _PointwiseWriter(_Writer):
+    def coord(self, k: int) -> str:
+        self.coords_needed.add(k)
+        return f"c{k}"
+
+    def load_mask(self, dm: DimMap) -> str | None:
+        return "mask"
+
+    def flat_offset(self, dm: DimMap) -> str | None:
+        return "offs" if dm == _identity(len(self.g.domain)) else None
+
+
+class _ReductionWriter(_Writer):
+    one_pass = True
+
+    def coord(self, k: int) -> str:
+        if k == self.g.rdim:
+            return "cr"
+        self.coords_needed.add(k)
+        return f"c{k}"
+
+    def load_mask(self, dm: DimMap) -> str | None:
+        return "cmask" if self.g.rdim in dm else None
+
+    def value(self, n: Node, scope: _Scope) -> Operand:
+        if n.op not in REDUCTIONS:
+            return super().value(n, scope)
+        got = scope.get(("val", n))
+        if got is not None:
+            return got
+        if not self.one_pass:
+            raise EngineerError(f"internal: reduction {n.name} read before its pass")
+        var = self.fresh("r")
+        self.emit(f"{var} = tl.{self.reduce_fn(n)}({self.masked_input(n, scope)}, axis=0)"
+                  f"  # {n.origin}: {n.op} over dim {n.kwargs['dim']}")
+        op = Operand(var, compute_type(n.dtype))
+        scope.values[("val", n)] = op
+        return op
+
+    @staticmethod
+    def reduce_fn(n: Node) -> str:
+        return {"sum": "sum", "select": "sum", "amax": "max", "amin": "min"}[n.op]
+
+    def masked_input(self, n: Node, scope: _Scope) -> str:
+        x = n.args[0]
+        if x in self.g.dmaps:
+            xv = self.value(x, scope)
+        else:
+            xv = self.load(x, _identity(x.rank), scope)
+        ct = compute_type(n.dtype)
+        acc_t = ct if ct != "tl.int1" else "tl.int64"
+        neutral = _NEUTRAL[n.op] if acc_t.startswith("tl.float") else {
+            "sum": "0", "select": "0", "amax": "-9223372036854775807", "amin": "9223372036854775807"}[n.op]
+        cond = "cmask"
+        if n.op == "select":
+            idx = self.operand(n.args[1], self.g.dmaps[n], n, scope)
+            cond = f"cmask & (cr == {idx.as_type('tl.int64')})"
+        return f"tl.where({cond}, {xv.as_type(acc_t)}, {neutral})"
+
+    def levels(self) -> dict[Node, int]:
+        memo: dict[Node, int] = {}
+
+        def depth(n: Node) -> int:
+            if n in memo:
+                return memo[n]
+            d = 0
+            for i in n.inputs():
+                if i in self.g.dmaps:
+                    d = max(d, depth(i) + (1 if i.op in REDUCTIONS else 0))
+            memo[n] = d
+            return d
+
+        return {n: depth(n) + 1 for n in self.g.nodes if n.op in REDUCTIONS}
+
+
+def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) -> KernelSource:
+    w = _PointwiseWriter(group, part, sym_code)
+    scope = _Scope()
+    for o, out in enumerate(group.outputs):
+        w.store(out, o, scope, "mask")
+    body = w.lines
+    r = len(group.domain)
+    head = ["pid = tl.program_id(0).to(tl.int64)",
+            "offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
+            "mask = offs < n_elements"]
+    head += _decompose("offs", sorted(w.coords_needed), r, "c")
+    return _finish_simple(w, group, part, name, "pointwise", head, body,
+                          ["n_elements"] + [f"D{k}" for k in range(r)],
+                          {"BLOCK_SIZE": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8]},
+                          {"BLOCK_SIZE": 1024, "num_warps": 4})
+
+
+def _decompose(flat: str, needed: list[int], rank: int, prefix: str, skip: int | None = None) -> list[str]:
+    """Coordinates of the dims in `needed` from a flat row-major index (dim `skip` excluded)."""
+    if not needed:
+        return []
+    dims = [k for k in range(rank) if k != skip]
+    lo = min(dims.index(k) for k in needed)
+    lines = [f"rem = {flat}"]
+    for pos in range(len(dims) - 1, lo - 1, -1):
+        k = dims[pos]
+        if pos == 0:
+            lines.append(f"{prefix}{k} = rem")
+        else:
+            lines.append(f"{prefix}{k} = rem % D{k}")
+            if pos > lo:
+                lines.append(f"rem = rem // D{k}")
+    return lines
+
+
+def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) -> KernelSource:
+    w = _ReductionWriter(group, part, sym_code)
+    full = [o for o in group.outputs if group.rdim in group.dmaps[o]]
+    rows = [o for o in group.outputs if group.rdim not in group.dmaps[o]]
+    outs = {o: i for i, o in enumerate(group.outputs)}
+    # one pass: the whole row is in registers
+    w.indent = 2
+    w.one_pass = True
+    scope = _Scope()
+    for o in full:
+        w.store(o, outs[o], scope, "cmask")
+    for o in rows:
+        w.store(o, outs[o], scope, None)
+    one = w.lines
+    # looped: one loop per reduction level, then one to write the full-size outputs
+    w.lines = []
+    w.one_pass = False
+    top = _Scope()
+    levels = w.levels()
+    for level in sorted(set(levels.values())):
+        reds = [n for n in group.nodes if levels.get(n) == level]
+        for red in reds:
+            acc_t = "tl.float32" if compute_type(red.dtype).startswith("tl.float") else "tl.int64"
+            init = "tl.zeros" if red.op in ("sum", "select") else "tl.full"
+            neutral = _NEUTRAL[red.op] if acc_t == "tl.float32" else "0"
+            w.emit(f"acc_{red.name} = tl.zeros([BLOCK_SIZE], {acc_t})" if init == "tl.zeros" else
+                   f"acc_{red.name} = tl.full([BLOCK_SIZE], {neutral}, {acc_t})")
+        w.emit("for start in range(0, n_cols, BLOCK_SIZE):")
+        w.indent += 1
+        w.emit("cr = start + cols")
+        w.emit("cmask = cr < n_cols")
+        loop = _Scope(top)
+        for red in reds:
+            x = w.masked_input(red, loop)
+            if red.op in ("sum", "select"):
+                w.emit(f"acc_{red.name} += {x}  # {red.origin}: {red.op}")
+            else:
+                fn = "maximum" if red.op == "amax" else "minimum"
+                w.emit(f"acc_{red.name} = tl.{fn}(acc_{red.name}, {x})  # {red.origin}: {red.op}")
+        w.indent -= 1
+        for red in reds:
+            var = w.fresh("r")
+            w.emit(f"{var} = tl.{w.reduce_fn(red)}(acc_{red.name}, axis=0)")
+            top.values[("val", red)] = Operand(var, compute_type(red.dtype))
+    if full:
+        w.emit("for start in range(0, n_cols, BLOCK_SIZE):")
+        w.indent += 1
+        w.emit("cr = start + cols")
+        w.emit("cmask = cr < n_cols")
+        loop = _Scope(top)
+        for o in full:
+            w.store(o, outs[o], loop, "cmask")
+        w.indent -= 1
+    for o in rows:
+        w.store(o, outs[o], top, None)
+    looped = w.lines
+    r = len(group.domain)
+    head = ["row = tl.program_id(0).to(tl.int64)"]
+    head += _decompose("row", sorted(w.coords_needed), r, "c", skip=group.rdim)
+    head += ["cols = tl.arange(0, BLOCK_SIZE)",
+             "if ONE_PASS:  # the row fits one block: read once, keep it in registers",
+             "    cr = cols", "    cmask = cr < n_cols"]
+    body = one + ["    else:  # a long row: one loop per reduction level, then the outputs"] + looped
+    return _finish_simple(w, group, part, name, "reduction", head, body,
+                          ["n_cols"] + [f"D{k}" for k in range(r) if k != group.rdim],
+                          {"BLOCK_SIZE": [1024, 2048, 4096, 8192, 16384], "num_warps": [4, 8, 16, 32]},
+                          {"BLOCK_SIZE": 16384, "num_warps": 16}, extra_constexpr=["ONE_PASS"])
+
+
+def _finish_simple(w: _Writer, group: Group, part: Partition, name: str, kind: str,
+                   head: list[str], body: list[str], sizes: list[str],
+                   tunables: dict[str, list[Any]], config: dict[str, Any],
+                   extra_constexpr: list[str] | None = None) -> KernelSource:
+    in_params, in_args = _input_params(w, group.inputs, "x")
+    out_params, out_args = _input_params(w, group.outputs, "y")
+    flags = [f"X{i}_CONTIG" for i in w.contig_flags]
+    sig = ["    # inputs: pointer, then one stride per dim (0 where broadcast)"] + _signature(in_params)
+    sig += ["    # outputs (contiguous)"] + _signature(out_params)
+    sig += ["    # run-time sizes"] + [f"    {s}," for s in sizes + [p for p, _ in w.scalar_args]]
+    sig += [f"    {c}: tl.constexpr," for c in ["BLOCK_SIZE"] + (extra_constexpr or []) + flags]
+    kernel = [f"@triton.jit", f"def {name}("] + sig + ["):"]
+    kernel += [f"    {line}" for line in head] + body
+    launcher = _simple_launcher(w, group, name, kind, in_args, out_args, sizes)
+    return KernelSource(name, f"_launch_{group.name}", kind, "\n".join(kernel) + "\n",
+                        launcher, _call_args(w, group), _origins(group),
+                        tunables, config, w.helpers)
+
+
+def _call_args(w: _Writer, group: Group) -> list[str]:
+    return ["device"] + [f"@{x.name}" for x in group.inputs] + \
+        [f"={k}" for k in range(len(group.domain)) if k not in w.dim_sources] + \
+        [f"!{code}" for _, code in w.scalar_args]
+
+
+def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: list[str],
+                     out_args: list[str], sizes: list[str]) -> str:
+    r = len(group.domain)
+    missing = [k for k in range(r) if k not in w.dim_sources]
+    params = ["device"] + [f"x{i}" for i in range(len(group.inputs))] + [f"dim{k}" for k in missing] + \
+        [p for p, _ in w.scalar_args]
+    dom = []
+    for k in range(r):
+        if k in w.dim_sources:
+            i, j = w.dim_sources[k]
+            dom.append(f"x{i}.shape[{j}]")
+        else:
+            dom.append(f"dim{k}")
+    lines = [f"def _launch_{group.name}({', '.join(params)}):",
+             f'    """{kind.capitalize()} kernel {name}: fuses {", ".join(_origins(group))[:200]}."""',
+             f"    D = ({', '.join(dom)}{',' if r == 1 else ''})  # the kernel's domain"]
+    for i, x in enumerate(group.inputs):
+        lines.append(f"    if x{i}.dim() != {x.rank}:")
+        lines.append(f"        raise ValueError(f\"{name}: input {i} ({x.name}) must have {x.rank} dims, "
+                     f"got {{tuple(x{i}.shape)}}\")")
+    for o, y in enumerate(group.outputs):
+        dm = group.dmaps[y]
+        shape = ", ".join("1" if d is None else f"D[{d}]" for d in dm)
+        lines.append(f"    y{o} = torch.empty(({shape}{',' if len(dm) == 1 else ''}), device=device, "
+                     f"dtype={y.dtype})  # {y.name}")
+    outs = ", ".join(f"y{o}" for o in range(len(group.outputs)))
+    ret = f"    return {outs}{',' if len(group.outputs) == 1 else ''}"
+    if kind == "pointwise":
+        lines += ["    n_elements = math.prod(D)",
+                  "    if n_elements == 0:", "    " + ret,
+                  f'    cfg = _launch_config("{name}", "pointwise", n_elements)',
+                  '    grid = (triton.cdiv(n_elements, cfg["BLOCK_SIZE"]),)']
+        size_args = "n_elements, *D"
+        flags = "".join(f", X{i}_CONTIG=x{i}.is_contiguous() and tuple(x{i}.shape) == D"
+                        for i in w.contig_flags)
+        consts = f'BLOCK_SIZE=cfg["BLOCK_SIZE"]{flags}'
+    else:
+        rd = group.rdim
+        lines += [f"    n_cols = D[{rd}]",
+                  f"    n_rows = math.prod(D) // max(n_cols, 1)",
+                  "    if n_rows == 0 or math.prod(D) == 0:", "    " + ret,
+                  f'    cfg = _launch_config("{name}", "reduction", n_cols)',
+                  "    grid = (n_rows,)"]
+        size_args = "n_cols, " + ", ".join(f"D[{k}]" for k in range(r) if k != rd)
+        size_args = size_args.rstrip(", ")
+        consts = 'BLOCK_SIZE=cfg["BLOCK_SIZE"], ONE_PASS=n_cols <= cfg["BLOCK_SIZE"]'
+    scal = "".join(f", {p}" for p, _ in w.scalar_args)
+    all_args = ", ".join(in_args + out_args)
+    lines.append(f"    {name}[grid]({all_args + ', ' if all_args else ''}{size_args}{scal}, {consts}, "
+                 f'num_warps=cfg["num_warps"])')
+    lines.append(ret)
+    return "\n".join(lines) + "\n"
+
+
+class _MatmulWriter(_Writer):
+    def __init__(self, group: Group, part: Partition, sym_code: Any) -> None:
+        super().__init__(group, part, sym_code)
+        self.staged: list[tuple[Node, str]] = []
+        """Epilogue inputs: (node, 'D' | 'E'): broadcast to the mm result or its view."""
+
+    def coord(self, k: int) -> str:
+        names = ["rm[:, None]", "rn[None, :]"]
+        if len(self.g.domain) == 3:
+            names = ["pid_b"] + names
+        return names[k]
+
+    def load_mask(self, dm: DimMap) -> str | None:
+        return "mask"
+
+    def operand(self, a: Any, dm: DimMap, consumer: Node, scope: _Scope) -> Operand:
+        if isinstance(a, Node) and a not in self.g.dmaps and a not in self.part.generated:
+            kind = "D" if consumer.shape == self.g.domain else "E"
+            key = ("staged", a, kind)
+            got = scope.get(key)
+            if got is not None:
+                return got
+            if (a, kind) not in self.staged:
+                self.staged.append((a, kind))
+            i = self.staged.index((a, kind))
+            r = len(self.g.domain)
+            offset = " + ".join(f"{self.coord(k)} * x{i}_s{k}" for k in range(r))
+            var = self.fresh("x")
+            self.emit(f"{var} = tl.load(x{i}_ptr + {offset}, mask=mask, other=0)  # {a.name}")
+            ct = compute_type(a.dtype)
+            if TL_TYPES[a.dtype] != ct:
+                self.emit(f"{var} = {var}.to({ct})")
+            op = Operand(var, ct)
+            scope.values[key] = op
+            return op
+        return super().operand(a, dm, consumer, scope)
+
+
+def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, precision: str) -> KernelSource:
+    w = _MatmulWriter(group, part, sym_code)
+    mm = group.anchor
+    a, b = mm.args[0], mm.args[1]
+    batched = mm.op == "bmm"
+    w.indent = 1
+    scope = _Scope()
+    outs = group.outputs
+    for o, y in enumerate(outs):
+        v = w.value(y, scope)
+        w.emit(f"tl.store(y{o}_ptr + {' + '.join(f'{w.coord(k)} * y{o}_s{k}' for k in range(len(group.domain)))}, "
+               f"{v.as_type(compute_type(y.dtype))}.to({TL_TYPES[y.dtype]}), mask=mask)  # {y.name}")
+    epilogue = w.lines
+    r = len(group.domain)
+    dot_kw = ""
+    if a.dtype == torch.float32:
+        dot_kw = ', input_precision="ieee"' if precision == "strict" else ', input_precision="tf32"'
+    flops = "2*M*N*K" + (" * batch" if batched else "")
+    kernel = [
+        "@triton.jit",
+        f"def {name}(",
+        f"    a_ptr, a_sb, a_sm, a_sk,  # ({'batch, ' if batched else ''}M, K) {str(a.dtype).removeprefix('torch.')}: {a.name}",
+        f"    b_ptr, b_sb, b_sk, b_sn,  # ({'batch, ' if batched else ''}K, N) {str(b.dtype).removeprefix('torch.')}: {b.name}",
+        "    # epilogue inputs, broadcast to the result's shape (stride 0 where broadcast)",
+    ]
+    for i, (x, kind) in enumerate(w.staged):
+        kernel.append(f"    x{i}_ptr, " + ", ".join(f"x{i}_s{k}" for k in range(r)) + f",  # {x.name}")
+    kernel.append("    # outputs (contiguous)")
+    for o, y in enumerate(outs):
+        kernel.append(f"    y{o}_ptr, " + ", ".join(f"y{o}_s{k}" for k in range(r)) + f",  # {y.name}")
+    kernel += [f"    M, N, K,{''.join(f' {p},' for p, _ in w.scalar_args)}",
+               "    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,",
+               "):",
+               f"    # FLOPs: {flops}; bytes: A and B once per tile row/column, the result once",
+               "    pid = tl.program_id(0)",
+               "    pid_b = tl.program_id(1).to(tl.int64)",
+               "    # grouped ordering: GROUP_M row-tiles share B's column tiles in L2",
+               "    num_pid_m = tl.cdiv(M, BLOCK_M)",
+               "    num_pid_n = tl.cdiv(N, BLOCK_N)",
+               "    num_pid_in_group = GROUP_M * num_pid_n",
+               "    group_id = pid // num_pid_in_group",
+               "    first_pid_m = group_id * GROUP_M",
+               "    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
+               "    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
+               "    pid_n = (pid % num_pid_in_group) // group_size_m",
+               "    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+               "    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+               "    rk = tl.arange(0, BLOCK_K)",
+               "    ram = rm % M  # wrap out-of-range rows/cols: loads stay in bounds, stores are masked",
+               "    rbn = rn % N",
+               "    a_ptrs = a_ptr + pid_b * a_sb + ram[:, None] * a_sm + rk[None, :] * a_sk",
+               "    b_ptrs = b_ptr + pid_b * b_sb + rk[:, None] * b_sk + rbn[None, :] * b_sn",
+               "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+               "    for k in range(0, tl.cdiv(K, BLOCK_K)):",
+               "        k_left = K - k * BLOCK_K",
+               "        a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)",
+               "        b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)",
+               f"        acc = tl.dot(a, b, acc{dot_kw})",
+               "        a_ptrs += BLOCK_K * a_sk",
+               "        b_ptrs += BLOCK_K * b_sk",
+               "    mask = (rm[:, None] < M) & (rn[None, :] < N)",
+               "    # epilogue: " + ", ".join(n.origin for n in group.nodes if n is not mm)[:150]]
+    kernel += epilogue
+    params = ["device", "a", "b"] + [f"x{i}" for i in range(len(w.staged))] + \
+        (["view_shape"] if group.epi_view is not None else []) + [p for p, _ in w.scalar_args]
+    lines = [f"def _launch_{group.name}({', '.join(params)}):",
+             f'    """Matmul kernel {name}: {mm.op} with a fused epilogue ({len(group.nodes) - 1} ops)."""',
+             f"    if a.dim() != {a.rank} or b.dim() != {b.rank} or a.shape[-1] != b.shape[-2]:",
+             f'        raise ValueError(f"{name}: cannot multiply {{tuple(a.shape)}} by {{tuple(b.shape)}}")',
+             "    M, K = a.shape[-2], a.shape[-1]",
+             "    N = b.shape[-1]",
+             f"    batch = a.shape[0] if {batched} else 1",
+             f"    D = {'(batch, M, N)' if batched else '(M, N)'}  # the matmul result",
+             "    numel = math.prod(D)"]
+    if group.epi_view is not None:
+        lines.append("    E = _resolve_shape(view_shape, numel)  # the view the epilogue continues on")
+    for i, (x, kind) in enumerate(w.staged):
+        lines.append(f"    x{i} = x{i}.expand({'E' if kind == 'E' else 'D'}).reshape(D)  # {x.name}: broadcast, a view when possible")
+    for o, y in enumerate(outs):
+        lines.append(f"    y{o} = torch.empty(D, device=device, dtype={y.dtype})  # {y.name}")
+    ret_items = []
+    for o, y in enumerate(outs):
+        ret_items.append(f"y{o}.view(E)" if group.epi_view is not None and y.shape != group.domain else f"y{o}")
+    ret = "    return " + ", ".join(ret_items) + ("," if len(outs) == 1 else "")
+    lines += ["    if numel == 0:", "    " + ret,
+              f'    cfg = _launch_config("{name}", "matmul", N, M, K)',
+              '    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), batch)']
+    sb = "a.stride(0)" if batched else "0"
+    sbb = "b.stride(0)" if batched else "0"
+    xs = "".join(f" x{i}, *x{i}.stride()," for i in range(len(w.staged)))
+    ys = "".join(f" y{o}, *y{o}.stride()," for o in range(len(outs)))
+    scal = "".join(f" {p}," for p, _ in w.scalar_args)
+    lines += [f"    {name}[grid](",
+              f"        a, {sb}, a.stride(-2), a.stride(-1), b, {sbb}, b.stride(-2), b.stride(-1),{xs}{ys}",
+              f"        M, N, K,{scal} BLOCK_M=cfg[\"BLOCK_M\"], BLOCK_N=cfg[\"BLOCK_N\"], BLOCK_K=cfg[\"BLOCK_K\"],",
+              '        GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])',
+              ret]
+    call = ["device", f"@{a.name}", f"@{b.name}"] + [f"@{x.name}" for x, _ in w.staged]
+    if group.epi_view is not None:
+        call.append(f"%{group.epi_view.name}")
+    call += [f"!{code}" for _, code in w.scalar_args]
+    half = a.dtype in (torch.float16, torch.bfloat16)
+    config = {"BLOCK_M": 128, "BLOCK_N": 256 if half else 128, "BLOCK_K": 64 if half else 32,
+              "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+    tunables = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64],
+                "GROUP_M": [8], "num_warps": [4, 8], "num_stages": [3, 4]}
+    return KernelSource(name, f"_launch_{group.name}", "matmul", "\n".join(kernel) + "\n",
+                        "\n".join(lines) + "\n", call, _origins(group), tunables,
+                        config, w.helpers)
