@@ -1,0 +1,36 @@
+"""`kopt doctor`: every check present, the interpreter really runs, secrets never printed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench.cli import main
+from workbench.commands import doctor
+
+
+def test_doctor_json_reports_every_check(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["doctor", "--json", "--no-ceilings"])
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    names = [c["name"] for c in data["checks"]]
+    assert names == ["python", "torch", "triton", "gpu", "interpreter", "git", "api key"]
+    by = {c["name"]: c for c in data["checks"]}
+    assert by["interpreter"]["status"] == "ok"  # a real @triton.jit kernel ran
+    assert by["api key"]["status"] == "warn" and "ANTHROPIC_API_KEY" in by["api key"]["fix"]
+    assert by["git"]["status"] == "warn" and "git init" in by["git"]["fix"]  # tmp workspace
+    assert code == 0 and data["ok"]
+
+
+def test_api_key_is_reported_but_never_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-value-123")
+    finding = doctor.check_api_key()
+    assert finding.status == "ok"
+    assert "sk-ant-secret-value-123" not in json.dumps(finding.__dict__)
+
+
+def test_broken_interpreter_fails_with_a_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "INTERPRETER_PROBE", "raise SystemExit('triton broke')\n")
+    finding = doctor.check_interpreter()
+    assert finding.status == "fail" and "triton broke" in finding.detail and finding.fix

@@ -1,0 +1,141 @@
+"""The timer: stopping rule, percentiles, buffer rotation, labels and clock tampering."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+
+from harness import timing
+from harness.timing import Timing, median_rel_err, quantile, tampered_clocks, time_callable
+
+
+def _busy(ms: float) -> None:
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+def test_quantiles_match_numpy_linear_interpolation() -> None:
+    xs = [float(v) for v in range(1, 101)]
+    assert quantile(xs, 0.5) == pytest.approx(50.5)
+    assert quantile(xs, 0.2) == pytest.approx(20.8)
+    assert quantile(xs, 0.8) == pytest.approx(80.2)
+
+
+def test_median_rel_err_order_statistics() -> None:
+    assert median_rel_err([1.0, 1.0, 1.0]) == math.inf  # too few samples to judge
+    assert median_rel_err([2.0] * 30) == 0.0
+    tight = [1.0 + 0.001 * (i % 7) for i in range(50)]
+    loose = [1.0 + 0.5 * (i % 7) for i in range(50)]
+    assert median_rel_err(tight) < 0.01 < median_rel_err(loose)
+    # more samples of the same spread: a smaller error of the median
+    assert median_rel_err(loose * 8) < median_rel_err(loose)
+
+
+def test_stable_callable_converges_before_max_iters() -> None:
+    t = time_callable(lambda: _busy(1.0), device="cpu", min_iters=5, max_iters=500,
+                      rel_err_target=0.2, max_seconds=20)
+    assert t.stop_reason == "converged"
+    assert 5 <= t.samples < 500
+    assert t.rel_err <= 0.2
+    assert t.label == "cpu-interpreter"
+    assert 0.9 <= t.median_ms < 50
+    assert t.p20_ms <= t.median_ms <= t.p80_ms
+
+
+def test_bimodal_callable_runs_to_max_iters() -> None:
+    calls = {"n": 0}
+
+    def bimodal() -> None:
+        calls["n"] += 1
+        _busy(0.1 if calls["n"] % 2 else 3.0)  # the median sits between two modes
+
+    t = time_callable(bimodal, device="cpu", min_iters=5, max_iters=30, rel_err_target=0.001,
+                      max_seconds=60, warmup=0)
+    assert t.stop_reason == "max_iters"
+    assert t.samples == 30 == calls["n"]
+    assert t.rel_err > 0.001
+
+
+def test_time_cap_stops_a_noisy_slow_callable() -> None:
+    calls = {"n": 0}
+
+    def noisy() -> None:
+        calls["n"] += 1
+        _busy(1.0 + 10.0 * (calls["n"] % 3))
+
+    start = time.perf_counter()
+    t = time_callable(noisy, device="cpu", min_iters=1000, max_iters=100000,
+                      rel_err_target=1e-6, max_seconds=0.3, warmup=0)
+    assert t.stop_reason == "time_cap"
+    assert time.perf_counter() - start < 5
+    assert t.samples < 1000
+
+
+def test_every_timed_call_runs_on_a_rotated_buffer_set() -> None:
+    events: list[tuple[str, int]] = []
+    current = {"i": -1}
+
+    def rotate(i: int) -> None:
+        current["i"] = i
+        events.append(("rotate", i))
+
+    def fn() -> None:
+        events.append(("call", current["i"]))
+        current["i"] = -1  # a call must not reuse the previous rotation
+
+    t = time_callable(fn, device="cpu", rotate=rotate, min_iters=6, max_iters=6, warmup=2)
+    calls = [i for kind, i in events if kind == "call"]
+    assert len(calls) == 2 + t.samples == 8
+    assert -1 not in calls
+    assert calls[2:] == list(range(6))  # timed calls see buffer sets 0, 1, 2, ...
+
+
+def test_patched_clock_is_detected_and_does_not_fool_the_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert tampered_clocks() == []
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)  # a cheating candidate
+    assert "time.perf_counter" in tampered_clocks()
+    t = time_callable(lambda: _busy_real(2.0), device="cpu", min_iters=3, max_iters=3)
+    assert t.median_ms >= 1.5  # the timer kept the clock captured at import
+
+
+def _busy_real(ms: float) -> None:
+    clock = timing._perf_counter
+    end = clock() + ms / 1e3
+    while clock() < end:
+        pass
+
+
+def test_clock_identities_change_when_cuda_event_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = timing.clock_identities()
+    monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda self, other: 0.001)
+    after = timing.clock_identities()
+    assert before["torch.cuda.Event.elapsed_time"] != after["torch.cuda.Event.elapsed_time"]
+    assert tampered_clocks() == ["torch.cuda.Event.elapsed_time"]
+
+
+def test_deferred_work_check_flags_events_that_miss_the_work() -> None:
+    honest = Timing(1.0, 0.9, 1.1, 20, 0.005, "cuda-events", sync_wall_ms=1.03)
+    side_stream = Timing(0.01, 0.01, 0.012, 20, 0.005, "cuda-events", sync_wall_ms=1.2)
+    assert honest.deferred_work_suspected() is None
+    assert "side stream" in (side_stream.deferred_work_suspected() or "")
+
+
+@pytest.mark.gpu
+def test_gpu_timer_and_side_stream_detection() -> None:
+    a = torch.randn(4096, 4096, device="cuda")
+    t = time_callable(lambda: a @ a, device="cuda")
+    assert t.label == "cuda-events" and t.median_ms > 0
+    assert t.deferred_work_suspected() is None
+    side = torch.cuda.Stream()
+
+    def on_side_stream() -> None:
+        with torch.cuda.stream(side):
+            for _ in range(10):
+                a @ a
+
+    cheat = time_callable(on_side_stream, device="cuda")
+    assert cheat.deferred_work_suspected() is not None
