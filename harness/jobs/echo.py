@@ -9,5 +9,11 @@ from typing import Any
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     from harness.environment import describe_environment
 
-    print("echo:", request.get("message", ""), flush=True)
+    import time
+
+    # `repeat`/`interval_s`: a job that streams output over time (targets' streaming tests)
+    for i in range(int(request.get("repeat", 1))):
+        if i:
+            time.sleep(float(request.get("interval_s", 0.0)))
+        print("echo:", request.get("message", ""), flush=True)
     return {"ok": True, "message": request.get("message"), "environment": describe_environment()}
