@@ -1,0 +1,184 @@
+"""Phase 1, the architect (Strategy Analyst): measure, profile, summarise, plan. No kernel code.
+
+Baseline: the eager model timed and profiled in a worker (`measure_variant(..., profile=True)`,
+i.e. `execute_variant` with the profiler). Model summary: parameters, FLOPs and per-layer
+output shapes from forward hooks (on the `meta` device at the main inputs; on the CPU at the
+run's inputs when the model cannot run on `meta`). Roofline: the case's floor (null on the
+CPU, where no ceiling is claimed) and each hot region's share of it. Plan: from the analyst
+(offline by default), validated against `schemas/plan.json`.
+
+The run branch's first commit holds `case/` (a copy of the case) and `plan.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from harness.case import Case
+from harness.errors import BadInputError
+from phases.events import LOG, Event, EventSink
+from phases.history import commit_iteration
+from phases.manifest import FileRef, Manifest
+from phases.plan import PlanInputs, make_analyst, make_plan
+from phases.run import RunContext
+
+PHASE = "architect"
+
+
+def model_summary(case: Case, input_set: str = "main") -> dict[str, Any]:
+    """Parameters, FLOPs and every leaf module's output shape (forward hooks)."""
+    from harness.data import agent_provide_inputs, build_model, instantiate, model_class
+    from harness.roofline import _meta_inputs, case_cost
+
+    resolved = case.input_set(input_set)
+    used = input_set
+    try:
+        with torch.device("meta"):
+            model = instantiate(model_class(case), resolved, case.model_file)
+        args, kwargs = _meta_inputs(case, input_set)
+        layers = _hooked_forward(model, args, kwargs)
+    except Exception:  # data-dependent models cannot run on meta: run the smoke inputs
+        used = "smoke" if "smoke" in case.input_set_names() else input_set
+        model = build_model(case, used)
+        inputs = agent_provide_inputs(case, used)
+        layers = _hooked_forward(model, list(inputs.args), dict(inputs.kwargs))
+    params = list(model.parameters())
+    try:
+        flops: float | None = case_cost(case, input_set).flops
+    except Exception:  # noqa: BLE001 - a summary without FLOPs is still a summary
+        flops = None
+    return {"total_params": int(sum(p.numel() for p in params)),
+            "trainable_params": int(sum(p.numel() for p in params if p.requires_grad)),
+            "flops": flops, "input_set": used, "layers": layers}
+
+
+def _hooked_forward(model: torch.nn.Module, args: list[Any],
+                    kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    layers: list[dict[str, Any]] = []
+    handles = []
+    for name, mod in model.named_modules():
+        if name and not list(mod.children()):
+            def hook(m: torch.nn.Module, _i: Any, out: Any, name: str = name) -> None:
+                shapes = [list(t.shape) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+                layers.append({"name": name, "type": type(m).__name__,
+                               "output_shape": shapes[0] if len(shapes) == 1 else shapes or None,
+                               "params": int(sum(p.numel() for p in m.parameters(recurse=False)))})
+            handles.append(mod.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            out = model(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    shapes = [list(t.shape) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+    layers.append({"name": "(output)", "type": type(model).__name__,
+                   "output_shape": shapes[0] if len(shapes) == 1 else shapes or None,
+                   "params": int(sum(p.numel() for p in model.parameters()))})
+    return layers
+
+
+def _regions(profile: dict[str, Any], median_ms: float,
+             floor_ms: float | None) -> list[dict[str, Any]]:
+    """Each hot kernel's share of the measured time and of the floor (apportioned by time:
+    an estimate, labelled so in the manifest)."""
+    kernels = profile.get("kernels") or profile.get("top_kernels") or []
+    total = sum(float(k["total_ms"]) for k in kernels) or 1.0
+    out = []
+    for k in kernels:
+        share = float(k["total_ms"]) / total
+        out.append({"region": str(k["name"]), "time_ms": median_ms * share,
+                    "floor_ms": None if floor_ms is None else floor_ms * share})
+    return out
+
+
+def _write_json(path: Path, data: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    return path
+
+
+def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = None) -> Manifest:
+    """Measure the baseline, profile it, summarise the model and plan the fusions."""
+    ctx.check_cancel()
+    case = ctx.case
+    events(Event(LOG, PHASE, f"timing and profiling the eager baseline on {ctx.input_set} "
+                             f"({ctx.timing_label})"))
+    metrics = ctx.measure_variant("eager", profile=True, label="eager")
+    if not metrics.get("ok", True):
+        raise BadInputError(f"the baseline of case {case.name!r} failed: {metrics.get('error')}",
+                            fix=f"run `kopt baseline {case.name}` to see the error")
+    ctx.check_cancel()
+    lat = metrics["latency_ms"]
+    roof = metrics.get("roofline") or {}
+    profile = metrics.get("profile") or {"by": "cpu", "kernels": []}
+    floor = roof.get("floor_ms")
+    summary = model_summary(case, "main")
+    events(Event(LOG, PHASE, f"baseline {lat['median']:.4g} ms median ({ctx.timing_label}); "
+                             f"{summary['total_params']} params; floor "
+                             f"{'n/a on CPU' if floor is None else f'{floor:.4g} ms'}"))
+    top = [{"name": k["name"], "calls": int(k["calls"]), "total_ms": float(k["total_ms"]),
+            "pct": float(k["pct"])} for k in profile.get("kernels", [])]
+    baseline = {"median_ms": lat["median"], "p20_ms": lat["p20"], "p80_ms": lat["p80"],
+                "timing_label": metrics.get("timing_label", ctx.timing_label),
+                "gbps": (metrics.get("throughput") or {}).get("gbps"),
+                "tflops": (metrics.get("throughput") or {}).get("tflops"),
+                "peak_memory_bytes": metrics.get("peak_memory_bytes"),
+                "metrics": ""}
+    roofline = {"bytes": int(roof.get("bytes") or 0), "flops": float(roof.get("flops") or 0.0),
+                "floor_ms": floor, "pct_of_floor": roof.get("pct_of_floor"),
+                "bound": roof.get("bound"),
+                "note": ("region floors apportion the case's floor by each kernel's share of the "
+                         "measured time (an estimate)") if floor is not None else
+                        "no roofline floor on the CPU interpreter: no GPU ceilings were measured",
+                "regions": _regions(profile, lat["median"], floor)}
+    prof_out = {"by": profile.get("by", "cpu"), "top_kernels": top,
+                "iterations": profile.get("iterations"), "trace": profile.get("trace_file")}
+    inputs = PlanInputs(case.name, case.manifest.description, baseline,
+                        prof_out, summary, roofline)
+    analyst = make_analyst(ctx.config.analyst, events=events, run_dir=ctx.run_dir,
+                           cancel=ctx.cancel)
+    events(Event(LOG, PHASE, f"planning with the {getattr(analyst, 'name', 'custom')} analyst"))
+    plan = make_plan(analyst, inputs)
+    ctx.check_cancel()
+
+    out_dir = ctx.phase_dir(PHASE)
+    plan_file = _write_json(out_dir / "plan.json", plan)
+    summary_file = _write_json(out_dir / "model_summary.json", summary)
+    metrics_file = Path(metrics.get("artifacts_dir") or ctx.artifacts_dir / "eager") / "metrics.json"
+    if not metrics_file.is_file():
+        metrics_file = _write_json(out_dir / "baseline_metrics.json", metrics)
+    baseline["metrics"] = str(FileRef.of(metrics_file, ctx.root).path)
+    outputs = [FileRef.of(f, ctx.root) for f in (plan_file, summary_file, metrics_file)]
+    trace = profile.get("trace_file")
+    if trace and Path(trace).is_file():
+        outputs.append(FileRef.of(Path(trace), ctx.root))
+
+    wt = ctx.worktree
+    shutil.rmtree(wt / "case", ignore_errors=True)
+    shutil.copytree(case.directory, wt / "case",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy2(plan_file, wt / "plan.json")
+    first = plan["targets"][0]
+    commit = commit_iteration(
+        wt, run_id=ctx.run_id, phase=PHASE, iteration=None, case=case.name,
+        subject=f"architect: {case.name} baseline {lat['median']:.4g} ms ({ctx.timing_label}), "
+                f"plan of {len(plan['targets'])} target(s)",
+        body=f"rank 1: {first['fusion']}\nexpected gain {first['expected_gain_ms']:.4g} ms; "
+             f"floor {floor if floor is not None else 'n/a (cpu)'}",
+        author=str(plan.get("analyst", "offline")), paths=["case", "plan.json"])
+    return Manifest(
+        phase=PHASE, run_id=ctx.run_id, case=case.name, status="verified", branch=ctx.branch,
+        commit=commit, baseline_ms=lat["median"], best_ms=None, speedup=None,
+        timing_label=baseline["timing_label"], inputs=[FileRef.of(case.manifest_file, ctx.root),
+                                                       FileRef.of(case.model_file, ctx.root)],
+        outputs=outputs,
+        details={"device": ctx.device, "input_set": ctx.input_set, "baseline": baseline,
+                 "profile": prof_out, "model_summary": summary, "roofline": roofline,
+                 "plan": plan})

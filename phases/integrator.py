@@ -1,0 +1,133 @@
+"""Phase 4, the integrator: final verification and timing, report, archive, approval `pending`.
+
+The accelerator's kernel is verified once more on every declared input set with fresh seeds
+(the verifier draws new ones on every call), then timed against eager and torch.compile on
+this machine. The report (`report.md` + a PNG chart) and the archive bundle are written,
+and the run waits for the user's decision (`kopt approve` / `kopt reject`), which is
+recorded in git and in this phase's manifest (`record_decision`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ManifestError
+from harness.paths import archive_dir
+from phases.archive import ArchiveContents, archive_name, reproduce_text, write_archive
+from phases.events import LOG, VERIFICATION, Event, EventSink
+from phases.history import tip_commit
+from phases.manifest import (
+    FileRef,
+    Manifest,
+    check_handoff,
+    manifest_path,
+    read_manifest,
+    write_manifest,
+)
+from phases.optimizer import load_records, speedup_of
+from phases.report import render, write_chart
+from phases.run import RunContext
+
+PHASE = "integrator"
+
+
+def _median(m: dict[str, Any]) -> float | None:
+    if m.get("ok", True) and m.get("latency_ms"):
+        return float(m["latency_ms"]["median"])
+    return None
+
+
+def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = None) -> Manifest:
+    """Verify and time the final kernel, write the report and the archive."""
+    acc = check_handoff(ctx.run_dir, "accelerator", run_id=ctx.run_id, root=ctx.root)
+    kernel = ctx.root / acc.details["winner"]["kernel"]
+    out_dir = ctx.phase_dir(PHASE)
+    events(Event(LOG, PHASE, "final verification on every input set with fresh seeds"))
+    report = ctx.verify_candidate(kernel)
+    ctx.check_cancel()
+    events(Event(VERIFICATION, PHASE, report.to_text(), report.to_dict()))
+    ver_file = out_dir / "verification.json"
+    ver_file.write_text(json.dumps(report.to_dict(), indent=1, default=str) + "\n")
+    timing: dict[str, Any] = {"timing_label": ctx.timing_label, "input_set": ctx.input_set}
+    measured: dict[str, dict[str, Any]] = {}
+    for variant, label in (("eager", "final-eager"), ("compile", "final-compile"),
+                           (kernel, "final-kernel")):
+        if variant == kernel and not report.accepted:
+            measured[label] = {"ok": False, "error": "not timed: final verification failed"}
+            continue
+        events(Event(LOG, PHASE, f"timing {label.removeprefix('final-')} ({ctx.timing_label})"))
+        measured[label] = ctx.measure_variant(variant, label=label)
+        ctx.check_cancel()
+    eager, compiled, cand = (_median(measured[k]) for k in
+                             ("final-eager", "final-compile", "final-kernel"))
+    roof = measured["final-kernel"].get("roofline") or {}
+    timing.update({"eager_ms": eager, "compile_ms": compiled, "candidate_ms": cand,
+                   "speedup_vs_eager": speedup_of(eager, cand),
+                   "speedup_vs_compile": speedup_of(compiled, cand),
+                   "pct_of_floor": roof.get("pct_of_floor"), "floor_ms": roof.get("floor_ms"),
+                   "compile_error": None if compiled is not None else
+                   str(measured["final-compile"].get("error"))[:300]})
+    (out_dir / "timing.json").write_text(json.dumps(measured, indent=1, default=str) + "\n")
+
+    manifests = {p: read_manifest(manifest_path(ctx.run_dir, p))
+                 for p in ("architect", "optimizer", "accelerator")}
+    iterations = load_records(ctx.run_dir / "optimizer" / "iterations.jsonl")
+    chart = write_chart(iterations, manifests["architect"].baseline_ms, ctx.timing_label,
+                        out_dir / "chart.png")
+    speedup = timing["speedup_vs_eager"]
+    name = archive_name(ctx.case.name, speedup)
+    while (archive_dir() / name).exists():
+        time.sleep(1.0)
+        name = archive_name(ctx.case.name, speedup)
+    verification = {"accepted": bool(report.accepted), "input_sets":
+                    list(getattr(report, "input_sets", []) or []),
+                    "checks": report.to_dict().get("checks", []),
+                    "file": FileRef.of(ver_file, ctx.root).path}
+    text = render(manifests, iterations=iterations, verification=verification, timing=timing,
+                  chart=chart.name if chart else None, archive_hint=f"archive/{name}")
+    report_file = out_dir / "report.md"
+    report_file.write_text(text)
+    status = "verified" if report.accepted and cand is not None else "failed"
+    manifest = Manifest(
+        phase=PHASE, run_id=ctx.run_id, case=ctx.case.name, status=status, branch=ctx.branch,
+        commit=tip_commit(ctx.worktree), baseline_ms=eager, best_ms=cand, speedup=speedup,
+        timing_label=ctx.timing_label,
+        inputs=[FileRef.of(manifest_path(ctx.run_dir, "accelerator"), ctx.root)],
+        outputs=[FileRef.of(f, ctx.root) for f in (kernel, report_file, ver_file)
+                 + ((chart,) if chart else ())],
+        details={"verification": verification, "timing": timing,
+                 "report": FileRef.of(report_file, ctx.root).path,
+                 "chart": FileRef.of(chart, ctx.root).path if chart else None,
+                 "archive": str(Path("archive") / name),
+                 "approval": {"state": "pending", "commit": acc.details["winner"]["commit"],
+                              "reason": None, "decision_commit": None, "at": None}})
+    path = write_manifest(manifest, manifest_path(ctx.run_dir, PHASE))
+    reproduce = reproduce_text(ctx.case.name, ctx.case.directory, ctx.run_id, ctx.branch,
+                               acc.details["winner"]["commit"], f"{ctx.case.name}.py",
+                               ctx.timing_label)
+    final = write_archive(ArchiveContents(
+        case=ctx.case.name, run_id=ctx.run_id, speedup=speedup, kernel=kernel,
+        manifests=[manifest_path(ctx.run_dir, p) for p in manifests] + [path],
+        report=report_file, chart=chart, run_dir=ctx.run_dir, reproduce=reproduce),
+        archive_dir(), name=name)
+    events(Event(LOG, PHASE, f"archive: {final}"))
+    return manifest
+
+
+def record_decision(run_dir: Path, *, state: str, commit: str | None, reason: str | None,
+                    decision_commit: str) -> Manifest:
+    """Write the user's decision into the integrator manifest (validated, atomically)."""
+    path = manifest_path(run_dir, PHASE)
+    if not path.is_file():
+        raise ManifestError(f"{path}: the run has no integrator manifest yet",
+                            fix="finish the run (kopt run --resume RUN_ID) before deciding")
+    manifest = read_manifest(path)
+    manifest.details["approval"] = {"state": state, "commit": commit, "reason": reason,
+                                    "decision_commit": decision_commit,
+                                    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    write_manifest(manifest, path)
+    return manifest

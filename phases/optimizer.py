@@ -1,0 +1,321 @@
+"""Phase 2, the optimizer (Triton Code Engineer): candidates for the plan, verified, committed.
+
+Each round asks the engineer (`phases.engineers`) for a candidate; every verification of a
+candidate -- by the phase, or by an LLM engineer through `Toolbox.verify` inside its round --
+is one iteration: the kernel is written to `kernels/<case>.py` in the run's worktree, verified
+(`harness.verify.verify_candidate`), timed when accepted, and committed with its
+verification and metrics JSON and the measured evidence in the message. The verifier's
+report of a rejected candidate is the next round's feedback; the first round's feedback is
+the user's reason when they rejected the previous run of this case. The fastest accepted
+candidate is the phase's result.
+
+Iterations are appended to `manifests/<run-id>/optimizer/iterations.jsonl` as they are
+committed, so a run killed mid-phase resumes with the rounds it already did.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from harness.errors import BadInputError, EngineerError
+from phases.engineers.base import EngineerRequest, Proposal, Toolbox, VerifyResult
+from phases.events import ITERATION, LOG, VERIFICATION, Event, EventSink
+from phases.history import commit_iteration, get_run, list_runs, tip_commit
+from phases.manifest import FileRef, Manifest, check_handoff, sha256_file
+from phases.run import RunContext
+
+PHASE = "optimizer"
+AUTHORS = ("offline", "anthropic", "replay", "user")
+
+
+def checks_summary(report: Any) -> dict[str, Any]:
+    checks = list(getattr(report, "checks", []))
+    return {"passed": sum(1 for c in checks if c.passed),
+            "failed": [c.name for c in checks if not c.passed]}
+
+
+def speedup_of(baseline_ms: float | None, median_ms: float | None) -> float | None:
+    if not baseline_ms or not median_ms:
+        return None
+    return baseline_ms / median_ms
+
+
+def _author(engineer: Any) -> str:
+    name = str(getattr(engineer, "name", "offline")).split(":")[0]
+    return name if name in AUTHORS else "user"
+
+
+def previous_rejection(case: str, run_id: str, root: Path) -> str | None:
+    """The user's reason, when they rejected the latest earlier run of this case."""
+    try:
+        runs = [r for r in list_runs(case, root) if r.run_id != run_id]
+    except Exception:  # noqa: BLE001 - no history is no feedback
+        return None
+    for r in reversed(runs):
+        if r.approval.get("state") == "rejected":
+            return (f"The user rejected run {r.run_id}'s kernel "
+                    f"(commit {str(r.approval.get('commit'))[:10]}): {r.approval.get('reason')}")
+        if r.approval.get("state") == "approved":
+            return None
+    return None
+
+
+class IterationRecorder:
+    """Verifies, times and commits candidates of one run; the `Toolbox` engineers see."""
+
+    def __init__(self, ctx: RunContext, events: EventSink, baseline_ms: float,
+                 author: str, phase: str = PHASE) -> None:
+        self.ctx = ctx
+        self.events = events
+        self.baseline_ms = baseline_ms
+        self.author = author
+        self.phase = phase
+        self.dir = ctx.phase_dir(PHASE)
+        self.log = self.dir / "iterations.jsonl"
+        self.records: list[dict[str, Any]] = load_records(self.log)
+        self.round = 0
+        self.notes = ""
+        # a kill between a commit and its record leaves an iteration only git knows about
+        self.committed = max((i.iteration for i in get_run(ctx.run_id, ctx.root).iterations),
+                             default=0)
+
+    @property
+    def next_iteration(self) -> int:
+        return max([r["iteration"] for r in self.records] + [self.committed]) + 1
+
+    def toolbox(self) -> Toolbox:
+        return Toolbox(verify=self.verify, profile=self.profile)
+
+    def _kernel_path(self) -> Path:
+        return self.ctx.worktree / self.ctx.kernel_rel
+
+    def verify(self, rel: str) -> VerifyResult:
+        """Verify the candidate at `rel` (in the worktree), time it if accepted, commit it."""
+        ctx = self.ctx
+        src = (ctx.worktree / rel).resolve()
+        if not src.is_relative_to(ctx.worktree.resolve()) or not src.is_file():
+            text = f"loads: FAIL: no candidate file {rel!r} in the worktree"
+            return VerifyResult(False, text, {"accepted": False, "checks": []})
+        kernel = self._kernel_path()
+        kernel.parent.mkdir(parents=True, exist_ok=True)
+        if src != kernel.resolve():
+            shutil.copyfile(src, kernel)
+        self.events(Event(LOG, self.phase, f"iteration {self.next_iteration}: verifying "
+                                           f"{ctx.kernel_rel}"))
+        report = ctx.verify_candidate(kernel)
+        ctx.check_cancel()
+        metrics = None
+        if report.accepted:
+            metrics = ctx.measure_variant(kernel, label=f"iter-{self.next_iteration}")
+            ctx.check_cancel()
+        return self.record(report, metrics)
+
+    def record(self, report: Any, metrics: dict[str, Any] | None) -> VerifyResult:
+        """Commit the kernel now at `kernels/<case>.py` with its verdict and timing."""
+        ctx = self.ctx
+        kernel = self._kernel_path()
+        n = self.next_iteration
+        report_dict = report.to_dict()
+        self.events(Event(VERIFICATION, self.phase, report.to_text(), report_dict))
+        base = kernel.with_suffix("")
+        (base.parent / f"{base.name}.verification.json").write_text(
+            json.dumps(report_dict, indent=1, default=str) + "\n")
+        metrics_file = base.parent / f"{base.name}.metrics.json"
+        median = speedup = pct = None
+        if report.accepted and metrics is not None:
+            if metrics.get("ok", True) and metrics.get("latency_ms"):
+                median = float(metrics["latency_ms"]["median"])
+                speedup = speedup_of(self.baseline_ms, median)
+                pct = (metrics.get("roofline") or {}).get("pct_of_floor")
+            metrics_file.write_text(json.dumps(metrics, indent=1, default=str) + "\n")
+        elif metrics_file.exists():
+            metrics_file.unlink()
+        summary = checks_summary(report)
+        accepted = bool(report.accepted and median is not None)
+        if accepted:
+            subject = (f"{self.phase}: {ctx.case.name} iter {n} - {speedup:.2f}x vs eager, "
+                       f"verified")
+            evidence = (f"{median:.4g} ms vs {self.baseline_ms:.4g} ms eager "
+                        f"({ctx.timing_label}, {ctx.input_set} inputs"
+                        + (f", {pct:.1f}% of floor" if pct is not None else "") + ")")
+        else:
+            why = ", ".join(summary["failed"]) or "timing failed"
+            subject = f"{self.phase}: {ctx.case.name} iter {n} - rejected ({why})"
+            evidence = "verification: " + ("; ".join(
+                line for line in report.to_text().splitlines() if "FAIL" in line)[:1500]
+                or str((metrics or {}).get("error")))
+        body = evidence + (f"\n\n{self.notes.strip()[:2000]}" if self.notes.strip() else "")
+        commit = commit_iteration(
+            ctx.worktree, run_id=ctx.run_id, phase=self.phase, iteration=n, case=ctx.case.name,
+            subject=subject, body=body, speedup=speedup if accepted else None,
+            pct_of_floor=pct if accepted else None, verified=accepted, author=self.author,
+            candidate=ctx.kernel_rel, paths=["kernels"])
+        copy = self.dir / f"iter-{n}.py"
+        shutil.copyfile(kernel, copy)
+        record = {"iteration": n, "round": self.round, "commit": commit,
+                  "candidate": ctx.kernel_rel, "kernel": str(copy),
+                  "verdict": "accepted" if accepted else "rejected", "checks": summary,
+                  "median_ms": median, "speedup": speedup, "pct_of_floor": pct,
+                  "author": self.author, "phase": self.phase, "report_text": report.to_text()}
+        self.records.append(record)
+        with open(self.log, "a") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+        self.events(Event(ITERATION, self.phase, subject, {
+            "iteration": n, "commit": commit, "author": self.author, "speedup": speedup,
+            "pct_of_floor": pct, "verdict": record["verdict"], "candidate": ctx.kernel_rel}))
+        return VerifyResult(accepted, report.to_text(), report_dict, commit,
+                            {"median_ms": median, "speedup": speedup, "pct_of_floor": pct}
+                            if accepted else None)
+
+    def profile(self, rel: str) -> dict[str, Any]:
+        path = (self.ctx.worktree / rel).resolve()
+        if not path.is_relative_to(self.ctx.worktree.resolve()) or not path.is_file():
+            return {"ok": False, "error": f"no candidate file {rel!r} in the worktree"}
+        m = self.ctx.measure_variant(path, profile=True, label=f"profile-{path.stem}")
+        if m.get("latency_ms"):
+            m["speedup"] = speedup_of(self.baseline_ms, m["latency_ms"]["median"])
+        return m
+
+
+def load_records(log: Path) -> list[dict[str, Any]]:
+    """Iterations recorded so far (a line cut short by a kill is dropped)."""
+    if not log.is_file():
+        return []
+    out = []
+    for line in log.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def best_record(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    ok = [r for r in records if r["verdict"] == "accepted"]
+    return max(ok, key=lambda r: r["speedup"] or 0.0) if ok else None
+
+
+def _feedback_after(result: VerifyResult | None, proposal: Proposal) -> str:
+    if result is None:
+        return "The previous round produced no candidate file. " + (proposal.notes or "")[-500:]
+    if not result.accepted:
+        return result.report_text
+    m = result.metrics or {}
+    pct = m.get("pct_of_floor")
+    return (f"The previous candidate was accepted at {m.get('speedup') or 0:.2f}x vs eager"
+            + (f" ({pct:.1f}% of the roofline floor)" if pct is not None else "")
+            + ". Make it faster without changing its results.")
+
+
+def _round_log(dir: Path) -> Path:
+    return dir / "rounds.jsonl"
+
+
+def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = None) -> Manifest:
+    """Ask the engineer for candidates, verify and commit each, keep the fastest accepted."""
+    architect = check_handoff(ctx.run_dir, "architect", run_id=ctx.run_id, root=ctx.root)
+    baseline_ms = float(architect.baseline_ms or 0.0)
+    plan = architect.details["plan"]
+    engineer = ctx.make_engineer()
+    author = _author(engineer)
+    rec = IterationRecorder(ctx, events, baseline_ms, author)
+    rounds = load_records(_round_log(rec.dir))
+    done = max((r["round"] for r in rounds), default=0)
+    if done:
+        events(Event(LOG, PHASE, f"resuming after round {done} of {ctx.config.iterations} "
+                                 f"({len(rec.records)} iteration(s) committed)"))
+    user_feedback = previous_rejection(ctx.case.name, ctx.run_id, ctx.root)
+    feedback = rounds[-1].get("feedback_next") if rounds else user_feedback
+    previous = ctx.worktree / ctx.kernel_rel
+    baseline_info = {k: architect.details[k] for k in ("baseline", "profile", "model_summary",
+                                                       "roofline")}
+    for round_no in range(done + 1, ctx.config.iterations + 1):
+        ctx.check_cancel()
+        rec.round = round_no
+        before = len(rec.records)
+        events(Event(LOG, PHASE, f"round {round_no}/{ctx.config.iterations}: asking the "
+                                 f"{author} engineer"))
+        request = EngineerRequest(
+            case=ctx.case, worktree=ctx.worktree, plan=plan, iteration=round_no,
+            toolbox=rec.toolbox(), feedback=feedback,
+            previous=Path(ctx.kernel_rel) if previous.is_file() else None,
+            baseline=baseline_info, cancel=ctx.cancel, run_dir=ctx.run_dir,
+            options={**ctx.config.engineer_options, "phase": PHASE})
+        try:
+            proposal = engineer.propose(request, events)
+        except (EngineerError, BadInputError) as err:
+            events(Event(LOG, PHASE, f"round {round_no}: the engineer failed: {err.one_line()}"))
+            proposal = Proposal(candidate=None, notes=f"engineer error: {err.one_line()}")
+        ctx.check_cancel()
+        rec.notes = proposal.notes
+        result: VerifyResult | None = None
+        if proposal.verified is not None and len(rec.records) > before and proposal.candidate \
+                and (ctx.worktree / proposal.candidate).is_file() \
+                and sha256_file(ctx.worktree / proposal.candidate) == \
+                sha256_file(Path(rec.records[-1]["kernel"])):
+            result = proposal.verified  # the engineer verified (and committed) this one
+        elif proposal.candidate:
+            result = rec.verify(proposal.candidate)
+        feedback = _feedback_after(result, proposal)
+        entry = {"round": round_no, "candidate": proposal.candidate, "notes": proposal.notes[-2000:],
+                 "unfused": proposal.unfused, "tunables": proposal.tunables,
+                 "usage": proposal.usage, "transcript": proposal.transcript,
+                 "iterations": [r["iteration"] for r in rec.records[before:]],
+                 "feedback_next": feedback}
+        rounds.append(entry)
+        with open(_round_log(rec.dir), "a") as f:
+            f.write(json.dumps(entry, default=str) + "\n")
+        if proposal.cancelled:
+            ctx.cancel.set()
+            ctx.check_cancel()
+    return _manifest(ctx, architect, rec, rounds, user_feedback)
+
+
+def _manifest(ctx: RunContext, architect: Manifest, rec: IterationRecorder,
+              rounds: list[dict[str, Any]], user_feedback: str | None) -> Manifest:
+    best = best_record(rec.records)
+    out_dir = rec.dir
+    outputs: list[FileRef] = []
+    best_info = None
+    tunables: dict[str, Any] = {}
+    unfused: list[dict[str, Any]] = []
+    for r in rounds:
+        unfused = r.get("unfused") or unfused
+    if best is not None:
+        best_file = out_dir / "best.py"
+        shutil.copyfile(best["kernel"], best_file)
+        outputs.append(FileRef.of(best_file, ctx.root))
+        for r in rounds:
+            if best["iteration"] in r.get("iterations", []):
+                tunables = r.get("tunables") or {}
+                unfused = r.get("unfused") or unfused
+        best_info = {"iteration": best["iteration"], "commit": best["commit"],
+                     "kernel": outputs[0].path, "median_ms": best["median_ms"],
+                     "speedup": best["speedup"], "pct_of_floor": best["pct_of_floor"]}
+    usage: dict[str, Any] = {}
+    for r in rounds:
+        for k, v in (r.get("usage") or {}).items():
+            if isinstance(v, int | float):
+                usage[k] = usage.get(k, 0) + v
+    iterations = [{k: r[k] for k in ("iteration", "commit", "candidate", "verdict", "checks",
+                                     "median_ms", "speedup", "pct_of_floor", "author", "phase")}
+                  for r in rec.records]
+    commit = tip_commit(ctx.worktree)
+    return Manifest(
+        phase=PHASE, run_id=ctx.run_id, case=ctx.case.name,
+        status="verified" if best is not None else "failed", branch=ctx.branch, commit=commit,
+        baseline_ms=architect.baseline_ms, best_ms=best["median_ms"] if best else None,
+        speedup=best["speedup"] if best else None, timing_label=architect.timing_label,
+        inputs=[FileRef.of(ctx.run_dir / "architect.json", ctx.root)], outputs=outputs,
+        details={"engineer": ctx.config.engineer,
+                 "budget": {"rounds": ctx.config.iterations, "rounds_run": len(rounds)},
+                 "feedback": user_feedback, "iterations": iterations, "best": best_info,
+                 "unfused": [u for u in unfused if isinstance(u, dict) and "op" in u],
+                 "tunables": tunables, "usage": usage,
+                 "transcripts": sorted({str(r["transcript"]) for r in rounds
+                                        if r.get("transcript")})})
+
