@@ -131,12 +131,21 @@ def check_candidate(case: Case, file: Path) -> tuple[bool, str]:
     return True, "loads: ok\ncorrect: ok"
 
 
+def real_verifier(case: Case, file: Path) -> tuple[bool, str]:
+    """harness.verify.verify_candidate: the verifier the optimizer uses."""
+    from harness.verify import verify_candidate
+
+    report = verify_candidate(case, file)
+    return report.accepted, report.to_text()
+
+
 class GitToolbox:
     """Verifies a candidate and commits it (kernel + verification JSON) on the run branch."""
 
-    def __init__(self, case: Case, worktree: Path) -> None:
+    def __init__(self, case: Case, worktree: Path, checker=check_candidate) -> None:
         self.case = case
         self.worktree = worktree
+        self.checker = checker
         self.verdicts: list[bool] = []
         worktree.mkdir(parents=True)
         shutil.copytree(case.directory, worktree / "case")
@@ -145,7 +154,7 @@ class GitToolbox:
         _git(worktree, "commit", "-q", "-m", "run: baseline")
 
     def verify(self, rel: str) -> VerifyResult:
-        accepted, report_text = check_candidate(self.case, self.worktree / rel)
+        accepted, report_text = self.checker(self.case, self.worktree / rel)
         self.verdicts.append(accepted)
         report = {"accepted": accepted, "candidate": rel, "text": report_text}
         side = self.worktree / rel.replace(".py", ".verification.json")
@@ -170,13 +179,15 @@ class GitToolbox:
     def kernel_blobs(self) -> list[str]:
         """The kernel file's blob id at each iteration commit, oldest first."""
         shas = _git(self.worktree, "log", "--format=%H", "--reverse").split()[1:]
-        return [_git(self.worktree, "rev-parse", f"{sha}:{KERNEL}").strip() for sha in shas]
+        kernel = f"kernels/{self.case.name}.py"
+        return [_git(self.worktree, "rev-parse", f"{sha}:{kernel}").strip() for sha in shas]
 
 
 def make_request(tmp: Path, *, name: str = "run", cancel: threading.Event | None = None,
-                 iteration: int = 1) -> tuple[EngineerRequest, GitToolbox]:
-    case = load_case(CASE)
-    toolbox = GitToolbox(case, tmp / ".kopt" / "worktrees" / name)
+                 iteration: int = 1, case: Case | None = None,
+                 checker=check_candidate) -> tuple[EngineerRequest, GitToolbox]:
+    case = case or load_case(CASE)
+    toolbox = GitToolbox(case, tmp / ".kopt" / "worktrees" / name, checker)
     request = EngineerRequest(
         case=case, worktree=toolbox.worktree,
         plan={"targets": [{"rank": 1, "region": "norm+gelu", "fusion": "one row kernel",
@@ -204,24 +215,40 @@ def last_tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in last["content"] if b.get("type") == "tool_result"]
 
 
-def wrong_then_right_script(seen: list[str]) -> list[Any]:
+def wrong_then_right_script(seen: list[str], kernel: str = KERNEL) -> list[Any]:
     """Write a wrong kernel, verify, read the failure, write the right one, verify."""
     def after_rejection(body: dict[str, Any]) -> dict[str, Any]:
         results = last_tool_results(body)
         seen.append(results[0]["content"])
         return message(text("The bias is missing; adding it."),
-                       tool_use("write_file", {"file_path": KERNEL, "content": GOOD_KERNEL}))
+                       tool_use("write_file", {"file_path": kernel, "content": GOOD_KERNEL}))
 
     return [
         message(text("Let me look at the case first."), tool_use("list_directory",
                                                                  {"path": "case"})),
         message(tool_use("read_file", {"file_path": "case/model.py"})),
         message(text("A fused row kernel."),
-                tool_use("write_file", {"file_path": KERNEL, "content": BAD_KERNEL})),
-        message(tool_use("verification_tool", {"candidate_path": KERNEL})),
+                tool_use("write_file", {"file_path": kernel, "content": BAD_KERNEL})),
+        message(tool_use("verification_tool", {"candidate_path": kernel})),
         after_rejection,
-        message(tool_use("verification_tool", {"candidate_path": KERNEL})),
+        message(tool_use("verification_tool", {"candidate_path": kernel})),
     ]
+
+
+def tiny_case(root: Path) -> Case:
+    """layernorm_gelu at a size the real verifier checks quickly on the CPU interpreter."""
+    directory = root / "cases" / "tiny_ln"
+    directory.mkdir(parents=True)
+    shutil.copy(load_case(CASE).model_file, directory / "model.py")
+    (directory / "manifest.yaml").write_text(
+        "name: tiny_ln\n"
+        "description: LayerNorm then exact GELU, tiny (anthropic engineer tests)\n"
+        "model: {module: model.py, class: Model, init_kwargs: {hidden: 256}}\n"
+        "inputs:\n  args:\n    - {shape: [16, 256], dtype: bfloat16, init: normal}\n"
+        "weights: {function: init_weights}\n"
+        "tolerance: {atol: 2.0e-2, rtol: 2.0e-2}\n"
+        "smoke:\n  args: [{shape: [8, 256]}]\n")
+    return load_case(directory)
 
 
 @pytest.fixture
@@ -286,6 +313,23 @@ def test_wrong_kernel_then_right_one_commits_each_verified_candidate(workspace, 
     assert kinds.count("request") == 6 and kinds.count("response") == 6
     assert kinds.count("tool_result") == 6 and kinds[0] == "session" and kinds[-1] == "end"
     assert records[-1]["reason"].startswith("accepted")
+
+
+@pytest.mark.slow
+def test_the_real_verifier_rejects_then_accepts_and_each_verdict_is_a_commit(workspace, api):
+    case = tiny_case(workspace)
+    kernel = f"kernels/{case.name}.py"
+    seen: list[str] = []
+    api(wrong_then_right_script(seen, kernel))
+    request, toolbox = make_request(workspace, case=case, checker=real_verifier)
+    proposal = make_engineer("anthropic").propose(request, Recorder())
+
+    assert proposal.verified is not None and proposal.verified.accepted
+    assert "verdict: accepted" in proposal.verified.report_text
+    # The verifier's per-check report went back verbatim, naming the failing check.
+    assert seen[0].startswith(f"REJECTED: {kernel}") and "correct: FAIL" in seen[0]
+    assert toolbox.commits()[1:] == [f"optimizer: {case.name} iter 1 - rejected",
+                                     f"optimizer: {case.name} iter 2 - verified"]
 
 
 def test_offline_candidate_and_knowledge_go_into_the_system_prompt(workspace, api, monkeypatch):
