@@ -399,27 +399,17 @@ def _case_name(name: str) -> str:
 
 
 def _fresh_dir(out: Path) -> Path:
+    """`out`, resolved, after checking it holds no case yet (it is created by the writer)."""
     out = out.expanduser().resolve()
     if (out / MANIFEST_NAME).exists() or (out / "model.py").exists():
         raise BadInputError(f"{out} already holds a case",
                             fix="pass --out DIR or --name NAME, or remove that directory")
-    out.mkdir(parents=True, exist_ok=True)
     return out
 
 
-def import_kernelbench(file: str | Path, *, name: str | None = None,
-                       out: str | Path | None = None) -> Path:
-    """Turn a KernelBench problem file into a case directory; returns that directory."""
-    file = Path(file).expanduser().resolve()
-    if not file.is_file():
-        raise BadInputError(f"{file}: no such file",
-                            fix="pass a KernelBench .py file defining Model, get_inputs() and "
-                                "get_init_inputs()")
-    name = _case_name(name or re.sub(r"[^A-Za-z0-9_-]", "_", file.stem))
-    out_dir = Path(out) if out is not None else user_cases_dir() / name
-    result = _run_probe(file)
-    manifest = derive_manifest(result, name, file)
-    out_dir = _fresh_dir(out_dir)
+def write_case(file: Path, manifest: dict[str, Any], out_dir: Path) -> Path:
+    """Write `file` unmodified as model.py and `manifest` as manifest.yaml; check it loads."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(file, out_dir / "model.py")
     header = f"# Written by `kopt import-kernelbench {file.name}`; edit freely.\n"
     (out_dir / MANIFEST_NAME).write_text(header + dump_manifest(manifest))
@@ -431,10 +421,25 @@ def import_kernelbench(file: str | Path, *, name: str | None = None,
     return out_dir
 
 
+def import_kernelbench(file: str | Path, *, name: str | None = None,
+                       out: str | Path | None = None) -> Path:
+    """Turn a KernelBench problem file into a case directory; returns that directory."""
+    file = Path(file).expanduser().resolve()
+    if not file.is_file():
+        raise BadInputError(f"{file}: no such file",
+                            fix="pass a KernelBench .py file defining Model, get_inputs() and "
+                                "get_init_inputs()")
+    name = _case_name(name or re.sub(r"[^A-Za-z0-9_-]", "_", file.stem))
+    out_dir = _fresh_dir(Path(out) if out is not None else user_cases_dir() / name)
+    result = _run_probe(file)
+    return write_case(file, derive_manifest(result, name, file), out_dir)
+
+
 def scaffold_case(name: str, out: str | Path | None = None) -> Path:
     """A new case directory from harness/templates/ (a case that loads and runs as is)."""
     name = _case_name(name)
     out_dir = _fresh_dir(Path(out) if out is not None else user_cases_dir() / name)
+    out_dir.mkdir(parents=True, exist_ok=True)
     for template in sorted(TEMPLATES_DIR.glob("*.tmpl")):
         text = string.Template(template.read_text()).substitute(name=name)
         (out_dir / template.name.removesuffix(".tmpl")).write_text(text)
