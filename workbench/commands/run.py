@@ -1,0 +1,181 @@
+"""`kopt run CASE`: the four phases, with a progress line per step; `--resume RUN_ID` continues.
+
+The pipeline runs in a worker thread; Ctrl-C sets its cancel event, the current step
+finishes, the run stops cleanly (exit 130) and can be resumed with `kopt run --resume`.
+A second Ctrl-C stops at once. `--json` prints the RunResult object as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from typing import Any
+
+from rich.markup import escape
+
+from harness.errors import BadInputError, GitError, KoptError
+from phases.events import (
+    ITERATION,
+    LOG,
+    PHASE_FAILED,
+    PHASE_FINISHED,
+    PHASE_STARTED,
+    TEXT_DELTA,
+    TOOL_CALL,
+    USAGE,
+    Event,
+)
+from workbench.output import console, err_console, print_json_line
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run the phase pipeline on a case (or --resume a run)",
+                       description="architect -> optimizer -> accelerator -> integrator. Every "
+                                   "kernel iteration is a commit on branch kopt/<case>/<run-id>; "
+                                   "manifests go to manifests/<run-id>/, the bundle to archive/.")
+    p.add_argument("case", metavar="CASE", nargs="?", help="bundled case name or case directory")
+    p.add_argument("--resume", metavar="RUN_ID", help="continue a run from its last valid manifest")
+    p.add_argument("--engineer", default=None,
+                   help="offline | anthropic | replay:PATH (default: anthropic when "
+                        "ANTHROPIC_API_KEY is set, else offline)")
+    p.add_argument("--analyst", default=None, choices=["offline", "anthropic"],
+                   help="Strategy Analyst of the architect (default: offline)")
+    p.add_argument("--phases", default=None,
+                   help="comma-separated subset in pipeline order, e.g. architect,optimizer")
+    p.add_argument("--iterations", type=int, default=3, help="optimizer rounds (default 3)")
+    p.add_argument("--target", default="local", help="execution target (default: local)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="override the case's device (cpu = Triton interpreter, smoke inputs)")
+    p.add_argument("--run-id", default=None, help="name the run (or continue its --phases)")
+    p.add_argument("--yes", action="store_true",
+                   help="do not ask: create the git repository if needed, accept API costs")
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    p.set_defaults(func=handle)
+
+
+def default_engineer() -> str:
+    return "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
+
+
+class ProgressPrinter:
+    """Renders pipeline events as lines (to stderr under --json, so stdout stays clean)."""
+
+    def __init__(self, to_stderr: bool) -> None:
+        self.out = err_console if to_stderr else console
+        self.in_text = False
+
+    def __call__(self, e: Event) -> None:
+        if e.kind == TEXT_DELTA:
+            self.out.print(escape(e.message), end="", style="dim", soft_wrap=True)
+            self.in_text = True
+            return
+        if self.in_text:
+            self.out.print()
+            self.in_text = False
+        tag = f"[bold]{e.phase or 'run'}[/bold]"
+        if e.kind == PHASE_STARTED:
+            self.out.print(f"{tag} ▶ started")
+        elif e.kind == PHASE_FINISHED:
+            ok = e.data.get("status") == "verified"
+            self.out.print(f"{tag} {'[green]✓[/green]' if ok else '[red]✗[/red]'} "
+                           f"{escape(e.message)}  [dim]{escape(str(e.data.get('manifest')))}[/dim]")
+        elif e.kind == PHASE_FAILED:
+            self.out.print(f"{tag} [red]✗ {escape(e.message)}[/red]")
+        elif e.kind == ITERATION:
+            good = e.data.get("verdict") == "accepted"
+            self.out.print(f"{tag}   {'[green]' if good else '[yellow]'}{escape(e.message)}"
+                           f"{'[/green]' if good else '[/yellow]'} "
+                           f"[dim]{str(e.data.get('commit'))[:10]}[/dim]")
+        elif e.kind == TOOL_CALL:
+            self.out.print(f"{tag}   [dim]tool {escape(str(e.data.get('name')))}[/dim]")
+        elif e.kind == USAGE:
+            self.out.print(f"{tag}   [dim]{escape(e.message)}[/dim]")
+        elif e.kind == LOG:
+            self.out.print(f"{tag}   {escape(e.message)}", soft_wrap=True)
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _prepare_repo(args: argparse.Namespace) -> None:
+    from phases.history import init_workspace, open_repo
+
+    try:
+        with open_repo():
+            return
+    except GitError:
+        if args.yes or _confirm("kopt records every iteration in git; create a repository here?"):
+            init_workspace()
+            return
+        raise
+
+
+def handle(args: argparse.Namespace) -> int:
+    from phases.pipeline import resume_pipeline, run_pipeline
+
+    if not args.case and not args.resume:
+        raise BadInputError("kopt run needs a CASE or --resume RUN_ID",
+                            fix="e.g. `kopt run layernorm_gelu`")
+    engineer = args.engineer or default_engineer()
+    if args.case and engineer == "anthropic" and not args.yes and sys.stdin.isatty():
+        if not _confirm("the anthropic engineer calls the Anthropic API (billed); continue?"):
+            return 2
+    _prepare_repo(args)
+    printer = ProgressPrinter(args.json)
+    cancel = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            if args.resume:
+                outcome["result"] = resume_pipeline(args.resume, events=printer, cancel=cancel)
+            else:
+                outcome["result"] = run_pipeline(
+                    args.case, engineer=engineer, analyst=args.analyst, phases=args.phases,
+                    iterations=args.iterations, run_id=args.run_id, target=args.target,
+                    events=printer, cancel=cancel, device=args.device)
+        except BaseException as err:  # noqa: BLE001 - handed to the main thread
+            outcome["error"] = err
+
+    thread = threading.Thread(target=work, name="kopt-pipeline", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+    except KeyboardInterrupt:
+        cancel.set()
+        err_console.print("kopt: stopping after the current step (Ctrl-C again to quit now)")
+        try:
+            while thread.is_alive():
+                thread.join(0.2)
+        except KeyboardInterrupt:
+            return 130
+    err = outcome.get("error")
+    if err is not None:
+        if isinstance(err, KoptError):
+            if err.exit_code == 130:
+                err_console.print(f"kopt: {err.one_line()}")
+                return 130
+            raise err
+        raise err
+    result = outcome["result"]
+    if cancel.is_set():
+        return 130
+    d = result.to_dict()
+    out = err_console if args.json else console
+    out.print(f"run {d['run_id']} on branch {d['branch']}: "
+              f"{'[green]verified[/green]' if d['verified'] else '[red]not verified[/red]'}"
+              + (f", {d['speedup_vs_eager']:.2f}x vs eager" if d["speedup_vs_eager"] else "")
+              + (f", {d['speedup_vs_compile']:.2f}x vs torch.compile"
+                 if d["speedup_vs_compile"] else ""))
+    if d["archive"]:
+        out.print(f"archive: {d['archive']}   review: kopt history {d['case']} · "
+                  f"kopt diff {d['run_id']} · kopt approve {d['run_id']}")
+    if args.json:
+        print_json_line(d)
+    return 0 if d["verified"] else 1
