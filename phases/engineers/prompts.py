@@ -42,7 +42,11 @@ the output, launch; launch heuristics in one function with a hard cap) -> `Model
 Kernel signatures: pointer/stride pairs (`x_ptr, x_row_stride`), compile-time parameters in
 CAPS as `tl.constexpr`, a shape comment on each pointer (`x_ptr,  # (rows, cols)`),
 `tl.program_id(0).to(tl.int64)` for row offsets. Comments carry measured evidence, not
-narration."""
+narration.
+Declare what the accelerator phase may tune on the GPU with two module-level literals and
+launch with the second:
+    KOPT_TUNABLES = {"BLOCK_SIZE": [512, 1024, 2048], "num_warps": [2, 4, 8]}  # search space
+    KOPT_CONFIG = {"BLOCK_SIZE": 1024, "num_warps": 4}                         # launched with"""
 
 TOOL_RULES = """\
 ## Tools and how to work
