@@ -5,7 +5,9 @@ A kernel declares what may be tuned with two module-level literals:
     KOPT_TUNABLES = {"BLOCK_ROWS": [1, 2, 4], "num_warps": [2, 4, 8]}   # the search space
     KOPT_CONFIG = {"BLOCK_ROWS": 2, "num_warps": 4}                     # what it launches with
 
-(and reads its launch parameters from `KOPT_CONFIG`). A kernel without them may still be
+(and reads its launch parameters from `KOPT_CONFIG`), or the same per kernel, as the
+offline engineer writes them: `KOPT_TUNABLES = {"_k": {"BLOCK_SIZE": [1024, 2048]}}`,
+`KOPT_CONFIG = {"_k": {"BLOCK_SIZE": 1024}}`. A kernel without them may still be
 tuned through the engineer's `Proposal.tunables` (module-level constants such as
 `BLOCK_SIZE = 1024`): each trial rewrites those constants instead.
 
@@ -39,6 +41,9 @@ PHASE = "accelerator"
 MAX_TRIALS = 12
 """Trials per run on a GPU: 12 x (verify + time) of a memory-bound kernel is ~2 minutes."""
 NO_GPU = "no GPU: default configuration verified only"
+SEP = "/"
+"""Joins a kernel's name and its parameter in the flattened search space of a per-kernel
+`KOPT_TUNABLES = {"_k": {"BLOCK_SIZE": [...]}}`."""
 MIN_GAIN = 0.02
 """A tuned configuration must beat the default by 2% (timing noise) to replace it."""
 
@@ -90,9 +95,16 @@ def search_space(source: str, tunables: dict[str, list[Any]] | None) -> tuple[st
     (module-level constants from the engineer's tunables) or `none`."""
     declared = literal(source, "KOPT_TUNABLES")
     if isinstance(declared, dict) and declared:
-        default = literal(source, "KOPT_CONFIG")
-        if not isinstance(default, dict):
-            default = {k: v[0] for k, v in declared.items()}
+        current = literal(source, "KOPT_CONFIG")
+        if all(isinstance(v, dict) for v in declared.values()):  # per kernel: {kernel: {p: [..]}}
+            space = {f"{k}{SEP}{p}": list(vals) for k, params in declared.items()
+                     for p, vals in params.items()}
+            nested = current if isinstance(current, dict) else {}
+            default = {key: (nested.get(key.split(SEP)[0]) or {}).get(key.split(SEP)[1],
+                                                                      space[key][0])
+                       for key in space}
+            return "config", space, default
+        default = current if isinstance(current, dict) else {k: v[0] for k, v in declared.items()}
         return "config", {k: list(v) for k, v in declared.items()}, dict(default)
     space = {}
     default = {}
@@ -106,6 +118,13 @@ def search_space(source: str, tunables: dict[str, list[Any]] | None) -> tuple[st
 
 def apply_config(source: str, style: str, config: dict[str, Any]) -> str:
     if style == "config":
+        if any(SEP in k for k in config):  # per-kernel KOPT_CONFIG: keep its other entries
+            nested = literal(source, "KOPT_CONFIG") or {}
+            nested = {k: dict(v) for k, v in nested.items()}
+            for key, value in config.items():
+                kernel, param = key.split(SEP, 1)
+                nested.setdefault(kernel, {})[param] = value
+            return replace_value(source, "KOPT_CONFIG", nested)
         return replace_value(source, "KOPT_CONFIG", config)
     for name, value in config.items():
         source = replace_value(source, name, value)
