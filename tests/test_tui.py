@@ -1,0 +1,279 @@
+"""kopt-tui driven headless with Pilot over a fake backend (tests/test_tui_fakes.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from textual import events
+from test_tui_fakes import FakeBackend, kernel_source
+
+from harness.errors import BadInputError
+from workbench.app import KoptApp
+from workbench.config import TuiConfig, load_config
+from workbench.screens.branches import BranchesScreen
+from workbench.screens.confirm import ConfirmScreen
+from workbench.screens.feedback import FeedbackScreen
+from workbench.screens.help import HelpScreen
+from workbench.screens.home import HomeScreen
+from workbench.screens.new_run import NewRunScreen
+from workbench.screens.run import RunScreen
+from workbench.widgets.diff_view import DiffView
+from workbench.widgets.iteration_table import IterationTable
+from workbench.widgets.phase_strip import PhaseStrip
+from workbench.widgets.verification_view import VerificationView
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def wait_for(pilot, condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Let the app run until `condition()` holds (fails the test after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the UI")
+        await pilot.pause(0.02)
+
+
+def run_screen(app: KoptApp) -> RunScreen:
+    assert isinstance(app.screen, RunScreen), type(app.screen).__name__
+    return app.screen
+
+
+@pytest.fixture
+def backend(workspace: Path) -> FakeBackend:
+    return FakeBackend(workspace)
+
+
+async def test_run_review_reject_approve_undo(workspace: Path) -> None:
+    backend = FakeBackend(workspace)
+    backend.gate = threading.Semaphore(0)
+    app = KoptApp(backend=backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.rows)
+        await pilot.press("down", "down")  # rmsnorm_mul: no runs yet
+        await pilot.press("n")
+        assert isinstance(app.screen, NewRunScreen)
+        await pilot.press("enter")  # the defaults
+        screen = run_screen(app)
+
+        # The phases advance, one at a time (the fake pipeline waits on a gate per phase).
+        strip = screen.query_one(PhaseStrip)
+        table = screen.query_one(IterationTable)
+
+        def states() -> tuple[str, ...]:
+            return tuple(s.state for s in strip.phases.values())
+
+        await wait_for(pilot, lambda: states() == ("running", "pending", "pending", "pending"))
+        backend.gate.release()
+        await wait_for(pilot, lambda: states() == ("verified", "running", "pending", "pending"))
+        assert table.iterations == []
+        backend.gate.release()
+        await wait_for(pilot, lambda: states() == ("verified", "verified", "running", "pending"))
+        await wait_for(pilot, lambda: len(table.iterations) == 3)  # listed while running
+        assert screen.pipeline_running
+        backend.gate.release()
+        backend.gate.release()
+        await wait_for(pilot, lambda: not screen.pipeline_running)
+        assert states() == ("verified",) * 4
+        backend.gate = None
+        req = backend.requests[-1]
+        assert (req.case, req.engineer, req.iterations, req.phases) == \
+            ("rmsnorm_mul", "offline", 3, None)
+        assert [it.author for it in table.iterations] == ["offline"] * 3
+
+        # The diff of the last iteration against its parent.
+        diff = screen.query_one(DiffView)
+        await wait_for(pilot, lambda: "(x - mean) * 3.0" in diff.diff)
+        assert "(x - mean) * 2.0" in diff.diff and "vs its parent" in diff.title
+        await pilot.press("c")  # against the first iteration
+        await wait_for(pilot, lambda: "vs iteration 1" in diff.title)
+        assert "(x - mean) * 1.0" in diff.diff
+
+        # Reject with feedback; the engineer's next iteration gets it.
+        await pilot.press("r")
+        assert isinstance(app.screen, FeedbackScreen)
+        await pilot.press(*"keep the mean in fp32")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(table.iterations) == 4 and not screen.jobs)
+        run = backend.runs_by_id[screen.run_id]
+        assert run.approval is not None and run.approval["state"] == "rejected"
+        assert run.approval["reason"] == "keep the mean in fp32"
+        assert backend.feedback_seen[-1] == "keep the mean in fp32"
+        cont = backend.requests[-1]
+        assert (cont.run_id, cont.phases, cont.iterations) == (screen.run_id, ["optimizer"], 1)
+        assert "keep the mean in fp32" in table.iterations[-1].source
+
+        # Approve the new iteration, then undo back to the rejection.
+        await pilot.press("a")
+        await wait_for(pilot, lambda: run.approval["state"] == "approved" and not screen.jobs)
+        assert run.approval["commit"] == table.iterations[-1].commit
+        await wait_for(pilot, lambda: "approved" in str(table.get_row_at(3)[-1]))
+        await pilot.press("z")
+        await wait_for(pilot, lambda: run.approval["state"] == "rejected" and not screen.jobs)
+        await pilot.press("z")
+        await wait_for(pilot, lambda: run.approval is None)
+
+
+async def test_failed_iteration_cannot_be_approved(backend: FakeBackend) -> None:
+    app = KoptApp(backend=backend, case="layernorm_gelu")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = run_screen(app)
+        table = screen.query_one(IterationTable)
+        await wait_for(pilot, lambda: len(table.iterations) == 3)
+        await pilot.press("k")  # iteration 2 failed verification
+        assert table.selected.iteration == 2
+        await pilot.press("a")
+        await pilot.pause(0.2)
+        run = backend.runs_by_id["run01"]
+        assert run.approval["commit"] == table.iterations[2].commit  # unchanged
+        verification = screen.query_one(VerificationView)
+        await wait_for(pilot, lambda: verification.report is not None
+                       and not verification.report["accepted"])
+
+
+async def test_watch_reverifies_a_saved_kernel_and_commits_it(backend: FakeBackend) -> None:
+    app = KoptApp(backend=backend, case="layernorm_gelu")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = run_screen(app)
+        await wait_for(pilot, lambda: screen.run is not None)
+        await pilot.press("w")
+        await wait_for(pilot, lambda: screen.watcher is not None and screen.watcher.running)
+        kernel = Path(screen.run.worktree) / "kernels" / "layernorm_gelu.py"
+        tmp = kernel.with_name(".layernorm_gelu.py.tmp")
+        tmp.write_text(kernel_source(9, "hand-tuned"))
+        tmp.replace(kernel)  # an editor's atomic save
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert [p.name for p in backend.verify_calls] == ["layernorm_gelu.py"]
+        assert len(backend.bench_calls) == 1
+        assert screen.query_one(VerificationView).report["accepted"]
+        await pilot.press("y")
+        table = screen.query_one(IterationTable)
+        await wait_for(pilot, lambda: len(table.iterations) == 4)
+        assert table.iterations[-1].author == "user"
+        assert "hand-tuned" in table.iterations[-1].source
+        await pilot.press("w")
+        assert screen.watcher is None
+
+
+async def test_key_press_is_handled_fast_during_a_slow_verification(workspace: Path) -> None:
+    backend = FakeBackend(workspace, verify_delay=3.0)
+    app = KoptApp(backend=backend, case="layernorm_gelu")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = run_screen(app)
+        await wait_for(pilot, lambda: screen.run is not None)
+        await pilot.press("v")
+        await wait_for(pilot, lambda: bool(backend.verify_calls))
+        assert "verify" in screen.jobs
+        tabs = screen.query_one("TabbedContent")
+        durations = []
+        for key, tab in (("3", "profile"), ("4", "metrics"), ("1", "diff")):
+            # Straight to the driver, as a terminal would (Pilot.press also waits for idle).
+            start = time.perf_counter()
+            app._driver.send_message(events.Key(key, key))
+            while tabs.active != tab and time.perf_counter() - start < 2:
+                await asyncio.sleep(0.001)
+            durations.append(time.perf_counter() - start)
+            await pilot.pause(0.05)
+        assert "verify" in screen.jobs  # still verifying
+        assert max(durations) < 0.1, durations
+        await pilot.press("escape")  # cancels the verification
+        assert not screen.jobs
+        assert isinstance(app.screen, RunScreen)
+
+
+async def test_help_palette_and_keymap(workspace: Path, backend: FakeBackend) -> None:
+    config = TuiConfig(keys={"approve": "A"})
+    app = KoptApp(backend=backend, config=config, case="layernorm_gelu")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = run_screen(app)
+        table = screen.query_one(IterationTable)
+        await wait_for(pilot, lambda: len(table.iterations) == 3)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        rows = {binding_id: key for key, _desc, binding_id in app.screen.rows}
+        assert rows["approve"] == "A" and rows["reject"] == "r" and rows["quit"] == "Q"
+        await pilot.press("escape")
+        assert app.screen is screen
+        commands = {c.title for c in app.get_system_commands(screen)}
+        assert {"Approve", "Reject", "Verify", "Bench", "Watch", "Undo", "Branches"} <= commands
+        await pilot.press("k")  # iteration 2 (failed); then 1 (verified)
+        await pilot.press("k")
+        await pilot.press("a")  # no longer bound
+        await pilot.pause(0.2)
+        run = backend.runs_by_id["run01"]
+        assert run.approval["commit"] == table.iterations[2].commit
+        await pilot.press("A")
+        await wait_for(pilot, lambda: run.approval["commit"] == table.iterations[0].commit)
+
+
+def test_config_rejects_unknown_binding_ids(workspace: Path) -> None:
+    path = workspace / ".kopt" / "config.yaml"
+    path.parent.mkdir()
+    path.write_text("targets: {gpu: ssh://box}\nkeys:\n  aprove: A\n")
+    with pytest.raises(BadInputError, match="unknown binding id 'aprove'.*'approve'"):
+        load_config(binding_ids=KoptApp.binding_ids())
+    path.write_text("keys:\n  approve: A\ntui:\n  diff_mode: unified\n  watch: true\n")
+    config = load_config(binding_ids=KoptApp.binding_ids())
+    assert config.keys == {"approve": "A"}
+    assert (config.tui.diff_mode, config.tui.watch) == ("unified", True)
+    path.write_text("tui:\n  diff_mode: sideways\n")
+    with pytest.raises(BadInputError, match="tui.diff_mode"):
+        load_config()
+
+
+async def test_home_filter_and_branch_review_across_runs(backend: FakeBackend) -> None:
+    app = KoptApp(backend=backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        home = app.screen
+        assert isinstance(home, HomeScreen)
+        await wait_for(pilot, lambda: len(home.rows) == 4)
+        await pilot.press("slash", *"soft", "enter")
+        assert [r.name for r in home.visible_rows] == ["softmax_row"]
+        await pilot.press("escape")
+        assert len(home.visible_rows) == 4
+
+        await pilot.press("g")
+        branches = app.screen
+        assert isinstance(branches, BranchesScreen)
+        await wait_for(pilot, lambda: len(branches.rows) == 6)  # 2 runs + 4 iterations
+        await pilot.press("down", "space")  # run01 iteration 1
+        await pilot.press("down", "down", "down", "down", "space")  # run02 iteration 1
+        assert [(r.run_id, it.iteration) for r, it in branches.marked] == \
+            [("run01", 1), ("run02", 1)]
+        await pilot.press("enter")
+        diff = branches.query_one(DiffView)
+        await wait_for(pilot, lambda: bool(diff.diff))
+        assert diff.title == "run01#1 vs run02#1"
+        assert "-    tl.store(Y_ptr + row * N + cols, (x - mean) * 1.0" in diff.diff
+        assert "+    tl.store(Y_ptr + row * N + cols, (x - mean) * 7.0" in diff.diff
+        await pilot.press("o")
+        assert isinstance(app.screen, RunScreen) and app.screen.run_id == "run02"
+        await pilot.press("q", "q")
+        assert app.screen is home
+
+
+async def test_diff_is_unified_on_narrow_terminals(backend: FakeBackend) -> None:
+    app = KoptApp(backend=backend, case="layernorm_gelu")
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = run_screen(app)
+        diff = screen.query_one(DiffView)
+        await wait_for(pilot, lambda: bool(diff.diff))
+        assert diff.mode == "split" and diff.effective_mode == "unified"
+    app = KoptApp(backend=backend, case="layernorm_gelu")
+    async with app.run_test(size=(160, 40)) as pilot:
+        screen = run_screen(app)
+        diff = screen.query_one(DiffView)
+        await wait_for(pilot, lambda: bool(diff.diff))
+        assert diff.effective_mode == "split"
+        await pilot.press("d")
+        assert diff.effective_mode == "unified"

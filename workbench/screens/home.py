@@ -1,0 +1,187 @@
+"""The home screen: every bundled and user case with its best speedup and latest verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from workbench.backend import CaseRow
+
+VERDICT_STYLE = {"approved": "bold green", "rejected": "bold red", "pending": "yellow",
+                 "no runs": "dim", "invalid": "bold red"}
+
+
+class HomeScreen(Screen[None]):
+    """Cases on the left of everything: `/` filters, enter opens, `n` runs, `i` imports."""
+
+    DEFAULT_CSS = """
+    HomeScreen #filter { display: none; dock: top; }
+    HomeScreen #filter.visible { display: block; }
+    HomeScreen #cases { height: 1fr; }
+    HomeScreen #status { height: 1; padding: 0 1; color: $text-muted; }
+    """
+
+    BINDINGS = [
+        Binding("slash", "filter", "Filter", id="filter"),
+        Binding("enter", "open_case", "Open", id="open"),
+        Binding("n", "new_run", "New run", id="new_run"),
+        Binding("i", "import_case", "Import", id="import"),
+        Binding("ctrl+r", "reload", "Reload", id="reload"),
+        Binding("j", "cursor_down", "Down", show=False, id="down"),
+        Binding("k", "cursor_up", "Up", show=False, id="up"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="clear_filter"),
+    ]
+
+    filter_text: reactive[str] = reactive("")
+    """Substring that case names or descriptions must contain."""
+
+    class Loaded(Message):
+        """The case rows arrived from the backend."""
+
+        def __init__(self, rows: list[CaseRow]) -> None:
+            super().__init__()
+            self.rows = rows
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[CaseRow] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(placeholder="filter cases (esc clears)", id="filter")
+        yield DataTable(id="cases", cursor_type="row", zebra_stripes=True)
+        yield Static("loading cases…", id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "kopt"
+        self.sub_title = "cases"
+        table = self.query_one("#cases", DataTable)
+        table.add_columns("case", "source", "runs", "best", "verdict", "description")
+        table.focus()
+        self.load()
+
+    def on_screen_resume(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True, group="home-load")
+    def load(self) -> None:
+        self.post_message(self.Loaded(self.app.backend.cases()))
+
+    def on_home_screen_loaded(self, message: Loaded) -> None:
+        self.rows = message.rows
+        self._fill()
+
+    def watch_filter_text(self) -> None:
+        self._fill()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        self.query_one("#cases", DataTable).focus()
+
+    @on(DataTable.RowSelected, "#cases")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open_case()
+
+    @property
+    def visible_rows(self) -> list[CaseRow]:
+        needle = self.filter_text.lower()
+        return [r for r in self.rows
+                if needle in r.name.lower() or needle in r.description.lower()]
+
+    @property
+    def selected_case(self) -> CaseRow | None:
+        table = self.query_one("#cases", DataTable)
+        rows = self.visible_rows
+        if not rows or not 0 <= table.cursor_row < len(rows):
+            return None
+        return rows[table.cursor_row]
+
+    def _fill(self) -> None:
+        if not self.is_mounted:
+            return
+        table = self.query_one("#cases", DataTable)
+        keep = self.selected_case.name if self.rows and table.row_count else None
+        table.clear()
+        rows = self.visible_rows
+        for row in rows:
+            best = f"{row.best_speedup:.2f}x" if row.best_speedup is not None else "—"
+            table.add_row(row.name, row.source, str(row.runs), best,
+                          Text(row.verdict, style=VERDICT_STYLE.get(row.verdict, "")),
+                          row.description, key=row.name)
+        for i, row in enumerate(rows):
+            if row.name == keep:
+                table.move_cursor(row=i)
+        shown = f"{len(rows)} of {len(self.rows)} cases" if self.filter_text else \
+            f"{len(self.rows)} cases"
+        self.query_one("#status", Static).update(
+            f"{shown} · enter open · n new run · i import · g branches · ? help")
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("visible")
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("visible")
+        self.query_one("#cases", DataTable).focus()
+
+    def action_cursor_down(self) -> None:
+        self.query_one("#cases", DataTable).action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        self.query_one("#cases", DataTable).action_cursor_up()
+
+    def action_reload(self) -> None:
+        self.load()
+
+    def action_open_case(self) -> None:
+        row = self.selected_case
+        if row is None:
+            return
+        if row.verdict == "invalid":
+            self.notify(row.description, title=f"{row.name} does not load", severity="error")
+            return
+        self.app.open_run(row.name)
+
+    def action_new_run(self) -> None:
+        row = self.selected_case
+        if row is None or row.verdict == "invalid":
+            self.notify("pick a case that loads first", severity="warning")
+            return
+        self.app.new_run(row.name)
+
+    def action_import_case(self) -> None:
+        from workbench.screens.import_case import ImportScreen
+
+        def done(answer: tuple[Path, str | None] | None) -> None:
+            if answer is not None:
+                self.import_file(*answer)
+
+        self.app.push_screen(ImportScreen(), done)
+
+    @work(thread=True, exclusive=True, group="home-import")
+    def import_file(self, path: Path, name: str | None) -> None:
+        from harness.errors import KoptError
+
+        try:
+            case = self.app.backend.import_kernelbench(path, name)
+        except KoptError as err:
+            self.app.notify(err.one_line(), title="import failed", severity="error")
+            return
+        self.app.notify(f"imported {case}", title="KernelBench")
+        self.post_message(self.Loaded(self.app.backend.cases()))

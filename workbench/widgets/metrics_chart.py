@@ -1,0 +1,84 @@
+"""Latency and % of the roofline floor per iteration, as text bars; plus re-bench rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from workbench.widgets.profile_view import bar
+
+BAR_WIDTH = 24
+
+
+class MetricsChart(VerticalScroll):
+    """One row per iteration: speedup, latency, % of floor, each with a bar."""
+
+    DEFAULT_CSS = """
+    MetricsChart { height: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._body = Static(Text("no iterations yet", style="dim"))
+        self.bench_rows: list[dict[str, Any]] = []
+
+    def compose(self):  # type: ignore[override]
+        yield self._body
+
+    def show(self, iterations: list[Any], *, baseline_ms: float | None = None,
+             bench_rows: list[dict[str, Any]] | None = None) -> None:
+        if bench_rows is not None:
+            self.bench_rows = bench_rows
+        parts: list[Any] = []
+        measured = [it for it in iterations if it.speedup]
+        if measured:
+            best = max(float(it.speedup) for it in measured)
+            table = Table(box=None, expand=False, header_style="bold",
+                          title="per iteration" + (f" (baseline {baseline_ms:.3f} ms)"
+                                                   if baseline_ms else ""),
+                          title_justify="left")
+            table.add_column("iter", justify="right")
+            table.add_column("latency", justify="right")
+            table.add_column("speedup", justify="right")
+            table.add_column("", width=BAR_WIDTH)
+            table.add_column("% floor", justify="right")
+            table.add_column("", width=BAR_WIDTH)
+            for it in measured:
+                latency = f"{baseline_ms / it.speedup:.3f} ms" if baseline_ms else "—"
+                pct = it.pct_of_floor
+                table.add_row(str(it.iteration), latency, f"{it.speedup:.2f}x",
+                              bar(float(it.speedup) / best, BAR_WIDTH, "green"),
+                              f"{pct:.0f}%" if pct is not None else "—",
+                              bar((pct or 0) / 100.0, BAR_WIDTH, "cyan"))
+            parts.append(table)
+        else:
+            parts.append(Text("no measured iteration yet", style="dim"))
+        if self.bench_rows:
+            parts.append(Text(""))
+            bench = Table(title="re-bench (b)", title_justify="left", box=None,
+                          header_style="bold")
+            for col in ("variant", "median ms", "p20", "p80", "% floor", "vs eager",
+                        "vs compile", "timing"):
+                bench.add_column(col, justify="left" if col in ("variant", "timing") else "right")
+            for row in self.bench_rows:
+                bench.add_row(str(row.get("variant", "")), _ms(row.get("median_ms")),
+                              _ms(row.get("p20_ms")), _ms(row.get("p80_ms")),
+                              _num(row.get("pct_of_floor"), "{:.0f}%"),
+                              _num(row.get("speedup_vs_eager"), "{:.2f}x"),
+                              _num(row.get("speedup_vs_compile"), "{:.2f}x"),
+                              str(row.get("timing_label", "")))
+            parts.append(bench)
+        self._body.update(Group(*parts))
+
+
+def _ms(value: Any) -> str:
+    return _num(value, "{:.3f}")
+
+
+def _num(value: Any, fmt: str) -> str:
+    return fmt.format(value) if isinstance(value, int | float) else "—"
