@@ -1,0 +1,178 @@
+"""Deterministic inputs and weights: same bytes everywhere, cached as safetensors, ranges kept."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import harness.data as data
+from harness.case import Case, load_case, load_case_dir
+from harness.data import agent_provide_inputs, agent_provide_weights
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MODEL = """\
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, hidden=16):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(hidden))
+
+    def forward(self, x, idx, flag, k):
+        return x * self.scale + idx.float().mean() * k
+"""
+
+MANIFEST = """\
+name: datacase
+model: {module: model.py, class: Model, init_kwargs: {hidden: 16}}
+inputs:
+  args:
+    - {shape: [24, 16], dtype: bfloat16, init: normal}
+    - {shape: [4000], dtype: int32, init: randint, low: 5, high: 9}
+    - {shape: [64, 64], dtype: bool, init: bernoulli, p: 0.25}
+    - {value: 3}
+  kwargs: {}
+shapes:
+  - args: [{shape: [40, 16], contiguous: false}, {}, {}, {}]
+smoke:
+  args: [{shape: [4, 16]}, {shape: [100]}, {}, {value: 2}]
+"""
+
+
+@pytest.fixture
+def case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Case:
+    """A small case with its own (empty) tensor cache."""
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path))
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    d = tmp_path / "cases" / "datacase"
+    d.mkdir(parents=True)
+    (d / "manifest.yaml").write_text(MANIFEST)
+    (d / "model.py").write_text(MODEL)
+    return load_case_dir(d)
+
+
+def digest(tensors: list[torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(str((t.dtype, tuple(t.shape))).encode())
+        h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def cache_files(case: Case, kind: str) -> list[Path]:
+    return sorted((Path(os.environ["KOPT_CACHE"]) / "data" / case.name).glob(f"{kind}-*"))
+
+
+def test_same_bytes_in_another_process(case: Case) -> None:
+    here = digest(agent_provide_inputs(case, "main", seed=7, cache=False).tensors())
+    script = textwrap.dedent(f"""
+        import hashlib, torch
+        from harness.case import load_case
+        from harness.data import agent_provide_inputs
+        case = load_case({str(case.directory)!r})
+        h = hashlib.sha256()
+        for t in agent_provide_inputs(case, "main", seed=7, cache=False).tensors():
+            h.update(str((t.dtype, tuple(t.shape))).encode())
+            h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+        print(h.hexdigest())
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "123"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, check=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == here
+
+
+def test_seeds_and_input_sets_give_different_values(case: Case) -> None:
+    a = agent_provide_inputs(case, "main", seed=0, cache=False).args[0]
+    b = agent_provide_inputs(case, "main", seed=1, cache=False).args[0]
+    assert not torch.equal(a, b)
+    assert torch.equal(a, agent_provide_inputs(case, "main", seed=0, cache=False).args[0])
+    # Arguments of one draw are independent streams, not copies of one another.
+    x = agent_provide_inputs(case, "main", seed=0, cache=False).args[0]
+    assert not torch.equal(x[:4], agent_provide_inputs(case, "smoke", seed=0, cache=False).args[0])
+
+
+def test_second_call_reads_the_cache(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = agent_provide_inputs(case, "main", seed=0)
+    files = cache_files(case, "inputs")
+    assert len(files) == 1
+
+    def no_drawing(*_: object) -> torch.Tensor:
+        raise AssertionError("drew again instead of reading the cache")
+
+    monkeypatch.setattr(data, "draw_tensor", no_drawing)
+    second = agent_provide_inputs(case, "main", seed=0)
+    assert digest(first.tensors()) == digest(second.tensors())
+
+
+def test_corrupted_cache_file_is_redrawn(case: Case) -> None:
+    expected = digest(agent_provide_inputs(case, "main", seed=0).tensors())
+    (file,) = cache_files(case, "inputs")
+    file.write_bytes(b"\x00garbage, not safetensors")
+    assert digest(agent_provide_inputs(case, "main", seed=0).tensors()) == expected
+    # ... and the cache holds a good file again.
+    data.load_file(str(file))
+
+
+def test_cache_files_are_plain_safetensors_without_pickle(case: Case) -> None:
+    agent_provide_inputs(case, "main", seed=0)
+    agent_provide_weights(case, "main", seed=0)
+    files = cache_files(case, "inputs") + cache_files(case, "weights")
+    assert len(files) == 2
+    for file in files:
+        raw = file.read_bytes()
+        (n,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8:8 + n])
+        ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+        # The whole file is the JSON header plus raw tensor bytes: nowhere to hide a pickle.
+        assert len(raw) == 8 + n + max(ends)
+        assert b"\x80\x02" not in raw[:8 + n] and not raw.startswith(b"PK")
+
+
+def test_integer_and_bool_inputs_respect_their_declared_ranges(case: Case) -> None:
+    _, idx, flag, k = agent_provide_inputs(case, "main", seed=0).args
+    assert idx.dtype == torch.int32 and int(idx.min()) == 5 and int(idx.max()) == 8
+    assert flag.dtype == torch.bool and 0.22 < flag.float().mean().item() < 0.28
+    assert k == 3
+    smoke = agent_provide_inputs(case, "smoke", seed=0).args
+    assert smoke[1].shape == (100,) and 5 <= int(smoke[1].min()) and int(smoke[1].max()) <= 8
+    assert smoke[3] == 2
+
+
+def test_bundled_cross_entropy_targets_within_vocabulary(workspace: Path) -> None:
+    logits, targets = agent_provide_inputs(load_case("cross_entropy"), "shape0").args
+    assert int(targets.min()) >= 0 and int(targets.max()) < logits.shape[1] == 50257
+
+
+def test_non_contiguous_input_arrives_as_a_view(case: Case) -> None:
+    x = agent_provide_inputs(case, "shape0", seed=0).args[0]
+    assert x.shape == (40, 16) and not x.is_contiguous() and x.t().is_contiguous()
+    assert x.dtype == torch.bfloat16
+    again = agent_provide_inputs(case, "shape0", seed=0).args[0]  # from the cache
+    assert not again.is_contiguous() and torch.equal(x, again)
+
+
+def test_weights_are_deterministic_cached_and_shaped_by_the_input_set(case: Case) -> None:
+    a = agent_provide_weights(case, "main", seed=0)
+    assert cache_files(case, "weights")
+    b = agent_provide_weights(case, "main", seed=0, cache=False)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert a["scale"].shape == (16,)
+
+
+def test_inputs_move_to_the_requested_device_and_dtype_survives_the_cache(case: Case) -> None:
+    agent_provide_inputs(case, "main", seed=0)
+    x = agent_provide_inputs(case, "main", seed=0, device="meta").args[0]
+    assert x.device.type == "meta" and x.dtype == torch.bfloat16
