@@ -120,7 +120,10 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
         err_norm = float(diff.norm())
         ref_norm = float(r.where(both, torch.zeros_like(r)).norm())
         result.rel_err = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
-        result.snr_db = (10 * math.log10(ref_norm**2 / err_norm**2) if err_norm > 0 else math.inf)
+        if err_norm == 0:
+            result.snr_db = math.inf
+        else:
+            result.snr_db = 10 * math.log10(ref_norm**2 / err_norm**2) if ref_norm > 0 else -math.inf
         if result.rel_err >= tol.rel and tol.rel > 0:
             result.ok = False
             result.problem = (f"relative error {result.rel_err:.3g} is not under {tol.rel:g}"

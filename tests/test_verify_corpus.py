@@ -1,0 +1,133 @@
+"""Every cheating candidate in tests/corpus/cheats is rejected with the check named for its
+class failing; every honest one in tests/corpus/honest is accepted.
+
+All candidates of a case are verified in one `verify_candidates` call (one reference run,
+two workers at a time), once per session, on the CPU Triton interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.verify import CHECK_NAMES, VerificationReport, verify_candidates
+
+CORPUS = Path(__file__).parent / "corpus"
+CASES = CORPUS / "cases"
+
+# cheat file -> (case, the check that must fail)
+CHEATS: dict[str, tuple[str, str]] = {
+    "cached_output.py": ("ln_gelu_small", "depends_on_inputs"),
+    "unwritten_output.py": ("ln_gelu_small", "every_element_written"),
+    "zeroes_inputs.py": ("ln_gelu_small", "no_mutation"),
+    "patches_torch.py": ("ln_gelu_small", "no_tampering"),
+    "side_stream.py": ("ln_gelu_small", "no_tampering"),
+    "background_thread.py": ("ln_gelu_small", "no_tampering"),
+    "patches_clock.py": ("ln_gelu_small", "no_tampering"),
+    "spawns_process.py": ("ln_gelu_small", "no_tampering"),
+    "lowers_precision.py": ("ln_gelu_small", "no_tampering"),
+    "pytorch_fallback_with_decoy_kernel.py": ("ln_gelu_small", "no_pytorch_fallback"),
+    "shape_specialised.py": ("ln_gelu_small", "correct"),
+    "seed_specialised.py": ("ln_gelu_small", "correct"),
+    "prints_fake_verdict.py": ("ln_gelu_small", "correct"),
+    "returns_stale_reference.py": ("ln_gelu_small", "correct"),
+    "aliases_input.py": ("ln_gelu_small", "no_aliasing"),
+    "mutates_weights.py": ("ln_gelu_small", "no_mutation"),
+    "hangs.py": ("ln_gelu_small", "contained"),
+    "segfaults.py": ("ln_gelu_small", "contained"),
+    "raises.py": ("ln_gelu_small", "contained"),
+    "no_triton_kernel.py": ("ln_gelu_small", "triton_launched"),
+    "wrong_state_dict.py": ("ln_gelu_small", "loads"),
+    "near_zero_output.py": ("softmax_small", "correct"),
+    "edits_case.py": ("ln_gelu_small", "isolated_reference"),
+}
+# Verified alone, on its own copy of the case: it rewrites the workspace's cases/*/model.py.
+ALONE = {"edits_case.py"}
+
+HONEST: dict[str, str] = {
+    "layernorm_gelu.py": "ln_gelu_small",
+    "layernorm_gelu_two_kernels.py": "ln_gelu_small",
+    "softmax.py": "softmax_small",
+    "rmsnorm.py": "rmsnorm_small",
+    "rmsnorm_partial_fusion.py": "rmsnorm_small",
+}
+HANG_TIMEOUT_S = 15.0
+
+
+@pytest.fixture(scope="module")
+def corpus_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, VerificationReport]:
+    home = tmp_path_factory.mktemp("corpus-home")
+    old = {k: os.environ.get(k) for k in ("KOPT_HOME", "KOPT_CACHE")}
+    os.environ["KOPT_HOME"] = str(home)
+    os.environ["KOPT_CACHE"] = str(home / "cache")
+    try:
+        by_case: dict[str, list[Path]] = {}
+        for name, (case, _check) in CHEATS.items():
+            if name not in ALONE:
+                by_case.setdefault(case, []).append(CORPUS / "cheats" / name)
+        for name, case in HONEST.items():
+            by_case.setdefault(case, []).append(CORPUS / "honest" / name)
+        reports: dict[str, VerificationReport] = {}
+        timeouts = {str(CORPUS / "cheats" / "hangs.py"): HANG_TIMEOUT_S}
+        for case, files in by_case.items():
+            for path, report in zip(files, verify_candidates(
+                    CASES / case, files, device="cpu", max_parallel=2, timeouts=timeouts)):
+                reports[path.name] = report
+        for name in ALONE:
+            shutil.copytree(CASES / CHEATS[name][0], home / "cases" / CHEATS[name][0])
+            reports[name] = verify_candidates(home / "cases" / CHEATS[name][0],
+                                              [CORPUS / "cheats" / name], device="cpu")[0]
+        return reports
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_corpus_has_every_class() -> None:
+    cheats = {p.name for p in (CORPUS / "cheats").glob("*.py")}
+    honest = {p.name for p in (CORPUS / "honest").glob("*.py")}
+    assert cheats == set(CHEATS), "every corpus file is listed with its expected check"
+    assert honest == set(HONEST)
+    assert len(cheats) >= 15 and len(honest) >= 4
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_cheat_is_rejected_by_its_check(name: str, corpus_reports: dict[str, VerificationReport]) -> None:
+    report = corpus_reports[name]
+    expected = CHEATS[name][1]
+    assert not report.accepted
+    check = report.check(expected)
+    assert not check.passed, f"{name}: {expected} passed: {check.detail}\n{report.to_text()}"
+    assert check.detail and not check.detail.startswith("not checked"), check.detail
+
+
+@pytest.mark.parametrize("name", sorted(HONEST))
+def test_honest_candidate_is_accepted(name: str, corpus_reports: dict[str, VerificationReport]) -> None:
+    report = corpus_reports[name]
+    assert report.accepted, report.to_text()
+    assert [c.name for c in report.checks] == list(CHECK_NAMES)
+    assert report.input_sets == ["smoke", "shape0"]
+
+
+def test_partial_fusion_reports_the_pytorch_ops_left(corpus_reports: dict[str, VerificationReport]) -> None:
+    detail = corpus_reports["rmsnorm_partial_fusion.py"].check("no_pytorch_fallback").detail
+    assert "mul" in detail
+
+
+def test_failure_text_names_the_bad_elements(corpus_reports: dict[str, VerificationReport]) -> None:
+    text = corpus_reports["unwritten_output.py"].to_text()
+    assert "every_element_written: FAIL" in text
+    assert "first bad:" in text and "got nan" in text
+    near_zero = corpus_reports["near_zero_output.py"].check("correct").detail
+    assert "relative error" in near_zero and "0/" in near_zero  # element-wise alone passed it
+
+
+def test_hang_is_cut_at_the_timeout(corpus_reports: dict[str, VerificationReport]) -> None:
+    assert "timed out" in corpus_reports["hangs.py"].check("contained").detail
+    assert "SIGSEGV" in corpus_reports["segfaults.py"].check("contained").detail
