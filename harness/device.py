@@ -36,7 +36,7 @@ def resolve_device(case: Case | None, override: str | None = None) -> str:
     if wanted == "auto":
         return "cuda" if gpu_available() else "cpu"
     if wanted == "cuda" and not gpu_available():
-        where = (f"--device cuda" if override else
+        where = ("--device cuda" if override else
                  f"{case.manifest_file}: device: cuda" if case is not None else "device cuda")
         raise DeviceError(f"{where} asks for a GPU but torch sees no CUDA device",
                           fix="run on a machine with a GPU, or use --device cpu "

@@ -192,11 +192,12 @@ def measure_ceilings() -> Ceilings:
         return time_callable(fn, device="cuda", flush_l2=False, min_iters=10, max_iters=100,
                              max_seconds=3.0).median_ms
 
-    src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    copy_ms = timed(lambda: dst.copy_(src))
-    copy_gbps = 2 * COPY_BYTES / (copy_ms * 1e-3) / 1e9
-    del src, dst
+    def copy_ms() -> float:
+        src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device="cuda").normal_()
+        dst = torch.empty_like(src)
+        return timed(lambda: dst.copy_(src))
+
+    copy_gbps = 2 * COPY_BYTES / (copy_ms() * 1e-3) / 1e9
 
     flops = 2.0 * MATMUL_N**3
     rates: dict[str, float] = {}
@@ -205,12 +206,7 @@ def measure_ceilings() -> Ceilings:
         for key, dtype, tf32 in (("bf16", torch.bfloat16, False), ("fp16", torch.float16, False),
                                  ("tf32", torch.float32, True), ("fp32", torch.float32, False)):
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            a = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=dtype)
-            b = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=dtype)
-            out = torch.empty(MATMUL_N, MATMUL_N, device="cuda", dtype=dtype)
-            ms = timed(lambda a=a, b=b, out=out: torch.mm(a, b, out=out))
-            rates[key] = flops / (ms * 1e-3) / 1e12
-            del a, b, out
+            rates[key] = flops / (_matmul_ms(dtype, timed) * 1e-3) / 1e12
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old_tf32
     torch.cuda.empty_cache()
@@ -218,6 +214,13 @@ def measure_ceilings() -> Ceilings:
                     fp16_tflops=round(rates["fp16"], 1), tf32_tflops=round(rates["tf32"], 1),
                     fp32_tflops=round(rates["fp32"], 1), device_name=torch.cuda.get_device_name(),
                     source="measured", measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+def _matmul_ms(dtype: torch.dtype, timed: Any) -> float:
+    a = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=dtype)
+    b = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=dtype)
+    out = torch.empty(MATMUL_N, MATMUL_N, device="cuda", dtype=dtype)
+    return timed(lambda: torch.mm(a, b, out=out))
 
 
 # -- floor ------------------------------------------------------------------------------------

@@ -32,7 +32,13 @@ from torch.utils._pytree import tree_leaves
 
 from harness.case import Case, load_case
 from harness.data import Inputs, agent_provide_inputs, build_model
-from harness.device import default_input_set, is_interpreter, resolve_device, timing_label, worker_env
+from harness.device import (
+    default_input_set,
+    is_interpreter,
+    resolve_device,
+    timing_label,
+    worker_env,
+)
 from harness.errors import BadInputError
 from harness.paths import cache_dir, kopt_dir
 
@@ -162,13 +168,21 @@ def _parity(case: Case, out: list[torch.Tensor], ref: list[torch.Tensor] | None)
 
 
 def _peak_memory(forward: CaseForward) -> int | None:
+    """GPU memory one forward needs at its peak: one input set, the weights, and the most
+    the call allocated on top (outputs, workspaces). Other buffer sets, the reference and
+    the L2 flush buffer are not counted. None on the CPU (no per-call peak to attribute)."""
     if forward.device != "cuda":
-        return None  # the CPU has no per-call peak we could honestly attribute
+        return None
+    resident = sum(t.numel() * t.element_size() for t in forward.inputs.tensors())
+    resident += sum(t.numel() * t.element_size()
+                    for t in forward.model.state_dict(keep_vars=True).values()
+                    if isinstance(t, torch.Tensor))
     torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     forward()
     torch.cuda.synchronize()
-    return int(torch.cuda.max_memory_allocated())
+    return int(resident + torch.cuda.max_memory_allocated() - before)
 
 
 def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool = False,
@@ -180,7 +194,7 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
     Returns the metrics dict (ARCHITECTURE.md's keys, plus `timing`, `profile`, `seed`).
     """
     from harness.environment import describe_environment
-    from harness.roofline import roofline_summary, throughput
+    from harness.roofline import roofline_summary
     from harness.timing import time_callable
 
     fwd = forward_impl
@@ -201,9 +215,9 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
     timing = time_callable(fwd, device=device, rotate=fwd.rotate, **(timing_options or {}))
     peak = _peak_memory(fwd)
     roofline = roofline_summary(case, fwd.input_set, device, timing.median_ms)
-    from harness.roofline import case_cost
-
-    rates = throughput(case_cost(case, fwd.input_set), timing.median_ms)
+    seconds = timing.median_ms * 1e-3
+    rates = {"gbps": roofline["bytes"] / seconds / 1e9 if seconds > 0 else None,
+             "tflops": roofline["flops"] / seconds / 1e12 if seconds > 0 else None}
     profile = None
     if use_profiler:
         from harness.profiling import profile_callable

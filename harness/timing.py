@@ -58,6 +58,10 @@ _CAPTURED: dict[str, int] = {name: id(get()) for name, get in _CLOCK_LOOKUPS.ite
 # GPU: 20 samples give the order-statistics error estimate enough ranks to be meaningful;
 # 10 s caps a slow variant without cutting a ~10 ms one short of convergence.
 GPU_MIN_ITERS, GPU_MAX_ITERS, GPU_MAX_SECONDS, GPU_WARMUP = 20, 2000, 10.0, 5
+# ...and at least this much timed wall time before a GPU median may count as converged:
+# medians of ~20 samples of a 20 us kernel still drift by ~1% between runs; 0.25 s of
+# samples brings five repeated medians within 1% (benchmarks/harness_gpu.py checks it).
+GPU_MIN_SECONDS = 0.25
 # Warm-up also runs until this much wall time passed (clocks ramp up, caches settle).
 GPU_WARMUP_SECONDS = 0.05
 # CPU interpreter: one call can take seconds, and these figures only show it runs.
@@ -170,8 +174,8 @@ def _summarize(times: list[float], label: str, warmup: int, reason: str,
 
 
 def _stop(n: int, rel: float, started: float, *, min_iters: int, max_iters: int,
-          rel_err_target: float, max_seconds: float) -> str | None:
-    if n >= min_iters and rel <= rel_err_target:
+          rel_err_target: float, max_seconds: float, min_seconds: float = 0.0) -> str | None:
+    if n >= min_iters and rel <= rel_err_target and _perf_counter() - started >= min_seconds:
         return "converged"
     if n >= max_iters:
         return "max_iters"
@@ -205,10 +209,12 @@ def time_callable(
     rel_err_target: float = 0.01,
     max_seconds: float | None = None,
     warmup: int | None = None,
+    min_seconds: float | None = None,
 ) -> Timing:
     """Time `fn()` on `device` (`cuda` or `cpu`); `rotate(i)` swaps in input buffer set i.
 
-    Defaults per device: see the GPU_* and CPU_* constants above.
+    Defaults per device: see the GPU_* and CPU_* constants above. `min_seconds` (GPU) is the
+    least timed wall time before the median may count as converged.
     """
     gpu = device == "cuda" or str(device).startswith("cuda")
     if gpu:
@@ -218,7 +224,8 @@ def time_callable(
             max_iters=GPU_MAX_ITERS if max_iters is None else max_iters,
             rel_err_target=rel_err_target,
             max_seconds=GPU_MAX_SECONDS if max_seconds is None else max_seconds,
-            warmup=GPU_WARMUP if warmup is None else warmup)
+            warmup=GPU_WARMUP if warmup is None else warmup,
+            min_seconds=GPU_MIN_SECONDS if min_seconds is None else min_seconds)
     return _time_cpu(
         fn, rotate=rotate,
         min_iters=CPU_MIN_ITERS if min_iters is None else min_iters,
@@ -254,7 +261,7 @@ def _time_cpu(fn: Callable[[], Any], *, rotate: Callable[[int], None] | None, mi
 
 def _time_cuda(fn: Callable[[], Any], *, rotate: Callable[[int], None] | None, flush_l2: bool,
                min_iters: int, max_iters: int, rel_err_target: float, max_seconds: float,
-               warmup: int) -> Timing:
+               warmup: int, min_seconds: float) -> Timing:
     flush = l2_flush_buffer() if flush_l2 else None
 
     def prepare(i: int) -> None:
@@ -294,7 +301,7 @@ def _time_cuda(fn: Callable[[], Any], *, rotate: Callable[[int], None] | None, f
         times += [_event_elapsed(start, end) for start, end in pairs]
         reason = _stop(len(times), median_rel_err(times), started, min_iters=min_iters,
                        max_iters=max_iters, rel_err_target=rel_err_target,
-                       max_seconds=max_seconds)
+                       max_seconds=max_seconds, min_seconds=min_seconds)
 
     walls: list[float] = []
     for _ in range(WALL_CHECK_CALLS):
