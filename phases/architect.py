@@ -143,7 +143,7 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
     inputs = PlanInputs(case.name, case.manifest.description, baseline,
                         prof_out, summary, roofline)
     analyst = make_analyst(ctx.config.analyst, events=events, run_dir=ctx.run_dir,
-                           cancel=ctx.cancel)
+                           cancel=ctx.cancel, options=ctx.config.engineer_options)
     events(Event(LOG, PHASE, f"planning with the {getattr(analyst, 'name', 'custom')} analyst"))
     plan = make_plan(analyst, inputs)
     ctx.check_cancel()

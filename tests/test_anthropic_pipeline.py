@@ -60,8 +60,10 @@ def test_the_pipeline_runs_with_the_anthropic_engineer_and_analyst(workspace, mo
         result = pipeline.run_pipeline(
             CASE, engineer="anthropic", analyst="anthropic", iterations=1, root=workspace,
             events=events.append, fakes=fakes,
-            engineer_options={"starting_point": False})
+            engineer_options={"starting_point": False, "model": "claude-opus-5-5"})
     assert server.remaining == 0
+    # --model reaches both agents' requests.
+    assert {r.body["model"] for r in server.requests} == {"claude-opus-5-5"}
 
     data = result.to_dict() if hasattr(result, "to_dict") else vars(result)
     assert data["verified"] is True

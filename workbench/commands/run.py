@@ -41,7 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="offline | anthropic | replay:PATH (default: anthropic when "
                         "ANTHROPIC_API_KEY is set, else offline)")
     p.add_argument("--analyst", default=None, choices=["offline", "anthropic"],
-                   help="Strategy Analyst of the architect (default: offline)")
+                   help="Strategy Analyst of the architect (default: anthropic with the "
+                        "anthropic engineer, else offline)")
+    p.add_argument("--model", default=None,
+                   help="Claude model of the anthropic engineer and analyst (default: "
+                        "anthropic.model in .kopt/config.yaml, else claude-sonnet-5-5)")
     p.add_argument("--phases", default=None,
                    help="comma-separated subset in pipeline order, e.g. architect,optimizer")
     p.add_argument("--iterations", type=int, default=3, help="optimizer rounds (default 3)")
@@ -136,9 +140,11 @@ def handle(args: argparse.Namespace) -> int:
                 outcome["result"] = resume_pipeline(args.resume, events=printer, cancel=cancel)
             else:
                 outcome["result"] = run_pipeline(
-                    args.case, engineer=engineer, analyst=args.analyst, phases=args.phases,
-                    iterations=args.iterations, run_id=args.run_id, target=args.target,
-                    events=printer, cancel=cancel, device=args.device)
+                    args.case, engineer=engineer,
+                    analyst=args.analyst or ("anthropic" if engineer == "anthropic" else None),
+                    phases=args.phases, iterations=args.iterations, run_id=args.run_id,
+                    target=args.target, events=printer, cancel=cancel, device=args.device,
+                    engineer_options={"model": args.model} if args.model else None)
         except BaseException as err:  # noqa: BLE001 - handed to the main thread
             outcome["error"] = err
 
