@@ -105,7 +105,10 @@ class FakeEngineer:
         hang = int(self.options.get("hang_on_round") or os.environ.get("KOPT_TEST_HANG") or 0)
         if request.iteration == hang:
             (request.run_dir / "hang-marker").write_text(str(os.getpid()))
-            time.sleep(120)
+            deadline = time.monotonic() + 120
+            while not request.cancel.is_set() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return Proposal(candidate=None, notes="cancelled", cancelled=True)
         out = request.worktree / "kernels" / f"{request.case.name}.py"
         out.parent.mkdir(exist_ok=True)
         if request.iteration == 1:
@@ -127,3 +130,23 @@ def fakes(engineers: list[FakeEngineer] | None = None) -> dict[str, Any]:
         return eng
 
     return {"measure": fake_measure, "verify": fake_verify, "engineer_factory": factory}
+
+
+def install() -> None:
+    """Swap the harness's measure/verify and the `offline` engineer for the fakes, process-wide
+    (for a `kopt` subprocess driven by `DRIVER`)."""
+    import harness.runner
+    import harness.verify
+    from phases.engineers.base import register_engineer
+
+    harness.runner.measure_variant = lambda case, variant, **kw: fake_measure(case, variant, **kw)
+    harness.verify.verify_candidate = lambda case, path, **kw: fake_verify(case, path)
+    harness.verify.verify_candidates = lambda case, paths, **kw: [fake_verify(case, p) for p in paths]
+    register_engineer("offline", FakeEngineer)
+
+
+# `python -c DRIVER kopt-args...`: the real `kopt` CLI with the fakes installed.
+DRIVER = (
+    "import sys; sys.path.insert(0, {tests!r}); import test_pipeline_fakes as f; f.install(); "
+    "from workbench.cli import main; sys.exit(main(sys.argv[1:]))"
+).format(tests=str(Path(__file__).resolve().parent))
