@@ -249,7 +249,7 @@ def _tensor_spec(i: int, info: dict[str, Any], constants: dict[str, Any],
         d.guesses.append(f"arg {i} is a transposed view and stays one")
     elif not info["contiguous"]:
         d.guesses.append(f"arg {i} is a non-contiguous view; it is drawn contiguous")
-    if "min" not in info:  # empty tensor
+    if "min" not in info and "p" not in info:  # empty tensor
         return spec
     if dtype == "bool":
         spec.update(init="bernoulli", p=_round(info["p"]))
