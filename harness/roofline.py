@@ -245,17 +245,18 @@ def floor_parts(cost: Cost, ceil: Ceilings, dtype: str,
     return mem, comp
 
 
-def floor_ms(cost: Cost, ceil: Ceilings, dtype: str, precision: str = "strict") -> float | None:
+def floor_ms(cost: Cost, ceilings: Ceilings, dtype: str,
+             precision: str = "strict") -> float | None:
     """The roofline floor: max(bytes / copy bandwidth, FLOPs / matmul rate). None on the CPU."""
-    mem, comp = floor_parts(cost, ceil, dtype, precision)
+    mem, comp = floor_parts(cost, ceilings, dtype, precision)
     if mem is None:
         return None
     return max(mem, comp or 0.0)
 
 
-def bound(cost: Cost, ceil: Ceilings, dtype: str, precision: str = "strict") -> str | None:
+def bound(cost: Cost, ceilings: Ceilings, dtype: str, precision: str = "strict") -> str | None:
     """`memory` or `compute`: which ceiling sets the floor (None without ceilings)."""
-    mem, comp = floor_parts(cost, ceil, dtype, precision)
+    mem, comp = floor_parts(cost, ceilings, dtype, precision)
     if mem is None:
         return None
     return "compute" if (comp or 0.0) > mem else "memory"

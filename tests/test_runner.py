@@ -123,3 +123,15 @@ def test_crashing_and_unloadable_candidates_are_contained(workspace: Path) -> No
 def test_missing_candidate_file_is_bad_input(workspace: Path) -> None:
     with pytest.raises(BadInputError, match="no candidate file"):
         measure_variant("layernorm_gelu", workspace / "nope.py")
+
+
+@pytest.mark.gpu
+def test_gpu_metrics_have_a_floor_and_peak_memory(workspace: Path) -> None:
+    m = measure_variant("layernorm_gelu", "eager", device="cuda")
+    assert m["ok"], m.get("error")
+    assert m["timing_label"] == "cuda-events" and m["input_set"] == "main"
+    roof = m["roofline"]
+    assert roof["floor_ms"] > 0 and roof["bound"] == "memory"
+    assert 0 < roof["pct_of_floor"] <= 100  # nothing beats the floor
+    assert m["peak_memory_bytes"] >= roof["bytes"]
+    assert m["deferred_work_suspected"] is None

@@ -139,3 +139,69 @@ def test_gpu_timer_and_side_stream_detection() -> None:
 
     cheat = time_callable(on_side_stream, device="cuda")
     assert cheat.deferred_work_suspected() is not None
+
+
+class _FakeEvent:
+    """Stands in for torch.cuda.Event on the CPU: record() reads the wall clock."""
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.t: float | None = None
+
+    def record(self, stream: object = None) -> None:
+        self.t = timing._perf_counter()
+
+
+def test_gpu_loop_logic_with_fake_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA path's control flow (warm-up, flush after rotate, batches, device-wide sync
+    before reading, wall-clock check) exercised with CPU stand-ins for the CUDA calls."""
+    log: list[str] = []
+    flush = torch.zeros(16, dtype=torch.int32)
+    monkeypatch.setattr(timing, "_CudaEvent", _FakeEvent)
+    monkeypatch.setattr(timing, "_event_record", lambda e, stream=None: e.record())
+    monkeypatch.setattr(timing, "_event_elapsed", lambda s, e: (e.t - s.t) * 1e3)
+    monkeypatch.setattr(timing, "_cuda_synchronize", lambda: log.append("sync"))
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda device_index=None: flush)
+
+    last = {"i": -1}
+
+    def rotate(i: int) -> None:
+        log.append(f"rotate{i}")
+        last["i"] = i
+
+    def fn() -> None:
+        assert int(flush[0]) == last["i"]  # the flush wrote the buffer after this rotate
+        log.append("call")
+        _busy_real(0.5)
+
+    t = time_callable(fn, device="cuda", rotate=rotate, min_iters=10, max_iters=25,
+                      rel_err_target=0.5, min_seconds=0.0, warmup=3)
+    assert t.label == "cuda-events"
+    assert t.stop_reason == "converged" and t.samples == 10  # one batch was enough
+    assert 0.4 <= t.median_ms < 20
+    assert t.sync_wall_ms is not None and t.deferred_work_suspected() is None
+    assert log.count("call") == t.warmup + t.samples + timing.WALL_CHECK_CALLS
+    calls = [k for k, entry in enumerate(log) if entry == "call"]
+    last_warm, first_timed = calls[t.warmup - 1], calls[t.warmup]
+    assert "sync" in log[last_warm:first_timed]  # warm-up finished before timing began
+    after_batch = calls[t.warmup + t.samples - 1]
+    assert log[after_batch + 1] == "sync"  # device-wide sync before any event is read
+
+
+def test_profile_summary_ranks_device_kernels() -> None:
+    from types import SimpleNamespace
+
+    from harness.profiling import summarize
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    rows = [SimpleNamespace(key="aten::mm", count=5, device_type=cpu, self_device_time_total=0.0,
+                            self_cpu_time_total=900.0),
+            SimpleNamespace(key="sm90_gemm", count=5, device_type=cuda,
+                            self_device_time_total=3000.0, self_cpu_time_total=0.0),
+            SimpleNamespace(key="triton_poi_fused_gelu", count=5, device_type=cuda,
+                            self_device_time_total=1000.0, self_cpu_time_total=0.0)]
+    prof = summarize(rows, by="device", iterations=5)
+    assert [k.name for k in prof.kernels] == ["sm90_gemm", "triton_poi_fused_gelu"]
+    assert prof.kernels[0].total_ms == pytest.approx(3.0)
+    assert prof.kernels[0].pct == pytest.approx(75.0)
+    assert summarize(rows, by="cpu", iterations=5).kernels[0].name == "aten::mm"
