@@ -93,3 +93,26 @@ def test_the_pipeline_runs_with_the_anthropic_engineer_and_analyst(workspace, mo
     history = subprocess.run(["git", "log", "-p", "--all"], cwd=workspace, capture_output=True,
                              text=True, check=True).stdout
     assert key not in history
+
+    # `--engineer replay:RUN_DIR`, offline: the same kernels are committed in the same order.
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+    fakes = pipeline_fakes.fakes()
+    fakes.pop("engineer_factory")
+    replayed = pipeline.run_pipeline(CASE, engineer=f"replay:{run_dir}", iterations=1,
+                                     root=workspace, fakes=fakes)
+    replay_data = replayed.to_dict() if hasattr(replayed, "to_dict") else vars(replayed)
+    assert replay_data["verified"] is True
+    live_blobs = kernel_blobs(workspace, data["branch"])
+    assert len(live_blobs) == 2 and live_blobs[0] != live_blobs[1]  # broken, then fixed
+    assert kernel_blobs(workspace, replay_data["branch"]) == live_blobs
+
+
+def kernel_blobs(root: Path, branch: str) -> list[str]:
+    """The optimizer's kernel blob at each of its iteration commits, oldest first."""
+    out = subprocess.run(["git", "log", "--reverse", "--format=%H %s", branch], cwd=root,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    shas = [line.split()[0] for line in out if line.split()[1] == "optimizer:"]
+    return [subprocess.run(["git", "rev-parse", f"{sha}:{KERNEL}"], cwd=root,
+                           capture_output=True, text=True, check=True).stdout.strip()
+            for sha in shas]
