@@ -324,8 +324,11 @@ def derive_manifest(result: dict[str, Any], name: str, file: Path) -> dict[str, 
         if pinned & {s for shape in shapes for s in shape if s > SMOKE_DIM}:
             d.guesses.append(f"sizes {sorted(pinned)} kept in smoke: they are positional "
                              "constructor arguments kopt cannot rename")
-    for a in d.args:
+    for i, a in enumerate(d.args):
         if "shape" not in a:
+            if type(a["value"]) is int and a["value"] in sizes:
+                d.guesses.append(f"arg {i} = {a['value']} equals a shrunk size but is kept "
+                                 "in smoke (a plain value, not a size kopt can see)")
             d.smoke_args.append({})
             continue
         over: dict[str, Any] = {"shape": [sizes.get(s, s) for s in a["shape"]]}
@@ -354,7 +357,8 @@ def derive_manifest(result: dict[str, Any], name: str, file: Path) -> dict[str, 
         f"Constants: {consts}." if consts else "",
         "Guessed by kopt import-kernelbench (check them): " + "; ".join(d.guesses) + "."
         if d.guesses else "",
-        "precision: strict (float32 matmuls are compared without TF32; set tf32 if acceptable).",
+        "precision: strict (float32 matmuls are compared without TF32; set tf32 if acceptable)."
+        if any(a.get("dtype") == "float32" for a in d.args) else "",
     ]))
     return {"name": name, "description": description, "model": model,
             "inputs": {"args": d.args, "kwargs": {}}, "device": "auto",
