@@ -1,0 +1,170 @@
+"""The pipeline with the harness and the engineer faked: manifests, commits per iteration,
+report, archive, refusals, feedback and the accelerator's search space."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.errors import BadInputError, ManifestError
+from phases import history
+from phases.accelerator import apply_config, literal, search_space, trial_configs
+from phases.manifest import read_manifest, validation_errors
+from phases.pipeline import parse_phases, run_pipeline
+from test_pipeline_fakes import FakeEngineer, fakes
+
+
+@pytest.fixture
+def repo(workspace: Path) -> Path:
+    history.init_workspace(workspace)
+    return workspace
+
+
+def test_full_run_yields_four_manifests_commits_report_and_archive(repo: Path) -> None:
+    engineers: list[FakeEngineer] = []
+    result = run_pipeline("layernorm_gelu", iterations=3, run_id="r1", fakes=fakes(engineers))
+    assert set(result.to_dict()) == {"run_id", "case", "branch", "manifests", "archive",
+                                     "speedup_vs_eager", "speedup_vs_compile", "verified"}
+    assert result.verified and result.branch == "kopt/layernorm_gelu/r1"
+    assert [Path(m).name for m in result.manifests] == \
+        ["architect.json", "optimizer.json", "accelerator.json", "integrator.json"]
+    for m in result.manifests:
+        assert validation_errors(json.loads((repo / m).read_text())) == []
+
+    opt = read_manifest(repo / "manifests/r1/optimizer.json")
+    verdicts = [(i["iteration"], i["verdict"]) for i in opt.details["iterations"]]
+    assert verdicts == [(1, "rejected"), (2, "accepted"), (3, "accepted")]
+    assert opt.details["best"]["iteration"] == 3 and opt.speedup == pytest.approx(6.0)
+    assert opt.details["unfused"] == [{"op": "aten::dropout", "reason": "identity in eval"}]
+
+    # one commit per iteration, each holding the kernel + its verification (+ metrics)
+    run = history.get_run("r1")
+    assert [i.iteration for i in run.iterations] == [1, 2, 3]
+    assert run.iterations[0].message == \
+        "optimizer: layernorm_gelu iter 1 - rejected (every_element_written)"
+    assert run.iterations[2].message == "optimizer: layernorm_gelu iter 3 - 6.00x vs eager, verified"
+    tree = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "--name-only",
+                           run.iterations[2].commit, "kernels"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert tree == ["kernels/layernorm_gelu.metrics.json", "kernels/layernorm_gelu.py",
+                    "kernels/layernorm_gelu.verification.json"]
+
+    # the engineer got the verifier's report of the rejected round as feedback
+    eng = engineers[0]
+    assert eng.requests[0].feedback is None
+    assert "every_element_written: FAIL" in eng.requests[1].feedback
+    assert eng.requests[1].previous == Path("kernels/layernorm_gelu.py")
+
+    acc = read_manifest(repo / "manifests/r1/accelerator.json")
+    assert acc.details["gpu"] == "no GPU: default configuration verified only"
+    assert acc.details["budget"]["trials_run"] == 1
+
+    final = read_manifest(repo / "manifests/r1/integrator.json")
+    assert final.details["approval"]["state"] == "pending"
+    assert final.details["timing"]["speedup_vs_compile"] == pytest.approx(1.6 / (1 / 3))
+    report = (repo / final.details["report"]).read_text()
+    assert "cpu-interpreter" in report and "6.00x" in report and "chart.png" in report
+    archive = repo / result.archive
+    assert archive.name.endswith("-layernorm_gelu-6.00x")
+    for name in ("layernorm_gelu.py", "report.md", "REPRODUCE.md", "chart.png",
+                 "manifests/integrator.json", "MANIFEST.txt"):
+        assert (archive / name).is_file(), name
+    assert (archive / "chart.png").read_bytes()[:4] == b"\x89PNG"
+    assert "kopt verify layernorm_gelu" in (archive / "REPRODUCE.md").read_text()
+    assert not [p for p in (repo / "archive").iterdir() if p.name.startswith(".")]
+
+
+def test_a_hand_edited_manifest_is_refused_by_the_next_phase(repo: Path) -> None:
+    run_pipeline("layernorm_gelu", iterations=2, run_id="r1", phases="architect,optimizer",
+                 fakes=fakes())
+    best = repo / "manifests/r1/optimizer/best.py"
+    best.write_text(best.read_text() + "# tweaked by hand\n")
+    with pytest.raises(ManifestError, match=r"optimizer/best.py: sha256"):
+        run_pipeline("layernorm_gelu", run_id="r1", phases="accelerator", fakes=fakes())
+
+    best.write_text(best.read_text().replace("# tweaked by hand\n", ""))
+    path = repo / "manifests/r1/optimizer.json"
+    data = json.loads(path.read_text())
+    data["benchmarks"]["speedup"] = 100
+    data["status"] = "verifed"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ManifestError, match=r"optimizer.json: /status"):
+        run_pipeline("layernorm_gelu", run_id="r1", phases="accelerator", fakes=fakes())
+
+
+def test_the_users_rejection_feeds_the_next_runs_first_round(repo: Path) -> None:
+    run_pipeline("layernorm_gelu", iterations=2, run_id="r1", fakes=fakes())
+    history.reject("r1", reason="uses too much shared memory on A100")
+    engineers: list[FakeEngineer] = []
+    run_pipeline("layernorm_gelu", iterations=1, run_id="r2", phases="architect,optimizer",
+                 fakes=fakes(engineers))
+    first = engineers[0].requests[0].feedback
+    assert "rejected run r1" in first and "shared memory on A100" in first
+    opt = read_manifest(repo / "manifests/r2/optimizer.json")
+    assert opt.status == "failed"  # round 1 of the fake is always rejected
+    assert opt.details["best"] is None
+
+
+def test_phases_must_be_a_subset_in_order(repo: Path) -> None:
+    assert parse_phases("architect,optimizer") == ["architect", "optimizer"]
+    with pytest.raises(BadInputError, match="pipeline order"):
+        parse_phases("optimizer,architect")
+    with pytest.raises(BadInputError, match="unknown phase"):
+        parse_phases("architect,tuner")
+    with pytest.raises(BadInputError, match="starts with the architect"):
+        run_pipeline("layernorm_gelu", phases="optimizer", fakes=fakes())
+
+
+def test_archive_redacts_the_api_key(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = "sk-ant-api03-" + "x" * 40
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+
+    class LeakyEngineer(FakeEngineer):
+        def propose(self, request, events):  # type: ignore[no-untyped-def]
+            proposal = super().propose(request, events)
+            log = request.run_dir / "transcripts" / "optimizer.jsonl"
+            log.parent.mkdir(exist_ok=True)
+            log.write_text(json.dumps({"headers": {"x-api-key": key}}) + "\n")
+            return proposal
+
+    f = fakes()
+    f["engineer_factory"] = lambda spec, options: LeakyEngineer(options)
+    result = run_pipeline("layernorm_gelu", iterations=2, run_id="r1", fakes=f)
+    archive = repo / result.archive
+    assert (archive / "transcripts" / "optimizer.jsonl").is_file()
+    for p in archive.rglob("*"):
+        if p.is_file():
+            assert key.encode() not in p.read_bytes(), p
+    assert "redacted in transcripts/optimizer.jsonl" in (archive / "MANIFEST.txt").read_text()
+
+
+SOURCE = '''KOPT_TUNABLES = {"BLOCK_ROWS": [1, 2, 4], "num_warps": [2, 4, 8]}
+KOPT_CONFIG = {"BLOCK_ROWS": 2,
+               "num_warps": 4}  # measured default
+BLOCK_SIZE = 1024  # why: one row per program
+'''
+
+
+def test_accelerator_search_space_and_rewrite() -> None:
+    style, space, default = search_space(SOURCE, None)
+    assert style == "config" and default == {"BLOCK_ROWS": 2, "num_warps": 4}
+    configs = trial_configs(space, default, {"BLOCK_ROWS": 4, "num_warps": 8}, max_trials=5)
+    assert configs[0] == default and configs[1] == {"BLOCK_ROWS": 4, "num_warps": 8}
+    assert len(configs) == 5 and len({json.dumps(c, sort_keys=True) for c in configs}) == 5
+    out = apply_config(SOURCE, style, {"BLOCK_ROWS": 4, "num_warps": 8})
+    assert literal(out, "KOPT_CONFIG") == {"BLOCK_ROWS": 4, "num_warps": 8}
+    assert "# measured default" in out and "BLOCK_SIZE = 1024  # why" in out
+    # no KOPT_TUNABLES: the engineer's tunable module constants
+    style, space, default = search_space(SOURCE.split("\n", 3)[3], {"BLOCK_SIZE": [512, 1024]})
+    assert (style, default) == ("constants", {"BLOCK_SIZE": 1024})
+    assert "BLOCK_SIZE = 512  # why" in apply_config("BLOCK_SIZE = 1024  # why\n", style,
+                                                     {"BLOCK_SIZE": 512})
+    nested = ('KOPT_TUNABLES = {"_k": {"BLOCK_SIZE": [1024, 2048]}}\n'
+              'KOPT_CONFIG = {"_k": {"BLOCK_SIZE": 2048, "num_warps": 8}}\n')
+    style, space, default = search_space(nested, None)
+    assert default == {"_k/BLOCK_SIZE": 2048}
+    assert literal(apply_config(nested, style, {"_k/BLOCK_SIZE": 1024}), "KOPT_CONFIG") == \
+        {"_k": {"BLOCK_SIZE": 1024, "num_warps": 8}}
