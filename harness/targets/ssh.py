@@ -389,7 +389,12 @@ class SshTarget:
         if o.known_hosts:
             cmd += ["-o", f"UserKnownHostsFile={o.known_hosts}"]
         if o.multiplex:
-            cmd += ["-o", "ControlMaster=auto", "-o", f"ControlPath={_control_dir()}/%C",
+            # one master per (host, port, user) *and* client settings: a connection made with
+            # one key or known_hosts file must never be reused by a target that sets others
+            settings = hashlib.sha256(repr((config, o.identity_file, o.known_hosts,
+                                            o.ssh_options)).encode()).hexdigest()[:8]
+            cmd += ["-o", "ControlMaster=auto",
+                    "-o", f"ControlPath={_control_dir()}/{settings}-%C",
                     "-o", "ControlPersist=60"]
         for option in o.ssh_options:
             cmd += ["-o", option]

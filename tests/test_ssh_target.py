@@ -1,0 +1,224 @@
+"""The ssh:// target against a real OpenSSH server on 127.0.0.1 (skipped without sshd)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sshd import Sshd, find_sshd, keygen, start_sshd
+
+from harness.errors import BadInputError
+from harness.job import stage_job
+from harness.targets import jobs as job_records
+from harness.targets.base import resolve_target
+from harness.targets.ssh import SshTarget, parse_spec
+from workbench.cli import main as kopt
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def loopback() -> Iterator[Sshd]:
+    if find_sshd() is None:
+        pytest.skip("sshd is not installed (.ci/run installs openssh-server; apt-get install "
+                    "openssh-server)")
+    import tempfile
+
+    # a short path: ssh's ControlPath socket names must stay under ~100 bytes
+    directory = Path(tempfile.mkdtemp(prefix="kopt-sshd-"))
+    try:
+        server = start_sshd(directory)
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as err:
+        pytest.skip(f"could not start sshd: {err}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def spec(loopback: Sshd, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """ssh://kopt-loopback/<remote workspace>?python=<this interpreter>."""
+    monkeypatch.setenv("KOPT_SSH_CONFIG", str(loopback.client_config))
+    remote = loopback.directory / "remote"
+    return f"ssh://kopt-loopback{remote}?python={sys.executable}"
+
+
+def test_parse_spec() -> None:
+    parsed = parse_spec("ssh://me@gpu-box:2222/scratch/kopt?python=/opt/py/bin/python")
+    assert (parsed.user, parsed.host, parsed.port, parsed.workspace, parsed.python) == (
+        "me", "gpu-box", 2222, "/scratch/kopt", "/opt/py/bin/python")
+    assert parse_spec("ssh://gpu-box/~/kopt").workspace == "~/kopt"
+    assert parse_spec("ssh://gpu-box").workspace == "~/.kopt-remote"
+    assert not parse_spec("ssh://gpu-box?source=installed").push_source
+    with pytest.raises(BadInputError, match="unknown option"):
+        parse_spec("ssh://gpu-box?pyhton=x")
+
+
+def test_job_streams_lines_and_pushes_only_changes(spec: str, workspace: Path) -> None:
+    target = resolve_target(spec)
+    assert isinstance(target, SshTarget)
+    lines: list[tuple[float, str]] = []
+    payload = os.urandom(2 * 2**20)
+    first = stage_job("echo", {"message": "hello", "repeat": 2, "interval_s": 1.5})
+    (first / "inputs").mkdir()
+    (first / "inputs" / "blob.bin").write_bytes(payload)
+    outcome = target.run(first, timeout=60, on_line=lambda line: lines.append((time.time(), line)))
+    assert outcome.ok, outcome.output_tail
+    assert [line for _, line in lines] == ["echo: hello"] * 2
+    # streamed as they happened (1.5 s apart on the remote), not all at the end
+    assert lines[-1][0] - lines[0][0] > 1.0
+    assert outcome.response["message"] == "hello"
+    assert outcome.response["environment"]["python"] == sys.version.split()[0]
+    assert outcome.host == "ssh://kopt-loopback"
+    assert target.last_push["bytes"] >= len(payload)
+
+    # content already on the remote is not sent again: the 2 MB payload travels once
+    again = stage_job("echo", {"message": "again"})
+    (again / "inputs").mkdir()
+    (again / "inputs" / "blob.bin").write_bytes(payload)
+    outcome = target.run(again, timeout=60)
+    assert outcome.ok and outcome.response["message"] == "again"
+    assert 0 < target.last_push["bytes"] < len(payload) // 4  # request.json (+ edited source)
+    record = job_records.load(outcome.extra["job_id"])
+    assert record.state == "fetched" and record.returncode == 0
+
+
+def test_dropped_connection_is_reattached_without_losing_lines(spec: str, workspace: Path) -> None:
+    target = resolve_target(spec)
+    assert isinstance(target, SshTarget)
+    lines: list[str] = []
+
+    def on_line(line: str) -> None:
+        lines.append(line)
+        if len(lines) == 1 and target.follow_process is not None:
+            target.follow_process.kill()  # the link drops mid-job
+
+    job = stage_job("echo", {"message": "tick", "repeat": 5, "interval_s": 0.3})
+    outcome = target.run(job, timeout=60, on_line=on_line)
+    assert outcome.ok, outcome.output_tail
+    assert lines == ["echo: tick"] * 5  # nothing lost, nothing repeated
+
+
+def test_detached_job_survives_a_dropped_attach(spec: str, workspace: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert kopt(["jobs", "submit", "--target", spec, "--echo", "beat", "--repeat", "8",
+                 "--interval", "0.4", "--json"]) == 0
+    job_id = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["id"]
+
+    # attach from another process, then drop it after the first line
+    attach = subprocess.Popen([sys.executable, "-m", "workbench.cli", "jobs", "attach", job_id],
+                              stdout=subprocess.PIPE, text=True, cwd=str(workspace),
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert attach.stdout is not None
+    assert attach.stdout.readline().strip() == "echo: beat"
+    attach.kill()
+    attach.wait()
+
+    assert kopt(["jobs", "--json"]) == 0
+    listed = {j["id"]: j for j in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["jobs"]}
+    assert listed[job_id]["state"] == "running"
+
+    assert kopt(["jobs", "attach", job_id]) == 0
+    out = capsys.readouterr().out
+    assert out.count("echo: beat") == 8
+    record = job_records.load(job_id)
+    assert record.state == "fetched"
+    response = json.loads((Path(record.local_dir) / "out" / "response.json").read_text())
+    assert response["ok"] and response["message"] == "beat"
+
+
+def test_cancel_stops_a_running_job(spec: str, workspace: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert kopt(["jobs", "submit", "--target", spec, "--echo", "slow", "--repeat", "100",
+                 "--interval", "0.5", "--json"]) == 0
+    job_id = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["id"]
+    assert kopt(["jobs", "cancel", job_id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cancelled"] is True
+    target = resolve_target(spec)
+    assert target.status(job_records.load(job_id))["state"] == "cancelled"
+
+
+def test_remote_timeout_kills_the_job(spec: str, workspace: Path) -> None:
+    target = resolve_target(spec)
+    job = stage_job("echo", {"message": "x", "repeat": 100, "interval_s": 0.5})
+    outcome = target.run(job, timeout=3, on_line=None)
+    assert outcome.timed_out and not outcome.ok
+    assert "timed out" in outcome.failure_reason()
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    code = kopt(argv)
+    err = capsys.readouterr().err.strip()
+    assert code != 0
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("kopt: error: ")
+    return err
+
+
+def test_unreachable_host_is_one_line(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sshd import free_port
+
+    err = _one_line_error(capsys, ["jobs", "submit", "--target",
+                                   f"ssh://127.0.0.1:{free_port()}", "--echo", "x"])
+    assert "unreachable" in err and "Connection refused" in err and "ssh -p" in err
+
+
+def _targets_yaml(workspace: Path, **entry: str) -> None:
+    lines = ["targets:", "  box:"] + [f"    {k}: {v}" for k, v in entry.items()]
+    (workspace / "targets.yaml").write_text("\n".join(lines) + "\n")
+
+
+def test_wrong_key_is_one_line(loopback: Sshd, workspace: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    wrong = workspace / "wrong_key"
+    keygen(wrong)
+    _targets_yaml(workspace, spec=f"ssh://127.0.0.1:{loopback.port}", ssh_config="/dev/null",
+                  identity_file=str(wrong), known_hosts=str(loopback.known_hosts))
+    err = _one_line_error(capsys, ["jobs", "submit", "--target", "box", "--echo", "x"])
+    assert "authentication failed" in err and "authorized_keys" in err
+
+
+def test_unknown_host_key_is_one_line(loopback: Sshd, workspace: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    empty = workspace / "known_hosts"
+    empty.write_text("")
+    _targets_yaml(workspace, spec=f"ssh://127.0.0.1:{loopback.port}", ssh_config="/dev/null",
+                  identity_file=str(loopback.client_key), known_hosts=str(empty))
+    err = _one_line_error(capsys, ["jobs", "submit", "--target", "box", "--echo", "x"])
+    assert "unknown host key" in err and "fingerprint" in err
+
+
+def test_missing_torch_on_the_remote_is_one_line(loopback: Sshd, spec: str, workspace: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bare = "/usr/bin/python3"
+    probe = subprocess.run([bare, "-c", "import torch"], capture_output=True)
+    if probe.returncode == 0 or not os.access(bare, os.X_OK):
+        pytest.skip(f"{bare} is missing or has torch: no bare interpreter to test with")
+    err = _one_line_error(capsys, ["jobs", "submit", "--target", spec.split("?")[0] +
+                                   f"?python={bare}", "--echo", "x"])
+    assert "torch is missing" in err and "pip install torch" in err
+
+
+def test_missing_python_on_the_remote_is_one_line(spec: str, workspace: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    err = _one_line_error(capsys, ["jobs", "submit", "--target", spec.split("?")[0] +
+                                   "?python=/nonexistent/python3", "--echo", "x"])
+    assert "no Python at '/nonexistent/python3'" in err
+
+
+def test_kopt_targets_checks_local_and_loopback(loopback: Sshd, spec: str, workspace: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    (workspace / "targets.yaml").write_text(f"targets:\n  loopback: {spec}\n")
+    assert kopt(["targets", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["targets"]}
+    assert set(rows) == {"local", "loopback"}
+    assert rows["loopback"]["reachable"] and rows["loopback"]["torch"] == rows["local"]["torch"]
+    assert rows["loopback"]["triton"] and "disk_free_bytes" in rows["loopback"]
+    assert kopt(["targets", "local", "--no-ceilings"]) == 0
+    table = capsys.readouterr().out
+    assert "local" in table and rows["local"]["torch"] in table
