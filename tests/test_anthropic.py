@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import torch
-
 from fake_anthropic_server import (
     DropReply,
     ErrorReply,
@@ -27,6 +26,7 @@ from fake_anthropic_server import (
     text,
     tool_use,
 )
+
 from harness.case import Case, load_case
 from harness.errors import EngineerError
 from phases.engineers.base import EngineerRequest, Toolbox, VerifyResult, make_engineer

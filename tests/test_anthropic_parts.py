@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from fake_anthropic_server import FakeAnthropic, message, text
+
 from harness.errors import BadInputError, EngineerError
 from phases.analyst import LOCAL_PLAN_SCHEMA, AnthropicAnalyst, extract_json, validation_error
 from phases.engineers.anthropic import target_speedup, tunables_of

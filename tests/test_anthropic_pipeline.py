@@ -13,12 +13,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from fake_anthropic_server import FakeAnthropic, message, text, tool_use
+from test_anthropic import CASE, KERNEL, last_tool_results
+
 from phases.engineers.transcript import read_transcript
 from phases.events import TEXT_DELTA, TOOL_CALL, USAGE, Event
 from phases.history import init_workspace
-from test_anthropic import CASE, KERNEL, last_tool_results
 
 pipeline = pytest.importorskip("phases.pipeline")
 pipeline_fakes = pytest.importorskip("test_pipeline_fakes")

@@ -7,20 +7,22 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from harness.errors import BadInputError
-from phases.engineers.base import make_engineer
-from phases.engineers.transcript import read_transcript
-from phases.events import TEXT_DELTA, TOOL_CALL
+import test_anthropic
 from test_anthropic import (
     CASE,
     GOOD_KERNEL,
     KERNEL,
     Recorder,
-    api,  # noqa: F401 (the fixture)
     make_request,
     wrong_then_right_script,
 )
+
+from harness.errors import BadInputError
+from phases.engineers.base import make_engineer
+from phases.engineers.transcript import read_transcript
+from phases.events import TEXT_DELTA, TOOL_CALL
+
+api = test_anthropic.api  # the fake-server fixture, shared
 
 BUNDLED = Path(__file__).parent / "transcripts" / f"{CASE}-wrong-then-right.jsonl"
 
