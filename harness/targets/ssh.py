@@ -155,6 +155,17 @@ class SshTarget:
             return {**info, "reachable": False, "error": err.one_line()}
         return {**info, "reachable": True, **probe}
 
+    def parallel_slots(self) -> list[Any]:
+        """One slot per remote GPU (pinned with CUDA_VISIBLE_DEVICES), or one without a GPU."""
+        from harness.parallel import Slot
+
+        gpu = self.probe().get("gpu") or {}
+        count = int(gpu.get("count") or 0)
+        if not count:
+            return [Slot(self)]
+        return [Slot(self, {"CUDA_VISIBLE_DEVICES": str(i)}, gpu=f"{gpu.get('name')} #{i}")
+                for i in range(count)]
+
     # -- detached jobs ------------------------------------------------------------------------
 
     def start(self, job_dir: Path, *, timeout: float, env: dict[str, str] | None = None,
