@@ -98,3 +98,24 @@ def test_replay_errors_are_one_line(workspace, tmp_path):
     with torn.open("a") as fh:
         fh.write('{"kind": "respo')  # a run killed mid-write
     assert make_engineer(f"replay:{torn}").sessions  # the torn last line is skipped
+
+
+def test_a_resumed_run_replays_the_session_of_its_iteration(workspace, api, monkeypatch):
+    from fake_anthropic_server import message, tool_use
+
+    api([message(tool_use("write_file", {"file_path": KERNEL, "content": GOOD_KERNEL.replace(
+             "h = diff * rstd * w + b", "h = diff * rstd * w")}),
+             tool_use("verification_tool", {"candidate_path": KERNEL})),
+         message(tool_use("write_file", {"file_path": KERNEL, "content": GOOD_KERNEL}),
+                 tool_use("verification_tool", {"candidate_path": KERNEL}))])
+    engineer = make_engineer("anthropic", {"max_verifications": 1})
+    request, _ = make_request(workspace, name="live")
+    assert not engineer.propose(request, Recorder()).verified.accepted
+    request.iteration = 2
+    assert engineer.propose(request, Recorder()).verified.accepted
+
+    no_network(monkeypatch)
+    resumed, toolbox = make_request(workspace, name="resumed", iteration=2)
+    proposal = make_engineer(f"replay:{request.run_dir}").propose(resumed, Recorder())
+    assert proposal.verified.accepted  # iteration 2's session, not the first one
+    assert toolbox.commits()[1:] == [f"optimizer: {CASE} iter 1 - verified"]

@@ -78,14 +78,24 @@ class ReplayEngineer:
                                 fix="pass a transcript written by --engineer anthropic")
         self.options = dict(options)
         self.run_usage = Usage()
-        self._next = 0
+        self._used: set[int] = set()
+
+    def _session_for(self, iteration: int) -> list[dict[str, Any]] | None:
+        """The first unused session recorded for `iteration`, else the next unused one (a
+        resumed run starts at a later iteration with a fresh engineer)."""
+        unused = [i for i in range(len(self.sessions)) if i not in self._used]
+        match = [i for i in unused if self.sessions[i][0].get("iteration") == iteration]
+        if not (match or unused):
+            return None
+        index = (match or unused)[0]
+        self._used.add(index)
+        return self.sessions[index]
 
     def propose(self, request: EngineerRequest, events: EventSink) -> Proposal:
-        if self._next >= len(self.sessions):
+        session = self._session_for(request.iteration)
+        if session is None:
             return Proposal(candidate=None, notes=f"replay: {self.path} has no session "
                                                   f"for iteration {request.iteration}")
-        session = self.sessions[self._next]
-        self._next += 1
         head = session[0]
         settings = _replay_settings(load_settings({}), head)
         out = transcript_file(request)
