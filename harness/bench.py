@@ -1,0 +1,186 @@
+"""`bench_case`: eager, torch.compile and each accepted candidate, timed by the harness timer.
+
+Candidates are verified first (`--unverified` skips that and marks the rows). Each candidate
+is timed in its own worker; eager and compile share one worker that never sees candidate
+code. Fresh input values are written in place between timed calls; after timing, one output
+sample on known values is compared here with the baseline's. A row is refused when that
+sample is wrong, a clock or torch object was replaced, work was left on a side stream or
+after the timed call, or the time beats the roofline floor (impossible).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.case import Case, TensorSpec, load_case
+from harness.compare import compare_outputs
+from harness.data import agent_provide_weights, draw_tensor
+from harness.device import default_input_set, resolve_device, timing_label, worker_env
+from harness.errors import BadInputError
+from harness.job import cleanup, stage_job
+from harness.targets.base import LineSink, Target, resolve_target
+from harness.tolerance import tolerance_for
+from harness.verification.tensors import input_keys, load_outputs
+from harness.verify import DEFAULT_TIMEOUT_S, verify_candidates
+
+POOL = 4
+"""Input value sets rotated through the timed calls (each written in place)."""
+FLOOR_SLACK = 1.10
+"""A time under floor_ms / 1.10 is refused as impossible. The copy ceiling is itself a
+measured figure (~90% of the datasheet peak), which a kernel can tie but not beat by 10%."""
+BASELINES = ("eager", "compile")
+
+ROW_KEYS = ("variant", "median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "pct_of_floor",
+            "speedup_vs_eager", "speedup_vs_compile", "verified", "timing_label")
+
+
+def _row(variant: str, label: str, verified: bool, note: str = "") -> dict[str, Any]:
+    row: dict[str, Any] = {k: None for k in ROW_KEYS}
+    row.update(variant=variant, verified=verified, timing_label=label, note=note)
+    return row
+
+
+def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: str | None = None,
+               unverified: bool = False, target: Target | str | None = None,
+               timeout: float = DEFAULT_TIMEOUT_S, baselines: Sequence[str] = BASELINES,
+               input_set: str | None = None, on_line: LineSink | None = None,
+               timing_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Rows `{variant, median_ms, p20_ms, p80_ms, gbps, tflops, pct_of_floor,
+    speedup_vs_eager, speedup_vs_compile, verified, timing_label, note}`: eager and compile
+    first, then one per candidate (a candidate not timed has `median_ms` None and says why
+    in `note`)."""
+    case = case if isinstance(case, Case) else load_case(case)
+    paths = [Path(c).expanduser() for c in candidates]
+    for p in paths:
+        if not p.is_file():
+            raise BadInputError(f"candidate file {str(p)!r} does not exist",
+                                fix="pass the path of a .py file that defines ModelNew")
+    dev = resolve_device(case, device)
+    label = timing_label(dev)
+    runner = target if target is not None and not isinstance(target, str) else resolve_target(target)
+    set_name = input_set or default_input_set(case, dev)
+
+    verdicts: dict[Path, tuple[bool, str]] = {}
+    if paths and not unverified:
+        for p, report in zip(paths, verify_candidates(case, paths, device=dev, target=runner,
+                                                      timeout=timeout, on_line=on_line)):
+            verdicts[p] = (report.accepted, "" if report.accepted else
+                           f"rejected by verification ({', '.join(report.failed())})")
+
+    resolved = case.input_set(set_name)
+    specs = {k: s for k, s in input_keys(resolved).items() if isinstance(s, TensorSpec)}
+    groups = {f"pool{i}": {k: draw_tensor(s, secrets.randbits(62)) for k, s in specs.items()}
+              for i in range(POOL)}
+    groups["check"] = {k: draw_tensor(s, secrets.randbits(62)) for k, s in specs.items()}
+    groups["weights"] = agent_provide_weights(case, set_name)
+    request = {"device": dev, "precision": case.manifest.precision, "input_set": set_name,
+               "interpret": dev == "cpu", "pool": [f"pool{i}" for i in range(POOL)],
+               "check": "check", "timing_options": timing_options or {}}
+    env = worker_env(dev)
+
+    rows: list[dict[str, Any]] = []
+    base_dir = stage_job("bench", {**request, "variants": list(baselines)}, case=case,
+                         tensors=groups)
+    try:
+        outcome = runner.run(base_dir, timeout=timeout, env=env, on_line=on_line)
+        if not outcome.ok:
+            raise BadInputError(f"the baseline of case {case.name!r} failed to bench: "
+                                f"{outcome.failure_reason()}",
+                                fix=f"run `kopt baseline {case.name}` to see the error")
+        resp = outcome.response or {}
+        roof = resp.get("roofline") or {}
+        reference = load_outputs(base_dir / "out" / "check-eager.safetensors")
+        for variant in baselines:
+            rows.append(_timed_row(variant, label, True, resp, variant, roof, None, case))
+    finally:
+        cleanup(base_dir)
+
+    for p in paths:
+        accepted, why = verdicts.get(p, (False, "unverified"))
+        name = p.stem
+        if not unverified and not accepted:
+            rows.append(_row(name, label, False, why))
+            continue
+        job_dir = stage_job("bench", {**request, "variants": ["candidate"]}, case=case,
+                            candidate=p, tensors=groups)
+        try:
+            outcome = runner.run(job_dir, timeout=timeout, env=env, on_line=on_line)
+            if not outcome.ok:
+                rows.append(_row(name, label, accepted, f"failed: {outcome.failure_reason()}"))
+                continue
+            sample = load_outputs(job_dir / "out" / "check-candidate.safetensors")
+            rows.append(_timed_row(name, label, accepted, outcome.response or {}, "candidate",
+                                   roof, (sample, reference), case))
+        finally:
+            cleanup(job_dir)
+    _speedups(rows)
+    return rows
+
+
+def _timed_row(name: str, label: str, verified: bool, resp: dict[str, Any], key: str,
+               roof: dict[str, Any], sample: tuple[Any, Any] | None, case: Case) -> dict[str, Any]:
+    row = _row(name, label, verified)
+    result = (resp.get("variants") or {}).get(key) or {}
+    if not result.get("ok"):
+        row["note"] = f"failed: {result.get('error', 'no result')}"
+        return row
+    refusals = [f"clock replaced: {c}" for c in resp.get("clocks_tampered") or []]
+    if key == "candidate":
+        # The baseline's worker runs no candidate code; torch.compile itself patches
+        # nn.Module and keeps a compile thread pool there.
+        refusals += list(resp.get("tampering") or [])[:3]
+        left = resp.get("leftovers") or {}
+        running = left.get("threads", []) + left.get("processes", [])
+        if running:
+            refusals.append(f"left {len(running)} thread(s)/process(es) running: "
+                            f"{', '.join(running[:2])}")
+    if result.get("deferred_work"):
+        refusals.append(str(result["deferred_work"]))
+    if key == "candidate" and not result.get("launches_timed"):
+        refusals.append("no Triton kernel launched during timing")
+    if sample is not None:
+        out, ref = sample
+        if out is None or ref is None:
+            refusals.append("no output sample after timing")
+        else:
+            cmp = compare_outputs(out, ref, {dt: tolerance_for(case, dt) for dt in
+                                             (torch.float32, torch.float16, torch.bfloat16,
+                                              torch.float64)})
+            if not cmp.ok:
+                refusals.append(f"output sample after timing is wrong: {cmp.to_text()[:300]}")
+    t = result["timing"]
+    median = float(t["median_ms"])
+    floor = roof.get("floor_ms")
+    if floor and median < floor / FLOOR_SLACK:
+        refusals.append(f"impossible: {median:.4f} ms is faster than the roofline floor "
+                        f"{floor:.4f} ms")
+    if refusals:
+        row["verified"] = False
+        row["note"] = "refused: " + "; ".join(refusals)
+        return row
+    row.update(median_ms=median, p20_ms=float(t["p20_ms"]), p80_ms=float(t["p80_ms"]))
+    nbytes, flops = roof.get("bytes"), roof.get("flops")
+    if nbytes:
+        row["gbps"] = nbytes / (median * 1e-3) / 1e9
+    if flops:
+        row["tflops"] = flops / (median * 1e-3) / 1e12
+    if floor:
+        row["pct_of_floor"] = floor / median * 100.0
+    if label != "cuda-events":
+        row["note"] = "CPU interpreter: not a GPU timing"
+    return row
+
+
+def _speedups(rows: list[dict[str, Any]]) -> None:
+    eager = next((r["median_ms"] for r in rows if r["variant"] == "eager"), None)
+    compiled = next((r["median_ms"] for r in rows if r["variant"] == "compile"), None)
+    for r in rows:
+        m = r["median_ms"]
+        if m:
+            r["speedup_vs_eager"] = eager / m if eager else None
+            r["speedup_vs_compile"] = compiled / m if compiled else None
