@@ -129,29 +129,32 @@ def probe(file: Path) -> dict[str, Any]:
     except TypeError as err:
         return fail(f"get_init_inputs() returned a value kopt cannot write down: {err}",
                     "return only numbers, strings, booleans and lists/tuples of them")
-    draws = []
-    for seed in range(PROBE_DRAWS):
+    inputs: list[dict[str, Any]] = []
+    for seed in range(PROBE_DRAWS):  # one draw at a time: a full-size problem may be large
         torch.manual_seed(seed)
         try:
-            draws.append(list(module.get_inputs()))
+            drawn = module.get_inputs()
         except BaseException as err:
             return fail(f"get_inputs() raised {type(err).__name__}: {err}",
                         "fix get_inputs() so that it returns the forward's arguments")
-    inputs: list[dict[str, Any]] = []
-    for i, value in enumerate(draws[0]):
-        if isinstance(value, torch.Tensor):
-            info = _describe_tensor(value)
-            if "min" in info and not isinstance(info["min"], float):  # integer: union of draws
-                others = [_describe_tensor(d[i]) for d in draws[1:]]
-                info["min"] = min([info["min"]] + [o["min"] for o in others])
-                info["max"] = max([info["max"]] + [o["max"] for o in others])
-            inputs.append(info)
-        else:
-            try:
-                inputs.append({"kind": "value", "value": _jsonable(value)})
-            except TypeError as err:
-                return fail(f"get_inputs() item {i} is not a tensor or a plain value: {err}",
-                            "return tensors, numbers, strings or lists of them")
+        if not isinstance(drawn, (list, tuple)):
+            return fail(f"get_inputs() returned a {type(drawn).__name__}, not a list",
+                        "return a list of the forward's arguments, e.g. [x]")
+        for i, value in enumerate(drawn):
+            if seed > 0:  # later draws only widen integer ranges
+                if isinstance(value, torch.Tensor) and isinstance(inputs[i].get("min"), int):
+                    other = _describe_tensor(value)
+                    inputs[i]["min"] = min(inputs[i]["min"], other["min"])
+                    inputs[i]["max"] = max(inputs[i]["max"], other["max"])
+            elif isinstance(value, torch.Tensor):
+                inputs.append(_describe_tensor(value))
+            else:
+                try:
+                    inputs.append({"kind": "value", "value": _jsonable(value)})
+                except TypeError as err:
+                    return fail(f"get_inputs() item {i} is not a tensor or a plain value: {err}",
+                                "return tensors, numbers, strings or lists of them")
+        del drawn
     names: list[str] | None = None
     try:
         bound = inspect.signature(cls.__init__).bind(None, *init)

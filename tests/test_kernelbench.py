@@ -204,6 +204,8 @@ def test_bfloat16_inputs_keep_their_dtype(workspace: Path) -> None:
     ("import torch\nx = 1\ndef get_inputs():\n    return []\n", "defines no `class Model"),
     ("import torch.nn as nn\nclass Model(nn.Module):\n    pass\n", "defines no get_inputs()"),
     ("import nonexistent_package_xyz\n", "does not import: ModuleNotFoundError"),
+    ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    pass\n"
+     "def get_inputs():\n    return torch.randn(4, 4)\n", "returned a Tensor, not a list"),
     ("import torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self, n):\n"
      "        super().__init__()\ndef get_inputs():\n    return []\n"
      "def get_init_inputs():\n    return [1, 2]\n", "Model(*get_init_inputs()) raised TypeError"),
