@@ -20,6 +20,7 @@ def test_doctor_json_reports_every_check(workspace: Path, capsys: pytest.Capture
     assert by["interpreter"]["status"] == "ok"  # a real @triton.jit kernel ran
     assert by["api key"]["status"] == "warn" and "ANTHROPIC_API_KEY" in by["api key"]["fix"]
     assert by["git"]["status"] == "warn" and "git init" in by["git"]["fix"]  # tmp workspace
+    assert by["gpu"]["status"] in ("ok", "warn")  # no GPU is a warning, never a failure
     assert code == 0 and data["ok"]
 
 
@@ -34,3 +35,11 @@ def test_broken_interpreter_fails_with_a_fix(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(doctor, "INTERPRETER_PROBE", "raise SystemExit('triton broke')\n")
     finding = doctor.check_interpreter()
     assert finding.status == "fail" and "triton broke" in finding.detail and finding.fix
+
+
+def test_git_repository_workspace_is_ok(workspace: Path) -> None:
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    finding = doctor.check_git()
+    assert finding.status == "ok" and "is a git repository" in finding.detail
