@@ -49,6 +49,33 @@ def _noise(case: Any, repeats: int) -> dict[str, Any]:
     return result
 
 
+def _timer_selfcheck() -> dict[str, Any]:
+    """The timer on known workloads: an L2-resident copy is slower with the flush than
+    without (the flush works); matmuls on a side stream are flagged, on the current stream not."""
+    import torch
+
+    from harness.timing import time_callable
+
+    src = torch.randn(2 * 2**20, device="cuda")  # 8 MiB: fits in L2 when not flushed
+    dst = torch.empty_like(src)
+    hot = time_callable(lambda: dst.copy_(src), device="cuda", flush_l2=False).median_ms
+    cold = time_callable(lambda: dst.copy_(src), device="cuda", flush_l2=True).median_ms
+    a = torch.randn(4096, 4096, device="cuda")
+    side = torch.cuda.Stream()
+
+    def on_side_stream() -> None:
+        with torch.cuda.stream(side):
+            for _ in range(10):
+                a @ a
+
+    honest = time_callable(lambda: a @ a, device="cuda")
+    cheat = time_callable(on_side_stream, device="cuda")
+    return {"copy_8mib_hot_ms": hot, "copy_8mib_flushed_ms": cold,
+            "honest_flagged": honest.deferred_work_suspected(),
+            "side_stream_event_ms": cheat.median_ms, "side_stream_wall_ms": cheat.sync_wall_ms,
+            "side_stream_flagged": cheat.deferred_work_suspected()}
+
+
 def _strip(m: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in m.items() if k != "environment"}
 
@@ -84,6 +111,12 @@ def main() -> int:
     print(f"ceilings on {ceil.device_name}: copy {ceil.copy_gbps} GB/s, bf16 {ceil.bf16_tflops}, "
           f"fp16 {ceil.fp16_tflops}, tf32 {ceil.tf32_tflops}, fp32 {ceil.fp32_tflops} TFLOP/s",
           flush=True)
+    try:
+        selfcheck: dict[str, Any] | None = _timer_selfcheck()
+        print(f"timer self-check: {selfcheck}", flush=True)
+    except Exception as err:
+        selfcheck = {"error": f"{type(err).__name__}: {err}"}
+        traceback.print_exc()
     wanted = [c for c in args.cases.split(",") if c]
     found = list_cases()
     cases = [c for c in found if isinstance(c, Case) and (not wanted or c.name in wanted)]
@@ -120,7 +153,8 @@ def main() -> int:
             traceback.print_exc()
         rows.append(row)
 
-    result = {"environment": env, "ceilings": ceil.to_dict(), "rows": rows, "skipped": skipped,
+    result = {"environment": env, "ceilings": ceil.to_dict(), "timer_selfcheck": selfcheck,
+              "rows": rows, "skipped": skipped,
               "broken_cases": broken, "missing_cases": missing,
               "elapsed_s": round(time.monotonic() - started, 1)}
     out = os.environ.get("OUT")
@@ -133,6 +167,13 @@ def main() -> int:
     print(f"GPU {gpu}; torch {env['torch']}, triton {env.get('triton')}, CUDA {env.get('torch_cuda')}; "
           f"copy {ceil.copy_gbps} GB/s, bf16 {ceil.bf16_tflops} / tf32 {ceil.tf32_tflops} / "
           f"fp32 {ceil.fp32_tflops} TFLOP/s")
+    if selfcheck and "error" not in selfcheck:
+        print(f"timer: 8 MiB copy {selfcheck['copy_8mib_hot_ms']:.4f} ms L2-hot vs "
+              f"{selfcheck['copy_8mib_flushed_ms']:.4f} ms flushed; side-stream matmuls "
+              f"{'caught' if selfcheck['side_stream_flagged'] else 'NOT caught'} "
+              f"(events {selfcheck['side_stream_event_ms']:.4f} ms, synchronized wall "
+              f"{selfcheck['side_stream_wall_ms']:.4f} ms); honest matmul "
+              f"{'wrongly flagged' if selfcheck['honest_flagged'] else 'not flagged'}")
     print()
     print("| case | dtype | bound | floor ms | eager ms | eager % floor | compile ms | "
           f"compile % floor | {args.repeats}x eager medians spread | status |")
