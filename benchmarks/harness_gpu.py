@@ -28,15 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 MAX_SPREAD_PCT = 1.0
 
 
-def _noise(case: Any, repeats: int) -> dict[str, Any]:
+def _noise(case: Any, repeats: int, device: str) -> dict[str, Any]:
     import torch
 
     from harness.runner import make_case_forward
     from harness.timing import time_callable
 
-    fwd = make_case_forward(case, device="cuda")
+    fwd = make_case_forward(case, device=device)
     fwd.attach_buffer_sets()
-    timings = [time_callable(fwd, device="cuda", rotate=fwd.rotate) for _ in range(repeats)]
+    timings = [time_callable(fwd, device=device, rotate=fwd.rotate) for _ in range(repeats)]
     medians = [t.median_ms for t in timings]
     mid = sorted(medians)[len(medians) // 2]
     spread = (max(medians) - min(medians)) / mid * 100 if mid > 0 else None
@@ -45,7 +45,8 @@ def _noise(case: Any, repeats: int) -> dict[str, Any]:
               "stop_reasons": [t.stop_reason for t in timings],
               "deferred_work_suspected": [t.deferred_work_suspected() for t in timings]}
     del fwd
-    torch.cuda.empty_cache()
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return result
 
 
@@ -92,12 +93,14 @@ def main() -> int:
                         help="start no new case after this many seconds")
     parser.add_argument("--skip-compile", action="store_true")
     parser.add_argument("--timeout", type=float, default=300.0, help="per-variant worker timeout")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cpu: a dry run of this script on smoke inputs (no GPU figures)")
     args = parser.parse_args()
 
     os.environ.setdefault("KOPT_HOME", tempfile.mkdtemp(prefix="kopt-bench-"))
     import torch
 
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("harness_gpu.py needs a CUDA GPU (torch sees none)", file=sys.stderr)
         return 2
     from harness.case import Case, list_cases
@@ -107,12 +110,12 @@ def main() -> int:
 
     started = time.monotonic()
     env = describe_environment()
-    ceil = ceilings("cuda", refresh=True)
+    ceil = ceilings(args.device, refresh=True)
     print(f"ceilings on {ceil.device_name}: copy {ceil.copy_gbps} GB/s, bf16 {ceil.bf16_tflops}, "
           f"fp16 {ceil.fp16_tflops}, tf32 {ceil.tf32_tflops}, fp32 {ceil.fp32_tflops} TFLOP/s",
           flush=True)
     try:
-        selfcheck: dict[str, Any] | None = _timer_selfcheck()
+        selfcheck: dict[str, Any] | None = _timer_selfcheck() if args.device == "cuda" else None
         print(f"timer self-check: {selfcheck}", flush=True)
     except Exception as err:
         selfcheck = {"error": f"{type(err).__name__}: {err}"}
@@ -134,7 +137,7 @@ def main() -> int:
         variants = ["eager"] if args.skip_compile else ["eager", "compile"]
         for variant in variants:
             try:
-                m = measure_variant(case, variant, device="cuda", timeout=args.timeout)
+                m = measure_variant(case, variant, device=args.device, timeout=args.timeout)
             except Exception as err:  # one case failing must not stop the others
                 m = {"ok": False, "error": f"{type(err).__name__}: {err}"}
             row[variant] = _strip(m)
@@ -144,7 +147,7 @@ def main() -> int:
                 print(f"  {variant}: {m['latency_ms']['median']:.4f} ms, "
                       f"{_fmt(m['roofline']['pct_of_floor'], '.1f')}% of floor", flush=True)
         try:
-            row["noise"] = _noise(case, args.repeats)
+            row["noise"] = _noise(case, args.repeats, args.device)
             print(f"  noise: medians {[round(x, 4) for x in row['noise']['medians_ms']]}, "
                   f"spread {_fmt(row['noise']['spread_pct'], '.2f')}%", flush=True)
         except Exception as err:
@@ -162,7 +165,7 @@ def main() -> int:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "harness_gpu.json").write_text(json.dumps(result, indent=1, default=str))
 
-    gpu = (env.get("gpu") or {}).get("name")
+    gpu = (env.get("gpu") or {}).get("name") or "none (cpu-interpreter dry run)"
     print()
     print(f"GPU {gpu}; torch {env['torch']}, triton {env.get('triton')}, CUDA {env.get('torch_cuda')}; "
           f"copy {ceil.copy_gbps} GB/s, bf16 {ceil.bf16_tflops} / tf32 {ceil.tf32_tflops} / "
@@ -185,7 +188,7 @@ def main() -> int:
         spread = noise.get("spread_pct")
         status = "; ".join(row["errors"])[:160] or (
             "ok" if spread is not None and spread <= MAX_SPREAD_PCT else f"spread > {MAX_SPREAD_PCT}%")
-        print(f"| {row['case']} | {roof.get('dtype', '-')} | {roof.get('bound', '-')} | "
+        print(f"| {row['case']} | {roof.get('dtype') or '-'} | {roof.get('bound') or '-'} | "
               f"{_fmt(roof.get('floor_ms'), '.4f')} | "
               f"{_fmt((e.get('latency_ms') or {}).get('median'), '.4f')} | "
               f"{_fmt(roof.get('pct_of_floor') if e.get('ok') else None, '.1f')} | "
