@@ -222,3 +222,19 @@ def test_kopt_targets_checks_local_and_loopback(loopback: Sshd, spec: str, works
     assert kopt(["targets", "local", "--no-ceilings"]) == 0
     table = capsys.readouterr().out
     assert "local" in table and rows["local"]["torch"] in table
+
+
+def test_verify_and_bench_through_the_ssh_target(spec: str, workspace: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    corpus = ROOT / "tests" / "corpus"
+    case, candidate = str(corpus / "cases" / "softmax_small"), str(corpus / "honest" / "softmax.py")
+    code = kopt(["verify", case, candidate, "--device", "cpu", "--target", spec, "--json"])
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and report["accepted"], report
+    assert kopt(["bench", case, candidate, "--device", "cpu", "--no-compile", "--unverified",
+                 "--target", spec, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    assert [r["variant"] for r in rows] == ["eager", "softmax"]
+    # the workers ran on the remote: each job is recorded there and came back
+    ran = [r for r in job_records.list_records() if r.target == spec]
+    assert len(ran) >= 3 and all(r.state == "fetched" for r in ran)
