@@ -177,8 +177,8 @@ def _stop(n: int, rel: float, started: float, *, min_iters: int, max_iters: int,
           rel_err_target: float, max_seconds: float, min_seconds: float = 0.0) -> str | None:
     if n >= min_iters and rel <= rel_err_target and _perf_counter() - started >= min_seconds:
         return "converged"
-    if n >= max_iters:
-        return "max_iters"
+    if n >= max_iters:  # converged too, when only min_seconds was still pending
+        return "converged" if n >= min_iters and rel <= rel_err_target else "max_iters"
     if _perf_counter() - started >= max_seconds and n >= min(min_iters, 5):
         return "time_cap"
     return None
