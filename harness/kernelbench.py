@@ -86,7 +86,7 @@ def _describe_tensor(t: Any) -> dict[str, Any]:
     elif x.dtype.is_floating_point:
         f = x.float()
         info.update(min=float(f.min()), max=float(f.max()), mean=float(f.mean()),
-                    std=float(f.std()) if f.numel() > 1 else 0.0)
+                    std=float(f.std()) if f.numel() > 1 else 0.0, numel=f.numel())
     elif not x.dtype.is_complex:
         info.update(min=int(x.min()), max=int(x.max()))
     return info
@@ -240,6 +240,13 @@ class _Derivation:
     guesses: list[str] = field(default_factory=list)
 
 
+def _looks_uniform(info: dict[str, Any]) -> bool:
+    """A uniform draw has std = range / sqrt(12); a normal one of many samples spans far more
+    than that (about 9 std for a million samples), so the ratio tells them apart."""
+    spread = (info["max"] - info["min"]) / math.sqrt(12)
+    return info.get("numel", 0) >= 256 and spread > 0 and abs(info["std"] / spread - 1) < 0.05
+
+
 def _tensor_spec(i: int, info: dict[str, Any], constants: dict[str, Any],
                  d: _Derivation) -> dict[str, Any]:
     dtype = info["dtype"]
@@ -270,9 +277,12 @@ def _tensor_spec(i: int, info: dict[str, Any], constants: dict[str, Any],
     elif info["min"] == info["max"] and info["min"] in (0.0, 1.0):
         spec["init"] = "zeros" if info["min"] == 0.0 else "ones"
         d.guesses.append(f"arg {i}: all {spec['init']}")
-    elif info["min"] >= 0.0 and info["max"] <= 1.0 and info["std"] > 0.2:
-        spec.update(init="uniform", low=0.0, high=1.0)
-        d.guesses.append(f"arg {i}: uniform in [0, 1)")
+    elif _looks_uniform(info):
+        # Bounds to a hundredth of the range: rand() * 4 - 2 observes -1.9998..1.9999 -> [-2, 2).
+        step = 10.0 ** (math.floor(math.log10(info["max"] - info["min"])) - 2)
+        low, high = (round(round(v / step) * step, 10) for v in (info["min"], info["max"]))
+        spec.update(init="uniform", low=low, high=high)
+        d.guesses.append(f"arg {i}: uniform in [{low}, {high})")
     else:
         spec["init"] = "normal"
         if abs(info["mean"]) > 0.05:

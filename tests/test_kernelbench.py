@@ -168,21 +168,23 @@ def test_layouts_distributions_and_plain_values_are_kept(tmp_path: Path, workspa
         import torch.nn as nn
 
         class Model(nn.Module):
-            def forward(self, a, b, mask, k):
-                return (a + b.t()) * mask * k
+            def forward(self, a, b, mask, k, c):
+                return (a + b.t()) * mask * k + c
 
         def get_inputs():
             return [torch.randn(96, 80) * 3 + 2, torch.rand(80, 96).t().t().t(),
-                    torch.rand(96, 80) < 0.3, 0.5]
+                    torch.rand(96, 80) < 0.3, 0.5, torch.rand(96, 80) * 4 - 2]
 
         def get_init_inputs():
             return []
     """)
     case = import_in_process(file, workspace)
-    a, b, mask, k = case.input_set("main").args
+    a, b, mask, k, c = case.input_set("main").args
     assert isinstance(a, TensorSpec) and a.init == "normal"
     assert a.mean == pytest.approx(2.0, abs=0.1) and a.std == pytest.approx(3.0, abs=0.1)
     assert isinstance(b, TensorSpec) and b.init == "uniform" and not b.contiguous
+    assert (b.low, b.high) == (0.0, 1.0)
+    assert isinstance(c, TensorSpec) and (c.init, c.low, c.high) == ("uniform", -2.0, 2.0)
     assert b.shape == [96, 80]
     assert isinstance(mask, TensorSpec) and mask.dtype == "bool" and mask.init == "bernoulli"
     assert isinstance(k, ScalarSpec) and k.value == 0.5
