@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+import yaml
 from rich.table import Table
 
 from harness.case import ScalarSpec, load_case_dir
@@ -33,8 +34,7 @@ def handle(args: argparse.Namespace) -> int:
     main, smoke = case.input_set("main"), case.input_set("smoke")
     if args.json:
         print_json_line({"case": case.name, "path": str(directory),
-                         "manifest": case.manifest.model_dump(mode="json", by_alias=True,
-                                                              exclude_none=True)})
+                         "manifest": yaml.safe_load(case.manifest_file.read_text())})
         return 0
     table = Table(title=f"case {case.name} ({directory})")
     table.add_column("arg")
