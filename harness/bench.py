@@ -68,7 +68,8 @@ def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: st
     verdicts: dict[Path, tuple[bool, str]] = {}
     if paths and not unverified:
         for p, report in zip(paths, verify_candidates(case, paths, device=dev, target=runner,
-                                                      timeout=timeout, on_line=on_line)):
+                                                      timeout=timeout, on_line=on_line),
+                                     strict=True):
             verdicts[p] = (report.accepted, "" if report.accepted else
                            f"rejected by verification ({', '.join(report.failed())})")
 

@@ -151,7 +151,7 @@ def compare_outputs(out: list[torch.Tensor], ref: list[torch.Tensor],
     if len(out) != len(ref):
         return Comparison(False, [], f"{len(out)} outputs, expected {len(ref)}")
     tensors = []
-    for i, (o, r) in enumerate(zip(out, ref)):
+    for i, (o, r) in enumerate(zip(out, ref, strict=True)):
         if isinstance(tol, Tolerance):
             t = tol
         elif isinstance(tol, dict) and r.dtype in tol:

@@ -25,7 +25,8 @@ from safetensors.torch import load_file
 from harness.case import Case, TensorSpec, load_case
 from harness.compare import compare_outputs
 from harness.data import agent_provide_weights, draw_tensor
-from harness.errors import BadInputError, DeviceError
+from harness.device import resolve_device, worker_env
+from harness.errors import BadInputError
 from harness.job import cleanup, stage_job
 from harness.paths import PACKAGE_ROOT
 from harness.targets.base import LineSink, Target, WorkerOutcome, resolve_target
@@ -103,19 +104,6 @@ class _Plan:
     """Input set -> True when its inputs cannot change between draws (zeros/ones only)."""
 
 
-def resolve_verify_device(case: Case, override: str | None) -> str:
-    """`cuda` or `cpu` (the Triton interpreter)."""
-    wanted = override or case.manifest.device
-    if wanted not in ("cuda", "cpu", "auto"):
-        raise DeviceError(f"unknown device {wanted!r}", fix="expected one of 'cuda', 'cpu', 'auto'")
-    if wanted == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if wanted == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("device 'cuda' requested but no CUDA GPU is visible",
-                          fix="use --device cpu (Triton interpreter) or run on a GPU target")
-    return wanted
-
-
 def plan_draws(case: Case, sets: Sequence[str], draws: int = DRAWS) -> _Plan:
     """Fresh values for every draw of every set, from seeds drawn here and never sent anywhere."""
     plan = _Plan(list(sets), {}, {}, {}, {})
@@ -178,11 +166,11 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
         if not p.is_file():
             raise BadInputError(f"candidate file {str(p)!r} does not exist",
                                 fix="pass the path of a .py file that defines ModelNew")
-    dev = resolve_verify_device(case, device)
+    dev = resolve_device(case, device)
     runner = target if target is not None and not isinstance(target, str) else resolve_target(target)
     sets = case.verification_sets(on_gpu=dev == "cuda")
     plan = plan_draws(case, sets, draws)
-    env = {"TRITON_INTERPRET": "1"} if dev == "cpu" else {}
+    env = worker_env(dev)
     common = {"device": dev, "precision": case.manifest.precision, "interpret": dev == "cpu"}
     # The second poison pattern runs on the first set only: on the others an unwritten
     # element still shows as NaN (pattern "a") and fails `correct`/`finite`.
@@ -215,7 +203,7 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
         ref_outputs = {g: load_outputs(ref_dir / "out" / f"ref-{g}.safetensors")
                        for s in sets for g in plan.draws[s] + [plan.inplace[s]]}
         reports = []
-        for path, (job_dir, outcome, _t0) in zip(paths, cand_runs):
+        for path, (job_dir, outcome, _t0) in zip(paths, cand_runs, strict=True):
             judge = _Judge(case, dev, plan, job_dir, outcome, ref.response or {}, ref_outputs,
                            sources_intact, cand_exit)
             reports.append(VerificationReport(case.name, str(path), dev, judge.checks(),
@@ -376,7 +364,7 @@ class _Judge:
                 out, ref = self.cand(f"cand-{group}"), self.ref[group]
                 if out is None or ref is None or len(out) != len(ref):
                     continue
-                for j, (o, r) in enumerate(zip(out, ref)):
+                for j, (o, r) in enumerate(zip(out, ref, strict=True)):
                     if not o.dtype.is_floating_point or o.shape != r.shape:
                         continue
                     bad = int((~torch.isfinite(o) & torch.isfinite(r)).sum())
@@ -391,7 +379,7 @@ class _Judge:
             b = self.cand(f"cand-{set_name}-poison-b")
             if a is None or b is None or len(a) != len(b):
                 return Check("every_element_written", False, f"{set_name}: poisoned re-run missing")
-            for j, (x, y) in enumerate(zip(a, b)):
+            for j, (x, y) in enumerate(zip(a, b, strict=True)):
                 n = differing_elements(x, y)
                 if n:
                     return Check("every_element_written", False,
@@ -421,7 +409,7 @@ class _Judge:
                              f"{set_name}: new values written into the same input storage: "
                              f"{cmp.to_text()}")
             draws = self.plan.draws[set_name]
-            for g0, g1 in zip(draws, draws[1:]):
+            for g0, g1 in zip(draws, draws[1:], strict=False):
                 o0, o1, r0, r1 = self.cand(f"cand-{g0}"), self.cand(f"cand-{g1}"), self.ref[g0], self.ref[g1]
                 if o0 and o1 and r0 and r1 and len(o0) == len(o1) == len(r0) == len(r1):
                     for j in range(len(o0)):

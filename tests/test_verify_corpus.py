@@ -74,7 +74,7 @@ def corpus_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verifi
         timeouts = {str(CORPUS / "cheats" / "hangs.py"): HANG_TIMEOUT_S}
         for case, files in by_case.items():
             for path, report in zip(files, verify_candidates(
-                    CASES / case, files, device="cpu", max_parallel=2, timeouts=timeouts)):
+                    CASES / case, files, device="cpu", max_parallel=2, timeouts=timeouts), strict=True):
                 reports[path.name] = report
         for name in ALONE:
             shutil.copytree(CASES / CHEATS[name][0], home / "cases" / CHEATS[name][0])

@@ -48,6 +48,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     counter.install()
     if device == "cuda":
         torch.cuda.init()
+    guards.warm_up_triton(device)
     base = guards.take_baseline()
 
     variants = request["variants"]

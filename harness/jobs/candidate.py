@@ -45,6 +45,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     audit = guards.AuditWatch([job_dir])
     if device == "cuda":
         torch.cuda.init()
+    guards.warm_up_triton(device)
     base = guards.take_baseline()
     response: dict[str, Any] = {"ok": False, "stage": "import", "pid": os.getpid(), "sets": {}}
     out_dir = job_dir / "out"

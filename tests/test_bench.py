@@ -1,0 +1,94 @@
+"""`kopt bench` / `bench_case` on the CPU interpreter: honest rows timed, cheats refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.bench import ROW_KEYS, bench_case
+from workbench.cli import main
+
+CORPUS = Path(__file__).parent / "corpus"
+CASE = CORPUS / "cases" / "ln_gelu_small"
+
+
+@pytest.fixture(scope="module")
+def unverified_rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    mp = pytest.MonkeyPatch()
+    home = tmp_path_factory.mktemp("bench-home")
+    mp.setenv("KOPT_HOME", str(home))
+    mp.setenv("KOPT_CACHE", str(home / "cache"))
+    try:
+        rows = bench_case(CASE, [CORPUS / "honest" / "layernorm_gelu.py",
+                                 CORPUS / "cheats" / "patches_clock.py",
+                                 CORPUS / "cheats" / "cached_output.py",
+                                 CORPUS / "cheats" / "background_thread.py"],
+                          device="cpu", unverified=True, baselines=("eager",),
+                          timing_options={"max_iters": 5, "max_seconds": 1.0})
+    finally:
+        mp.undo()
+    return {r["variant"]: r for r in rows}
+
+
+def test_rows_have_the_documented_keys(unverified_rows: dict[str, dict[str, Any]]) -> None:
+    assert list(unverified_rows) == ["eager", "layernorm_gelu", "patches_clock", "cached_output",
+                                     "background_thread"]
+    for row in unverified_rows.values():
+        assert set(ROW_KEYS) <= set(row)
+        assert row["timing_label"] == "cpu-interpreter"
+
+
+def test_honest_candidate_is_timed_against_eager(unverified_rows: dict[str, dict[str, Any]]) -> None:
+    row = unverified_rows["layernorm_gelu"]
+    assert row["median_ms"] and row["p20_ms"] <= row["median_ms"] <= row["p80_ms"]
+    assert row["speedup_vs_eager"] == pytest.approx(
+        unverified_rows["eager"]["median_ms"] / row["median_ms"])
+    assert row["gbps"] and row["gbps"] > 0
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("patches_clock", "clock replaced: time.perf_counter"),
+    ("cached_output", "output sample after timing is wrong"),
+    ("background_thread", "running"),
+])
+def test_cheats_are_refused(unverified_rows: dict[str, dict[str, Any]], name: str, reason: str) -> None:
+    row = unverified_rows[name]
+    assert row["median_ms"] is None and row["verified"] is False
+    assert row["note"].startswith("refused:") and reason in row["note"]
+
+
+def test_rejected_candidate_is_not_timed(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", str(CORPUS / "cases" / "softmax_small"),
+                 str(CORPUS / "cheats" / "near_zero_output.py"), "--no-compile", "--json"])
+    assert code == 1
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = {r["variant"]: r for r in out["rows"]}
+    assert rows["eager"]["median_ms"] > 0
+    assert rows["near_zero_output"]["median_ms"] is None
+    assert "rejected by verification (correct" in rows["near_zero_output"]["note"]
+
+
+def test_missing_candidate_is_bad_input(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(CASE), "no_such_kernel.py"]) == 2
+    assert "no_such_kernel.py" in capsys.readouterr().err
+
+
+def test_history_dispatches_to_autobench(workspace: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import phases.autobench as autobench
+
+    seen: dict[str, Any] = {}
+
+    def fake_history(case: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        seen["case"] = case.name
+        return [{"run_id": "r1", "commit": "abc", "iteration": 2, "recorded_speedup": 2.0,
+                 "median_ms": 1.0, "speedup": 1.5, "regression": True, "note": "slower"}]
+
+    monkeypatch.setattr(autobench, "run_history", fake_history)
+    code = main(["bench", str(CASE), "--history", "--json"])
+    assert seen["case"] == "ln_gelu_small"
+    assert code == 1  # a regression is a negative verdict
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["history"][0]["run_id"] == "r1"
