@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -38,6 +39,7 @@ def loopback() -> Iterator[Sshd]:
         pytest.skip(f"could not start sshd: {err}")
     yield server
     server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
@@ -238,3 +240,19 @@ def test_verify_and_bench_through_the_ssh_target(spec: str, workspace: Path,
     # the workers ran on the remote: each job is recorded there and came back
     ran = [r for r in job_records.list_records() if r.target == spec]
     assert len(ran) >= 3 and all(r.state == "fetched" for r in ran)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("KOPT_SLOW_TESTS"),
+                    reason="a full run through ssh takes ~3 min on 2 CPU cores; KOPT_SLOW_TESTS=1")
+def test_full_run_through_the_ssh_target(spec: str, workspace: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "run", "softmax", "--iterations",
+                           "1", "--yes", "--json", "--device", "cpu", "--target", spec],
+                          cwd=str(workspace), capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["verified"] and len(result["manifests"]) == 4
+    ran = [r for r in job_records.list_records() if r.target == spec]
+    assert {r.job for r in ran} >= {"measure", "reference", "candidate"}
+    assert all(r.state == "fetched" for r in ran)

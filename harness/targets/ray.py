@@ -187,7 +187,11 @@ def _run_job_task(packed: bytes, timeout: float, env: dict[str, str]) -> dict[st
         with tarfile.open(fileobj=io.BytesIO(packed), mode="r:*") as tar:
             tar.extractall(job_dir, filter="data")
         lines: list[str] = []
-        outcome = LocalTarget().run(job_dir, timeout=timeout, env=env, on_line=lines.append)
+        # one tensor/ceilings cache per node, not per job
+        cache = {"KOPT_CACHE": os.environ.get("KOPT_CACHE") or
+                 str(Path(tempfile.gettempdir()) / "kopt-ray-cache")}
+        outcome = LocalTarget().run(job_dir, timeout=timeout, env={**cache, **env},
+                                    on_line=lines.append)
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
             if (job_dir / "out").is_dir():

@@ -9,8 +9,10 @@ On the remote, a small stdlib-only agent (`_AGENT`, shipped inline with `python3
 workspace (default `~/.kopt-remote`):
 
     blobs/<sha256>          content store: a file is pushed once, whatever job needs it
-    src/<tree-hash>/harness the kopt source the worker imports (immutable per version)
-    jobs/<id>/              a job directory (hard links into blobs/) + worker.log, status.json
+    src/<tree-hash>/harness the kopt source the worker imports (one tree per version)
+    jobs/<id>/              a job directory (copied from blobs/) + worker.log, status.json
+
+Finished jobs and blobs unused for 3 days are pruned when a job starts.
 
 A job runs under a detached supervisor (its own session, output to `worker.log`), which
 enforces the timeout by killing the worker's whole process group. The local side follows the
@@ -722,16 +724,38 @@ def receive(_):
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             if os.path.exists(dest):
                 os.unlink(dest)
-            try:
-                os.link(os.path.join(blobs, sha), dest)
-            except OSError:
-                shutil.copyfile(os.path.join(blobs, sha), dest)
+            # a copy, never a hard link: a job that edits its own files (a cheating candidate
+            # rewriting case/model.py) must not change the blob other jobs are built from
+            shutil.copyfile(os.path.join(blobs, sha), dest)
+            os.utime(os.path.join(blobs, sha))  # last use, for prune()
             if mode & 0o111:
                 os.chmod(dest, 0o755)
         open(os.path.join(root, ".complete"), "w").close()
 
 
+def prune(keep_days=3.0):
+    """Finished job directories and blobs unused for `keep_days`."""
+    now = time.time()
+    jobs = os.path.join(WS, "jobs")
+    for name in os.listdir(jobs) if os.path.isdir(jobs) else []:
+        status = os.path.join(jobs, name, "status.json")
+        try:
+            if now - os.path.getmtime(status) > keep_days * 86400:
+                shutil.rmtree(os.path.join(jobs, name), ignore_errors=True)
+        except OSError:
+            continue
+    blobs = os.path.join(WS, "blobs")
+    for name in os.listdir(blobs) if os.path.isdir(blobs) else []:
+        path = os.path.join(blobs, name)
+        try:
+            if now - os.path.getmtime(path) > keep_days * 86400:
+                os.unlink(path)
+        except OSError:
+            continue
+
+
 def start(args):
+    prune()
     job = job_path(args["job"])
     os.makedirs(os.path.join(job, "out"), exist_ok=True)
     write_json(os.path.join(job, "launch.json"), args)
@@ -753,6 +777,7 @@ def supervise(args):
     job = job_path(args["job"])
     launch = read_json(os.path.join(job, "launch.json"))
     env = dict(os.environ)
+    env["KOPT_CACHE"] = os.path.join(WS, "cache")  # tensors and GPU ceilings, shared by jobs
     if launch["src"]:
         src = os.path.join(WS, launch["src"])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
