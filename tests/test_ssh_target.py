@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sshd import Sshd, find_sshd, keygen, start_sshd
 
-from harness.errors import BadInputError
+from harness.errors import BadInputError, TargetError
 from harness.job import stage_job
 from harness.targets import jobs as job_records
 from harness.targets.base import resolve_target
@@ -256,3 +256,16 @@ def test_full_run_through_the_ssh_target(spec: str, workspace: Path) -> None:
     ran = [r for r in job_records.list_records() if r.target == spec]
     assert {r.job for r in ran} >= {"measure", "reference", "candidate"}
     assert all(r.state == "fetched" for r in ran)
+
+
+def test_remote_disk_full_is_one_line(spec: str, workspace: Path) -> None:
+    target = resolve_target(spec)
+    assert isinstance(target, SshTarget)
+    target._probe = {**target.probe(), "disk_free_bytes": 10 * 2**20}  # as if 10 MiB were left
+    job = stage_job("echo", {"message": "x"})
+    (job / "inputs").mkdir()
+    (job / "inputs" / "big.bin").write_bytes(os.urandom(2**20))
+    with pytest.raises(TargetError) as caught:
+        target.run(job, timeout=30)
+    line = caught.value.one_line()
+    assert "remote disk full" in line and "10 MiB free" in line and "\n" not in line

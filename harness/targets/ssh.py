@@ -150,7 +150,8 @@ class SshTarget:
     def describe(self) -> dict[str, Any]:
         """Reachability, versions, GPU and free disk of the remote (never raises)."""
         info: dict[str, Any] = {"target": self.name, "kind": "ssh",
-                                "workspace": self.parsed.workspace, "python": self.parsed.python}
+                                "workspace": self.parsed.workspace,
+                                "python_command": self.parsed.python}
         try:
             probe = self.probe(refresh=True)
         except TargetError as err:
