@@ -44,7 +44,7 @@ ALLOC_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
 # Executables a Triton compile may legitimately spawn on a GPU machine (ptxas, the host
 # C compiler for the launcher stub, ldconfig to find libcuda).
 ALLOWED_SPAWNS = frozenset({"ptxas", "ptxas-blackwell", "cc", "gcc", "g++", "c++", "clang",
-                            "clang++", "ldconfig", "nvdisasm", "cuobjdump", "nvcc", "hipcc",
+                            "clang++", "ldconfig", "ldconfig.real", "nvdisasm", "cuobjdump", "nvcc", "hipcc",
                             "ld.lld", "lld"})
 
 POISON_PATTERNS: dict[str, dict[str, float]] = {
@@ -282,8 +282,9 @@ class AuditWatch:
         self.spawns: list[str] = []
         self.writes: list[str] = []
         home = Path.home()
-        extra = [Path(tempfile.gettempdir()), home / ".triton", home / ".cache", Path("/dev"),
-                 Path("/proc/self")]
+        # Triton's and the CUDA driver's JIT caches, temp files, devices.
+        extra = [Path(tempfile.gettempdir()), home / ".triton", home / ".cache", home / ".nv",
+                 Path("/dev"), Path("/proc/self")]
         if os.environ.get("TRITON_CACHE_DIR"):
             extra.append(Path(os.environ["TRITON_CACHE_DIR"]))
         self.allowed = [str(p.resolve()) for p in allowed_dirs + extra]
