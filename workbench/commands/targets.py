@@ -74,7 +74,8 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     for column in ("target", "host", "python", "torch", "triton", "GPU", "ceilings", "status"):
         table.add_column(column, overflow="fold")
     for r in rows:
-        label = r["name"] if r["name"] == r["spec"] else f"{r['name']} ({r['spec']})"
+        spec = str(r["spec"]).split("?", 1)[0]  # options such as ?python= make it unreadable
+        label = r["name"] if r["name"] == r["spec"] else f"{r['name']}\n[dim]{spec}[/dim]"
         if not r.get("reachable"):
             table.add_row(label, "", "", "", "", "", "", f"[red]{r.get('error', 'unreachable')}[/red]")
             continue
