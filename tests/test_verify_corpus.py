@@ -27,6 +27,7 @@ CHEATS: dict[str, tuple[str, str]] = {
     "side_stream.py": ("ln_gelu_small", "no_tampering"),
     "background_thread.py": ("ln_gelu_small", "no_tampering"),
     "patches_clock.py": ("ln_gelu_small", "no_tampering"),
+    "swaps_function_code.py": ("ln_gelu_small", "no_tampering"),
     "spawns_process.py": ("ln_gelu_small", "no_tampering"),
     "lowers_precision.py": ("ln_gelu_small", "no_tampering"),
     "pytorch_fallback_with_decoy_kernel.py": ("ln_gelu_small", "no_pytorch_fallback"),

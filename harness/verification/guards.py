@@ -173,11 +173,15 @@ class IdentitySnapshot:
 
     attributes: dict[str, dict[str, Any]] = field(default_factory=dict)
     modules: dict[str, Any] = field(default_factory=dict)
+    code: dict[str, Any] = field(default_factory=dict)
+    """`__code__` of every watched Python function: swapping it keeps the function's identity."""
 
     @classmethod
     def take(cls) -> IdentitySnapshot:
         spaces = _watched_namespaces()
         snap = cls({name: _attributes(obj) for name, obj in spaces.items()})
+        snap.code = {f"{space}.{attr}": obj.__code__ for space, attrs in snap.attributes.items()
+                     for attr, obj in attrs.items() if isinstance(obj, types.FunctionType)}
         snap.modules = {k: v for k, v in sys.modules.items()
                         if k.split(".")[0] in ("torch", "harness", "triton", "time", "safetensors")}
         return snap
@@ -199,6 +203,11 @@ class IdentitySnapshot:
                     where = getattr(new, "__module__", None) or type(new).__name__
                     changed.append(f"{space}.{attr} replaced (by {where}."
                                    f"{getattr(new, '__qualname__', '?')})")
+        for space, attrs in self.attributes.items():
+            for attr, obj in attrs.items():
+                code = self.code.get(f"{space}.{attr}")
+                if code is not None and getattr(obj, "__code__", None) is not code:
+                    changed.append(f"{space}.{attr} had its code replaced")
         for name, mod in self.modules.items():
             if sys.modules.get(name) is not mod:
                 changed.append(f"sys.modules[{name!r}] replaced")
