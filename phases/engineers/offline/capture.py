@@ -18,7 +18,7 @@ import torch
 from torch.export import Dim
 
 from harness.case import Case
-from harness.data import agent_provide_inputs, build_model
+from harness.data import build_model
 from harness.errors import EngineerError
 from phases.engineers.offline.graph import (
     _SIMPLE,
@@ -53,11 +53,30 @@ class Captured:
 def capture(case: Case, input_set: str = "main") -> Captured:
     """Export the case's model on `input_set` and lower the program."""
     model = build_model(case, input_set, device="cpu")
-    inputs = agent_provide_inputs(case, input_set, 0, device="cpu")
-    args, kwargs = list(inputs.args), dict(inputs.kwargs)
+    args, kwargs = example_inputs(case, input_set)
     ep, dynamic = _export(model, args, kwargs)
     graph = lower_program(ep)
     return Captured(graph, model, args, kwargs, dynamic)
+
+
+def example_inputs(case: Case, input_set: str) -> tuple[list[Any], dict[str, Any]]:
+    """Inputs with the input set's shapes, dtypes and layouts: export reads no values, so
+    zeros do (drawing the main inputs of a large case would take seconds)."""
+    from harness.case import TensorSpec
+    from harness.data import TORCH_DTYPES
+
+    resolved = case.input_set(input_set)
+
+    def make(spec: Any) -> Any:
+        if not isinstance(spec, TensorSpec):
+            return spec.value
+        shape = list(spec.shape)
+        if not spec.contiguous and len(shape) >= 2:
+            shape[-1], shape[-2] = shape[-2], shape[-1]
+            return torch.zeros(shape, dtype=TORCH_DTYPES[spec.dtype]).transpose(-1, -2)
+        return torch.zeros(shape, dtype=TORCH_DTYPES[spec.dtype])
+
+    return [make(a) for a in resolved.args], {k: make(v) for k, v in resolved.kwargs.items()}
 
 
 def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, bool]:

@@ -253,7 +253,7 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     if unfused:
         src.append("Left to PyTorch: " + "; ".join(f"{u['node']} ({u['reason']})" for u in unfused) + ".")
     src.append('Generated for any input of the traced rank and dtypes; sizes are read at run time.\n"""\n')
-    src.append("import math\n\nimport torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n")
+    src.append("import math\nimport os\n\nimport torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n")
     src.append("# Launch parameters the accelerator phase may search, per kernel.")
     src.append("KOPT_TUNABLES = " + _pretty(tunables) + "\n")
     src.append("# Defaults for an H100 (the accelerator rewrites this dict with measured winners):")
@@ -266,7 +266,10 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append("# tl.arange and tl.dot need at least 16 lanes.")
     src.append("MIN_BLOCK = 16")
     src.append("# More warps than this per program only adds scheduling overhead on Hopper.")
-    src.append("MAX_WARPS = 32\n")
+    src.append("MAX_WARPS = 32")
+    src.append("# The CPU interpreter (TRITON_INTERPRET=1) runs the same kernels; its bf16 tl.dot is wrong,")
+    src.append("# so matmul kernels upcast their tiles to fp32 there (never on a GPU).")
+    src.append('_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"\n')
     for h in sorted(helpers):
         src.append("\n" + HELPERS[h])
     for g in part.groups:

@@ -642,6 +642,7 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
         kernel.append(f"    y{o}_ptr, " + ", ".join(f"y{o}_s{k}" for k in range(r)) + f",  # {y.name}")
     kernel += [f"    M, N, K,{''.join(f' {p},' for p, _ in w.scalar_args)}",
                "    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,",
+               "    UPCAST: tl.constexpr,  # True only under the CPU interpreter, whose bf16 tl.dot is wrong",
                "):",
                f"    # FLOPs: {flops}; bytes: A and B once per tile row/column, the result once",
                "    pid = tl.program_id(0)",
@@ -667,6 +668,9 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
                "        k_left = K - k * BLOCK_K",
                "        a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)",
                "        b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)",
+               "        if UPCAST:",
+               "            a = a.to(tl.float32)",
+               "            b = b.to(tl.float32)",
                f"        acc = tl.dot(a, b, acc{dot_kw})",
                "        a_ptrs += BLOCK_K * a_sk",
                "        b_ptrs += BLOCK_K * b_sk",
@@ -705,7 +709,8 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
     lines += [f"    {name}[grid](",
               f"        a, {sb}, a.stride(-2), a.stride(-1), b, {sbb}, b.stride(-2), b.stride(-1),{xs}{ys}",
               f"        M, N, K,{scal} BLOCK_M=cfg[\"BLOCK_M\"], BLOCK_N=cfg[\"BLOCK_N\"], BLOCK_K=cfg[\"BLOCK_K\"],",
-              '        GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])',
+              '        GROUP_M=cfg["GROUP_M"], UPCAST=_INTERPRETED and a.dtype == torch.bfloat16,',
+              '        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])',
               ret]
     call = ["device", f"@{a.name}", f"@{b.name}"] + [f"@{x.name}" for x, _ in w.staged]
     if group.epi_view is not None:
