@@ -147,18 +147,22 @@ def handle(args: argparse.Namespace) -> int:
                     engineer_options={"model": args.model} if args.model else None)
         except BaseException as err:  # noqa: BLE001 - handed to the main thread
             outcome["error"] = err
+        finally:
+            done.set()
 
+    # An Event, not Thread.join: a join interrupted by Ctrl-C can mark a live thread stopped.
+    done = threading.Event()
     thread = threading.Thread(target=work, name="kopt-pipeline", daemon=True)
     thread.start()
     try:
-        while thread.is_alive():
-            thread.join(0.2)
+        while not done.wait(0.2):
+            pass
     except KeyboardInterrupt:
         cancel.set()
         err_console.print("kopt: stopping after the current step (Ctrl-C again to quit now)")
         try:
-            while thread.is_alive():
-                thread.join(0.2)
+            while not done.wait(0.2):
+                pass
         except KeyboardInterrupt:
             return 130
     err = outcome.get("error")
