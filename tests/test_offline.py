@@ -57,7 +57,7 @@ def _small_sets(case) -> list[str]:
     sets = ["smoke"] if case.manifest.smoke is not None else []
     for i in range(len(case.manifest.shapes)):
         numel = sum(torch.Size(s.shape).numel() for s in case.input_set(f"shape{i}").tensor_specs())
-        if numel <= 3_000_000:
+        if numel <= 200_000:
             sets.append(f"shape{i}")
     return sets
 

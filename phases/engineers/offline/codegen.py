@@ -269,7 +269,9 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append("MAX_WARPS = 32")
     src.append("# The CPU interpreter (TRITON_INTERPRET=1) runs the same kernels; its bf16 tl.dot is wrong,")
     src.append("# so matmul kernels upcast their tiles to fp32 there (never on a GPU).")
-    src.append('_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"\n')
+    src.append('_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"')
+    src.append("# ...and its float32 -> bfloat16 conversion truncates: kernels round by hand there.")
+    src.append("ROUND_BF16_BY_HAND = tl.constexpr(_INTERPRETED)\n")
     for h in sorted(helpers):
         src.append("\n" + HELPERS[h])
     for g in part.groups:

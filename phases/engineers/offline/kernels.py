@@ -252,7 +252,18 @@ class _Writer:
         m = f", mask={mask}" if mask else ""
         if v.ctype is None:  # a constant: broadcast it over the offsets
             val = f"(({offset}) * 0 + {val})"
-        self.emit(f"tl.store(y{o}_ptr + {offset}, {val}.to({TL_TYPES[n.dtype]}){m})")
+        if n.dtype == torch.bfloat16:
+            self.helpers.add("_to_bf16")
+            self.emit(f"tl.store(y{o}_ptr + {offset}, _to_bf16({val}){m})")
+        else:
+            self.emit(f"tl.store(y{o}_ptr + {offset}, {val}.to({_store_type(n.dtype)}){m})")
+
+
+def _store_type(dtype: torch.dtype) -> str:
+    """Round to nearest even when narrowing (the interpreter would otherwise truncate)."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return f'{TL_TYPES[dtype]}, fp_downcast_rounding="rtne"'
+    return TL_TYPES[dtype]
 
 
 def _n_operands(n: Node) -> int:
@@ -620,8 +631,13 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
     outs = group.outputs
     for o, y in enumerate(outs):
         v = w.value(y, scope)
+        if y.dtype == torch.bfloat16:
+            w.helpers.add("_to_bf16")
+            w.emit(f"tl.store(y{o}_ptr + {' + '.join(f'{w.coord(k)} * y{o}_s{k}' for k in range(len(group.domain)))}, "
+                   f"_to_bf16({v.as_type('tl.float32')}), mask=mask)  # {y.name}")
+            continue
         w.emit(f"tl.store(y{o}_ptr + {' + '.join(f'{w.coord(k)} * y{o}_s{k}' for k in range(len(group.domain)))}, "
-               f"{v.as_type(compute_type(y.dtype))}.to({TL_TYPES[y.dtype]}), mask=mask)  # {y.name}")
+               f"{v.as_type(compute_type(y.dtype))}.to({_store_type(y.dtype)}), mask=mask)  # {y.name}")
     epilogue = w.lines
     r = len(group.domain)
     dot_kw = ""

@@ -23,6 +23,16 @@ TL_TYPES = {
 
 # Helper @triton.jit functions a kernel file defines when its expressions use them.
 HELPERS = {
+    "_to_bf16": '''@triton.jit
+def _to_bf16(x):
+    # Round to nearest even. GPUs do this in .to(); the CPU interpreter truncates, so there
+    # the rounding is done on the float32 bits first (a no-op branch when compiled for a GPU).
+    if ROUND_BF16_BY_HAND:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(tl.bfloat16)
+''',
     "_tanh": '''@triton.jit
 def _tanh(x):
     # tanh through sigmoid: portable across the interpreter and every GPU backend.
@@ -103,6 +113,9 @@ def emit_pointwise(op: str, args: list[Operand], out_dtype: torch.dtype, extra: 
     if op == "cast":
         src = args[0]
         if out_dtype in (torch.float16, torch.bfloat16):
+            if out_dtype == torch.bfloat16:
+                helpers.add("_to_bf16")
+                return f"_to_bf16({src.as_type('tl.float32')}).to(tl.float32)"
             return f"{src.as_type('tl.float32')}.to({TL_TYPES[out_dtype]}).to(tl.float32)"
         return src.as_type(ct)
     if op == "identity":
