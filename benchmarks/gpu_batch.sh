@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One device call: install the carried wheels, then run benchmark scripts with a time
+# budget each, logs to $OUT. Usage: bash benchmarks/gpu_batch.sh "SECONDS:script args" ...
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KOPT_HOME=${KOPT_HOME:-/tmp/kws}
+unset TRITON_INTERPRET
+mkdir -p "$KOPT_HOME" "${OUT:-/tmp/out}"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0))"
+git rev-parse --short HEAD 2>/dev/null
+for item in "$@"; do
+  secs=${item%%:*}; cmd=${item#*:}
+  name=$(echo "$cmd" | awk '{print $1}' | xargs basename | sed 's/\.py$//')
+  echo "=== $cmd (budget ${secs}s)"
+  timeout "$secs" python3 $cmd > "${OUT:-/tmp/out}/$name.log" 2>&1; rc=$?
+  echo "--- rc=$rc; last lines:"; tail -n 40 "${OUT:-/tmp/out}/$name.log"
+done
