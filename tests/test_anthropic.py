@@ -511,3 +511,17 @@ def test_the_key_leaves_no_trace_in_the_workspace_or_git_history(workspace, api,
     assert key not in history and GOOD_KERNEL.splitlines()[0] in history
     transcript = (request.run_dir / "transcripts" / "optimizer.jsonl").read_text()
     assert "debug: [redacted]" in transcript
+
+
+def test_cancel_during_a_retry_wait_returns_at_once(workspace, api):
+    import time
+
+    cancel = threading.Event()
+    server = api([ErrorReply(429, "rate_limit_error", headers={"retry-after": "30"}),
+                  message(text("never requested"))])
+    request, _ = make_request(workspace, cancel=cancel)
+    threading.Timer(0.3, cancel.set).start()
+    started = time.monotonic()
+    proposal = make_engineer("anthropic").propose(request, Recorder())
+    assert proposal.cancelled and time.monotonic() - started < 10  # not the 30 s asked for
+    assert len(server.requests) == 1

@@ -165,14 +165,12 @@ class AnthropicClient:
     """The live Messages API (honours `ANTHROPIC_BASE_URL`; the key stays in memory)."""
 
     def __init__(self, settings: EngineerSettings, *, events: EventSink = null_sink,
-                 phase: str = "optimizer", transcript: Transcript | None = None,
-                 sleep: Callable[[float], None] | None = None) -> None:
+                 phase: str = "optimizer", transcript: Transcript | None = None) -> None:
         self.settings = settings
         self.model = settings.model
         self.events = events
         self.phase = phase
         self.transcript = transcript
-        self._sleep = sleep
         self._sdk: Any = None
         self._calls = 0
 
@@ -325,9 +323,7 @@ class AnthropicClient:
         self._log(f"anthropic: {why}; retrying in {delay:.1f}s (attempt {attempt + 1}/{attempts})")
         if self.transcript:
             self.transcript.write("error", call=call_no, error=why, retry_in_s=round(delay, 3))
-        if self._sleep is not None:
-            self._sleep(delay)
-        elif cancel.wait(delay):
+        if cancel.wait(delay):  # sleeps, but a Ctrl-C ends the wait at once
             raise CallCancelled()
 
     def _record_error(self, call_no: int, message: str, status: int | None = None) -> None:
