@@ -135,7 +135,7 @@ def trial_configs(space: dict[str, list[Any]], default: dict[str, Any],
                   remembered: dict[str, Any] | None, max_trials: int) -> list[dict[str, Any]]:
     """The default first, the remembered winner second, then an even spread of the rest."""
     names = sorted(space)
-    every = [dict(zip(names, combo)) for combo in itertools.product(*(space[n] for n in names))]
+    every = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(space[n] for n in names))]
     chosen = [default]
     if remembered and set(remembered) == set(names) and remembered != default:
         chosen.append(remembered)
@@ -218,7 +218,7 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
     reports = ctx.verify_candidates(files)
     ctx.check_cancel()
     trials = []
-    for i, (config, file, report) in enumerate(zip(configs, files, reports)):
+    for i, (config, file, report) in enumerate(zip(configs, files, reports, strict=True)):
         median = m = None
         if report.accepted and (on_gpu or i == 0):
             m = ctx.measure_variant(file, label=f"trial-{i}")

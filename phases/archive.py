@@ -41,7 +41,9 @@ class ArchiveContents:
 
 def archive_name(case: str, speedup: float | None, when: float | None = None) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when or time.time()))
-    return f"{stamp}-{case}-{'na' if speedup is None else f'{speedup:.2f}'}x"
+    if speedup is None:
+        return f"{stamp}-{case}-nax"
+    return f"{stamp}-{case}-{speedup:.2f}x" if speedup >= 0.1 else f"{stamp}-{case}-{speedup:.2g}x"
 
 
 def secrets_to_scan() -> list[bytes]:

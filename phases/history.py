@@ -406,10 +406,16 @@ def diff(run_id: str, a: str | None = None, b: str | None = None, *,
         return repo.git.diff("--no-color", a_sha, b_sha, "--", kernel)
 
 
+def tip_commit(worktree: Path) -> str:
+    """The commit checked out in a run's worktree (its branch tip)."""
+    with open_repo(worktree) as repo:
+        return repo.head.commit.hexsha
+
+
 def show_file(commit: str, path: str, root: Path | None = None) -> str:
     """A file's content at `commit`."""
     with open_repo(root) as repo:
-        return repo.git.show(f"{commit}:{path}")
+        return repo.git.show(f"{commit}:{path}", strip_newline_in_stdout=False)
 
 
 def delete_run(run_id: str, root: Path | None = None) -> None:

@@ -38,6 +38,13 @@ def checks_summary(report: Any) -> dict[str, Any]:
             "failed": [c.name for c in checks if not c.passed]}
 
 
+def format_speedup(v: float | None) -> str:
+    """`1.42x`; two significant digits below 0.1x (interpreter timings) instead of `0.00x`."""
+    if v is None:
+        return "-"
+    return f"{v:.2f}x" if v >= 0.1 else f"{v:.2g}x"
+
+
 def speedup_of(baseline_ms: float | None, median_ms: float | None) -> float | None:
     if not baseline_ms or not median_ms:
         return None
@@ -137,8 +144,8 @@ class IterationRecorder:
         summary = checks_summary(report)
         accepted = bool(report.accepted and median is not None)
         if accepted:
-            subject = (f"{self.phase}: {ctx.case.name} iter {n} - {speedup:.2f}x vs eager, "
-                       f"verified")
+            subject = (f"{self.phase}: {ctx.case.name} iter {n} - {format_speedup(speedup)} "
+                       f"vs eager, verified")
             evidence = (f"{median:.4g} ms vs {self.baseline_ms:.4g} ms eager "
                         f"({ctx.timing_label}, {ctx.input_set} inputs"
                         + (f", {pct:.1f}% of floor" if pct is not None else "") + ")")

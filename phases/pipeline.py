@@ -20,9 +20,18 @@ from harness.case import load_case
 from harness.errors import BadInputError, KoptError, ManifestError
 from harness.paths import workspace_root
 from phases import accelerator, architect, integrator, optimizer
-from phases.events import LOG, PHASE_FAILED, PHASE_FINISHED, PHASE_STARTED, Event, EventSink, null_sink
+from phases.events import (
+    LOG,
+    PHASE_FAILED,
+    PHASE_FINISHED,
+    PHASE_STARTED,
+    Event,
+    EventSink,
+    null_sink,
+)
 from phases.history import create_run_branch, ensure_worktree, open_repo
 from phases.manifest import PHASES, check_handoff, manifest_path, read_manifest, write_manifest
+from phases.optimizer import format_speedup
 from phases.run import RunCancelled, RunConfig, RunContext, new_run_id, open_context
 
 PHASE_MODULES: dict[str, ModuleType] = {"architect": architect, "optimizer": optimizer,
@@ -127,8 +136,8 @@ def _run_phases(ctx: RunContext, selected: list[str], events: EventSink) -> None
                          {"error": err.one_line()}))
             raise
         events(Event(PHASE_FINISHED, phase,
-                     f"{phase}: {manifest.status}" + (f", {manifest.speedup:.2f}x vs eager "
-                                                      f"({manifest.timing_label})"
+                     f"{phase}: {manifest.status}" + (f", {format_speedup(manifest.speedup)} vs "
+                                                      f"eager ({manifest.timing_label})"
                                                       if manifest.speedup else ""),
                      {"manifest": str(path), "status": manifest.status}))
         if manifest.status != "verified":

@@ -72,7 +72,7 @@ class OfflineAnalyst:
         per_call = max(1, int(inputs["profile"].get("iterations") or 1))
         total_prof = sum(float(k["total_ms"]) for k in hot) or 1.0
         layers = inputs["model_summary"].get("layers", [])
-        region = " -> ".join(dict.fromkeys(str(l["type"]) for l in layers)) or "forward"
+        region = " -> ".join(dict.fromkeys(str(layer["type"]) for layer in layers)) or "forward"
         if floor is not None:
             whole_gain = max(0.0, baseline_ms - floor)
             why = (f"{baseline_ms:.4g} ms measured vs a {floor:.4g} ms floor "

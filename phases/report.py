@@ -17,7 +17,9 @@ def _ms(v: float | None) -> str:
 
 
 def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
+    from phases.optimizer import format_speedup
+
+    return format_speedup(v)
 
 
 def _pct(v: float | None) -> str:

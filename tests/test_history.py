@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_pipeline_fakes import fakes
 
 from harness.errors import BadInputError, GitError
 from phases import history
 from phases.pipeline import run_pipeline
-from test_pipeline_fakes import fakes
 
 
 def git(root: Path, *args: str) -> str:

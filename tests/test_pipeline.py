@@ -8,13 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_pipeline_fakes import FakeEngineer, fakes
 
 from harness.errors import BadInputError, ManifestError
 from phases import history
 from phases.accelerator import apply_config, literal, search_space, trial_configs
 from phases.manifest import read_manifest, validation_errors
 from phases.pipeline import parse_phases, run_pipeline
-from test_pipeline_fakes import FakeEngineer, fakes
 
 
 @pytest.fixture

@@ -147,6 +147,6 @@ def install() -> None:
 
 # `python -c DRIVER kopt-args...`: the real `kopt` CLI with the fakes installed.
 DRIVER = (
-    "import sys; sys.path.insert(0, {tests!r}); import test_pipeline_fakes as f; f.install(); "
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import test_pipeline_fakes as f; f.install(); "
     "from workbench.cli import main; sys.exit(main(sys.argv[1:]))"
-).format(tests=str(Path(__file__).resolve().parent))
+)

@@ -120,6 +120,7 @@ def _prepare_repo(args: argparse.Namespace) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from phases.optimizer import format_speedup
     from phases.pipeline import resume_pipeline, run_pipeline
 
     if not args.case and not args.resume:
@@ -180,8 +181,9 @@ def handle(args: argparse.Namespace) -> int:
     out = err_console if args.json else console
     out.print(f"run {d['run_id']} on branch {d['branch']}: "
               f"{'[green]verified[/green]' if d['verified'] else '[red]not verified[/red]'}"
-              + (f", {d['speedup_vs_eager']:.2f}x vs eager" if d["speedup_vs_eager"] else "")
-              + (f", {d['speedup_vs_compile']:.2f}x vs torch.compile"
+              + (f", {format_speedup(d['speedup_vs_eager'])} vs eager"
+                 if d["speedup_vs_eager"] else "")
+              + (f", {format_speedup(d['speedup_vs_compile'])} vs torch.compile"
                  if d["speedup_vs_compile"] else ""))
     if d["archive"]:
         out.print(f"archive: {d['archive']}   review: kopt history {d['case']} · "
