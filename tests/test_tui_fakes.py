@@ -167,8 +167,15 @@ class FakeBackend(Backend):
                      cancel: threading.Event) -> RunOutcome:
         self.requests.append(request)
         with self.lock:
-            run = self.runs_by_id[request.run_id] if request.run_id else \
-                self._new_run(request.case)
+            if request.run_id:
+                run = self.runs_by_id[request.run_id]
+            else:
+                # Like phases.optimizer.previous_rejection: the latest earlier run's reason.
+                earlier = [r for r in self.runs_by_id.values() if r.case == request.case]
+                run = self._new_run(request.case)
+                if earlier and earlier[-1].approval and \
+                        earlier[-1].approval.get("state") == "rejected":
+                    run.feedback = earlier[-1].approval["reason"]
         for phase in request.phases or list(PHASES):
             if cancel.is_set():
                 return RunOutcome(run.run_id, "cancelled")
@@ -178,12 +185,11 @@ class FakeBackend(Backend):
             self._emit(events, ev.LOG, phase, f"{phase} working on {request.case}")
             time.sleep(self.phase_delay)
             if phase == "optimizer":
-                for n in range(request.iterations):
+                for _ in range(request.iterations):
                     if cancel.is_set():
                         break
                     feedback = run.feedback
                     self.feedback_seen.append(feedback)
-                    run.feedback = None
                     self._emit(events, ev.TEXT_DELTA, phase, "fusing layernorm ")
                     self._emit(events, ev.TEXT_DELTA, phase, "and gelu\n")
                     self._emit(events, ev.TOOL_CALL, phase,
@@ -211,30 +217,41 @@ class FakeBackend(Backend):
         run = self.runs_by_id[run_id]
         run.decisions.append(run.approval)
         run.approval = {"state": "rejected", "commit": commit, "reason": reason}
-        run.feedback = reason
 
     def undo(self, run_id: str) -> None:
         run = self.runs_by_id[run_id]
         run.approval = run.decisions.pop() if run.decisions else None
 
-    def _source(self, ref: str | None) -> tuple[str, str]:
-        if ref is None:
-            return "", "base"
-        parent = ref.endswith("^")
-        commit = ref.rstrip("^")
+    def _find(self, commit: str) -> tuple[FakeRun, int]:
         for run in self.runs_by_id.values():
             for i, it in enumerate(run.iterations):
                 if it.commit == commit:
-                    if parent:
-                        return (run.iterations[i - 1].source, "parent") if i else ("", "base")
-                    return it.source, commit[:8]
-        return "", ref
+                    return run, i
+        raise KeyError(commit)
 
-    def diff(self, run_id: str, a: str | None, b: str | None) -> str:
-        old, old_name = self._source(a)
-        new, new_name = self._source(b)
+    @staticmethod
+    def _unified(old: str, new: str, old_name: str, new_name: str) -> str:
         return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
                                             f"a/{old_name}", f"b/{new_name}"))
+
+    def diff(self, run_id: str, a: str | None, b: str | None) -> str:
+        """Like phases.history.diff: `a` None is the iteration before `b`."""
+        run, i = self._find(b or self.runs_by_id[run_id].iterations[-1].commit)
+        new = run.iterations[i]
+        if a is None:
+            old = run.iterations[i - 1] if i else None
+        else:
+            old = run.iterations[self._find(a)[1]]
+        return self._unified(old.source if old else "", new.source,
+                             old.commit[:8] if old else "empty", new.commit[:8])
+
+    def diff_across(self, run_a: Any, a: str, run_b: Any, b: str) -> str:
+        old = run_a.iterations[self._find(a)[1]]
+        new = run_b.iterations[self._find(b)[1]]
+        return self._unified(old.source, new.source, old.commit[:8], new.commit[:8])
+
+    def ensure_worktree(self, run: Any) -> Path:
+        return Path(run.worktree)
 
     def iteration_detail(self, run: Any, iteration: Any) -> IterationDetail:
         return IterationDetail(verification=self._report(iteration.verified, iteration.candidate),

@@ -85,8 +85,8 @@ class KoptApp(App[None]):
     def key_rows(self, screen: Screen) -> list[tuple[str, str, str]]:
         """(key, description, binding id) of the screen's own and the app's bindings."""
         rows: list[tuple[str, str, str]] = []
-        seen: set[str] = set()
-        for key, active in screen.active_bindings.items():
+        seen: set[tuple[str, str]] = set()
+        for active in screen.active_bindings.values():
             binding = active.binding
             if not binding.description or binding.id is None:
                 continue

@@ -96,6 +96,10 @@ def default_engineer() -> str:
 class Backend:
     """The real calls (phases.pipeline, phases.history, harness.verify, harness.bench)."""
 
+    def __init__(self, *, pipeline_options: dict[str, Any] | None = None) -> None:
+        self.pipeline_options = dict(pipeline_options or {})
+        """Extra keyword arguments for `run_pipeline` (e.g. `target`, `device`)."""
+
     def cases(self) -> list[CaseRow]:
         from harness.case import list_cases
         from harness.paths import bundled_cases_dir
@@ -131,10 +135,21 @@ class Backend:
 
         result = run_pipeline(request.case, engineer=request.engineer, analyst=request.analyst,
                               phases=request.phases, iterations=request.iterations,
-                              run_id=request.run_id, events=events, cancel=cancel)
-        summary = result.to_dict() if hasattr(result, "to_dict") else dict(vars(result))
-        return RunOutcome(run_id=summary.get("run_id"), status=str(summary.get("status", "")),
-                          summary=summary)
+                              run_id=request.run_id, events=events, cancel=cancel,
+                              **self.pipeline_options)
+        summary = result.to_dict()
+        status = "verified" if summary.get("verified") else "finished, not verified"
+        if cancel.is_set():
+            status = "cancelled"
+        return RunOutcome(run_id=summary.get("run_id"), status=status, summary=summary)
+
+    def ensure_worktree(self, run: Any) -> Path:
+        """The run's worktree, recreated from its branch when it was removed."""
+        if run.worktree and Path(run.worktree).is_dir():
+            return Path(run.worktree)
+        from phases import history
+
+        return Path(history.ensure_worktree(run.case, run.run_id))
 
     def approve(self, run_id: str, commit: str | None) -> None:
         from phases import history
@@ -152,25 +167,40 @@ class Backend:
         history.undo_decision(run_id)
 
     def diff(self, run_id: str, a: str | None, b: str | None) -> str:
+        """Kernel diff of iteration `b` against iteration `a` (None: the one before `b`)."""
         from phases import history
 
         return history.diff(run_id, a, b)
+
+    def diff_across(self, run_a: Any, a: str, run_b: Any, b: str) -> str:
+        """Kernel diff between iterations of two runs (cases may differ)."""
+        if run_a.run_id == run_b.run_id:
+            return self.diff(run_a.run_id, a, b)
+        import git
+
+        from phases import history
+
+        with history.open_repo() as repo:
+            try:
+                return repo.git.diff("--no-color", f"{a}:kernels/{run_a.case}.py",
+                                     f"{b}:kernels/{run_b.case}.py")
+            except git.GitCommandError as err:
+                raise BadInputError(f"cannot diff {a[:10]} and {b[:10]}: "
+                                    f"{str(err.stderr).strip()[:200]}") from err
 
     def iteration_detail(self, run: Any, iteration: Any) -> IterationDetail:
         """The verification and metrics files committed with the iteration."""
         import git
 
+        from phases import history
+
         detail = IterationDetail()
-        repo = git.Repo(run.worktree)
-        try:
-            for attr, suffix in (("verification", "verification"), ("metrics", "metrics")):
-                try:
-                    text = repo.git.show(f"{iteration.commit}:kernels/{run.case}.{suffix}.json")
-                    setattr(detail, attr, json.loads(text))
-                except (git.GitCommandError, json.JSONDecodeError):
-                    pass
-        finally:
-            repo.close()
+        for attr in ("verification", "metrics"):
+            try:
+                text = history.show_file(iteration.commit, f"kernels/{run.case}.{attr}.json")
+                setattr(detail, attr, json.loads(text))
+            except (git.GitCommandError, json.JSONDecodeError, KoptError):
+                pass
         return detail
 
     def manifests(self, run_id: str) -> list[ManifestView]:
@@ -186,18 +216,12 @@ class Backend:
             except json.JSONDecodeError as err:
                 out.append(ManifestView(phase, {}, False, f"{path}: not JSON ({err})"))
                 continue
-            valid, problem = True, ""
-            try:
-                from phases import manifest
+            from phases.manifest import validation_errors
 
-                manifest.validate(data)  # type: ignore[attr-defined]
-            except ModuleNotFoundError:
-                problem = "not validated (phases.manifest not available)"
-            except AttributeError:
-                problem = "not validated"
-            except Exception as err:  # a validation error of any kind: show it, do not crash
-                valid, problem = False, str(err).splitlines()[0]
-            out.append(ManifestView(phase, data, valid, problem))
+            errors = validation_errors(data)
+            out.append(ManifestView(phase, data, not errors,
+                                    f"{errors[0]} (+{len(errors) - 1} more)" if len(errors) > 1
+                                    else (errors[0] if errors else "")))
         return out
 
     def verify(self, case: str, candidate: Path) -> dict[str, Any]:
@@ -216,17 +240,34 @@ class Backend:
         if not path.is_file():
             raise BadInputError(f"no KernelBench file at {str(path)!r}",
                                 fix="give the path of a .py file defining Model and get_inputs()")
-        out = import_kernelbench(path, name, None)
-        return Path(out).name if out is not None else (name or path.stem)
+        return import_kernelbench(path, name=name).name
 
     def commit_user_edit(self, run: Any, candidate: Path, report: dict[str, Any] | None,
                          bench: list[dict[str, Any]] | None) -> str:
-        """Record the user's edit of the kernel as an iteration authored by `user`."""
+        """Record the user's edit of the kernel as an iteration authored by `user`, with its
+        verification report and timing beside it (the worktree layout of ARCHITECTURE.md)."""
         from phases import history
 
-        commit = history.commit_iteration(run.run_id, candidate=candidate, author="user",
-                                          verification=report, bench=bench)
-        return str(getattr(commit, "commit", commit))
+        worktree = Path(run.worktree)
+        rel = candidate.resolve().relative_to(worktree.resolve()).as_posix()
+        base = candidate.with_suffix("")
+        if report is not None:
+            (base.parent / f"{base.name}.verification.json").write_text(
+                json.dumps(report, indent=1, default=str) + "\n")
+        row = next((r for r in bench or [] if r.get("variant") not in ("eager", "compile")),
+                   None)
+        speedup = row.get("speedup_vs_eager") if row else None
+        pct = row.get("pct_of_floor") if row else None
+        verified = bool(report and report.get("accepted"))
+        number = max((it.iteration for it in run.iterations), default=0) + 1
+        evidence = (f"{speedup:.2f}x vs eager, {row.get('median_ms', 0):.3f} ms "
+                    f"({row.get('timing_label', '')})" if row and speedup else "not timed")
+        return history.commit_iteration(
+            worktree, run_id=run.run_id, phase="optimizer", iteration=number, case=run.case,
+            subject=f"user: {run.case} iter {number} - {evidence}",
+            body="Edited by hand in the workbench; re-verified and re-benched on save.",
+            speedup=speedup if verified else None, pct_of_floor=pct if verified else None,
+            verified=verified, author="user", candidate=rel, paths=["kernels"])
 
 
 def case_row(name: str, description: str, runs: list[Any], *, source: str = "bundled") -> CaseRow:

@@ -154,20 +154,23 @@ class BranchesScreen(Screen[None]):
         if len(self.marked) == 2:
             (run_a, a), (run_b, b) = self.marked
             title = f"{run_a.run_id}#{a.iteration} vs {run_b.run_id}#{b.iteration}"
-            self._diff_worker(run_b.run_id, a.commit, b.commit, title)
+            self._diff_worker(run_a, a.commit, run_b, b.commit, title)
             return
         current = self._current()
         if current is None or current[1] is None:
             self.notify("mark two iterations with space, or highlight one", severity="warning")
             return
         run, it = current
-        self._diff_worker(run.run_id, f"{it.commit}^", it.commit,
-                          f"{run.run_id}#{it.iteration} vs its parent")
+        self._diff_worker(run, None, run, it.commit,
+                          f"{run.run_id}#{it.iteration} vs the iteration before")
 
     @work(thread=True, exclusive=True, group="branch-diff")
-    def _diff_worker(self, run_id: str, a: str, b: str, title: str) -> None:
+    def _diff_worker(self, run_a: Any, a: str | None, run_b: Any, b: str, title: str) -> None:
         try:
-            diff = self.app.backend.diff(run_id, a, b)
+            if a is None:
+                diff = self.app.backend.diff(run_b.run_id, None, b)
+            else:
+                diff = self.app.backend.diff_across(run_a, a, run_b, b)
         except KoptError as err:
             diff = f"# diff unavailable: {err.one_line()}"
         if not get_current_worker().is_cancelled:

@@ -15,7 +15,7 @@ class ConfirmScreen(ModalScreen[bool]):
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
     ConfirmScreen > Vertical {
-        width: 80; height: auto; border: thick $accent; background: $surface; padding: 1 2;
+        width: 80; max-width: 96%; height: auto; border: thick $accent; background: $surface; padding: 1 2;
     }
     ConfirmScreen .hint { color: $text-muted; }
     """

@@ -17,7 +17,7 @@ class Rejection:
 
     reason: str
     next_iteration: bool
-    """Ask the engineer for another iteration with this feedback right away."""
+    """Start the next run of the case right away; its engineer is given the reason."""
 
 
 class FeedbackScreen(ModalScreen[Rejection | None]):
@@ -26,7 +26,7 @@ class FeedbackScreen(ModalScreen[Rejection | None]):
     DEFAULT_CSS = """
     FeedbackScreen { align: center middle; }
     FeedbackScreen > Vertical {
-        width: 90; height: auto; border: thick $error; background: $surface; padding: 1 2;
+        width: 90; max-width: 96%; height: auto; border: thick $error; background: $surface; padding: 1 2;
     }
     FeedbackScreen #title { text-style: bold; }
     FeedbackScreen .hint { color: $text-muted; }
@@ -44,7 +44,8 @@ class FeedbackScreen(ModalScreen[Rejection | None]):
         with Vertical():
             yield Label(f"Reject {self.iteration}: what should the engineer change?", id="title")
             yield Input(placeholder="e.g. keep the row reduction in fp32", id="reason")
-            yield Checkbox("ask the engineer for the next iteration now", True, id="next")
+            yield Checkbox("start the next run now (its engineer gets this reason)", True,
+                           id="next")
             yield Label("enter rejects · esc cancels", classes="hint")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

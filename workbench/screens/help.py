@@ -17,7 +17,7 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
-        width: 84; height: 80%; border: thick $accent; background: $surface; padding: 0 1;
+        width: 84; max-width: 96%; height: 80%; border: thick $accent; background: $surface; padding: 0 1;
     }
     """
 

@@ -17,7 +17,7 @@ class ImportScreen(ModalScreen[tuple[Path, str | None] | None]):
     DEFAULT_CSS = """
     ImportScreen { align: center middle; }
     ImportScreen > Vertical {
-        width: 80; height: auto; border: thick $accent; background: $surface; padding: 1 2;
+        width: 80; max-width: 96%; height: auto; border: thick $accent; background: $surface; padding: 1 2;
     }
     ImportScreen #title { text-style: bold; }
     ImportScreen .hint { color: $text-muted; }

@@ -20,7 +20,7 @@ class NewRunScreen(ModalScreen[RunRequest | None]):
     DEFAULT_CSS = """
     NewRunScreen { align: center middle; }
     NewRunScreen > Vertical {
-        width: 72; height: auto; border: thick $accent; background: $surface; padding: 1 2;
+        width: 72; max-width: 96%; height: auto; border: thick $accent; background: $surface; padding: 1 2;
     }
     NewRunScreen Grid { grid-size: 2; grid-columns: 14 1fr; grid-rows: 3; height: auto; }
     NewRunScreen Label { padding: 1 0 0 0; }

@@ -27,8 +27,14 @@ from textual.worker import get_current_worker
 
 from harness.errors import KoptError
 from phases import events as ev
-from workbench.backend import IterationDetail, ManifestView, RunOutcome, RunRequest, \
-    approval_word, kernel_path
+from workbench.backend import (
+    IterationDetail,
+    ManifestView,
+    RunOutcome,
+    RunRequest,
+    approval_word,
+    kernel_path,
+)
 from workbench.widgets.agent_log import AgentLog
 from workbench.widgets.diff_view import DiffView
 from workbench.widgets.iteration_table import IterationTable
@@ -75,7 +81,7 @@ class RunScreen(Screen[None]):
     RunScreen #run-title { height: auto; padding: 0 1; text-style: bold; }
     RunScreen #panes { width: 1fr; }
     RunScreen #job { height: 1; padding: 0 1; background: $boost; }
-    RunScreen.narrow #left { width: 32; min-width: 30; }
+    RunScreen.narrow #left { width: 40; min-width: 36; }
     """
 
     BINDINGS = [
@@ -265,9 +271,13 @@ class RunScreen(Screen[None]):
         self.request = request
         self.last_engineer = request.engineer
         self.cancel_event = threading.Event()
-        strip = self.query_one(PhaseStrip)
-        if request.run_id is None:
-            strip.reset()
+        if request.run_id is None:  # a new run: forget the one on screen
+            self.query_one(PhaseStrip).reset()
+            self.run, self.run_id, self.known_runs = None, None, None
+            self.manifests = []
+            self.query_one(IterationTable).set_iterations([])
+            self.query_one(DiffView).show("")
+            self._update_title()
         self._job_started("pipeline")
         self.query_one(AgentLog).add(Text(
             f"── run {request.case} with {request.engineer}"
@@ -334,7 +344,14 @@ class RunScreen(Screen[None]):
             run = next((r for r in reversed(runs) if r.run_id not in known), None)
         elif runs:
             run = runs[-1]
-        manifests = backend.manifests(run.run_id) if run is not None else []
+        manifests = []
+        if run is not None:
+            manifests = backend.manifests(run.run_id)
+            if not self.pipeline_running:
+                try:
+                    run.worktree = str(backend.ensure_worktree(run))
+                except KoptError as err:
+                    self.app.call_from_thread(self.notify, err.one_line(), severity="error")
         if not get_current_worker().is_cancelled:
             self.post_message(self.RunLoaded(run, manifests))
 
@@ -411,7 +428,7 @@ class RunScreen(Screen[None]):
         iterations = self.query_one(IterationTable).iterations
         if self.diff_base == "first" and iterations and iterations[0].commit != iteration.commit:
             return iterations[0].commit, f"iteration {iterations[0].iteration}"
-        return f"{iteration.commit}^", "its parent"
+        return None, "the iteration before"
 
     def _load_selected(self) -> None:
         selected = self.query_one(IterationTable).selected
@@ -608,8 +625,9 @@ class RunScreen(Screen[None]):
                 return
             nxt = None
             if answer.next_iteration:
-                nxt = RunRequest(case=self.case, engineer=self.last_engineer,
-                                 phases=["optimizer"], iterations=1, run_id=self.run_id)
+                # The next run of this case hands the rejection reason to its engineer
+                # (phases.optimizer.previous_rejection).
+                nxt = RunRequest(case=self.case, engineer=self.last_engineer, iterations=1)
             self._job_started("decision")
             self._decision_worker("reject", selected, answer.reason, nxt)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
-COLUMNS = ("#", "author", "speedup", "% floor", "verdict")
+# (label, width): fixed widths, so the list does not jump as iterations stream in.
+COLUMNS = (("#", 2), ("by", 9), ("speedup", 7), ("floor", 5), ("verdict", 8))
 
 
 def verdict_text(iteration: Any, approval: str, approved_commit: str | None) -> Text:
@@ -24,8 +26,8 @@ class IterationTable(DataTable):
     """
 
     BINDINGS = [
-        ("j", "cursor_down", "Down"),
-        ("k", "cursor_up", "Up"),
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
     ]
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -33,7 +35,8 @@ class IterationTable(DataTable):
         self.iterations: list[Any] = []
 
     def on_mount(self) -> None:
-        self.add_columns(*COLUMNS)
+        for label, width in COLUMNS:
+            self.add_column(label, width=width)
 
     def set_iterations(self, iterations: list[Any], *, approval: str = "pending",
                        approved_commit: str | None = None) -> None:

@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from workbench.widgets.profile_view import bar
 
-BAR_WIDTH = 24
+BAR_WIDTH = 14
 
 
 class MetricsChart(VerticalScroll):
@@ -42,12 +42,12 @@ class MetricsChart(VerticalScroll):
                           title="per iteration" + (f" (baseline {baseline_ms:.3f} ms)"
                                                    if baseline_ms else ""),
                           title_justify="left")
-            table.add_column("iter", justify="right")
-            table.add_column("latency", justify="right")
-            table.add_column("speedup", justify="right")
-            table.add_column("", width=BAR_WIDTH)
-            table.add_column("% floor", justify="right")
-            table.add_column("", width=BAR_WIDTH)
+            table.add_column("iter", justify="right", no_wrap=True)
+            table.add_column("latency", justify="right", no_wrap=True, min_width=9)
+            table.add_column("speedup", justify="right", no_wrap=True, min_width=7)
+            table.add_column("", width=BAR_WIDTH, no_wrap=True)
+            table.add_column("% floor", justify="right", no_wrap=True)
+            table.add_column("", width=BAR_WIDTH, no_wrap=True)
             for it in measured:
                 latency = f"{baseline_ms / it.speedup:.3f} ms" if baseline_ms else "—"
                 pct = it.pct_of_floor

@@ -1,0 +1,93 @@
+"""kopt-tui over the real backend: the real pipeline, git history and manifests, with the
+pipeline tests' fake harness (tests/test_pipeline_fakes.py) so a run takes seconds on a CPU."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from test_pipeline_fakes import fakes
+
+from phases import history
+from workbench.app import KoptApp
+from workbench.backend import Backend
+from workbench.cli import main as kopt
+from workbench.screens.home import HomeScreen
+from workbench.screens.run import RunScreen
+from workbench.widgets.diff_view import DiffView
+from workbench.widgets.iteration_table import IterationTable
+from workbench.widgets.phase_strip import PhaseStrip
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def wait_for(pilot, condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the UI"
+        await pilot.pause(0.05)
+
+
+async def test_run_to_an_approved_kernel_in_git(workspace: Path, capsys) -> None:
+    history.init_workspace(workspace)
+    engineers: list = []
+    app = KoptApp(backend=Backend(pipeline_options={"fakes": fakes(engineers)}))
+    async with app.run_test(size=(120, 40)) as pilot:
+        home = app.screen
+        assert isinstance(home, HomeScreen)
+        await wait_for(pilot, lambda: bool(home.rows))
+        names = [r.name for r in home.visible_rows]
+        await pilot.press("slash", *"layernorm_gelu", "enter")
+        assert [r.name for r in home.visible_rows] == ["layernorm_gelu"], names
+        await pilot.press("n", "enter")  # default engineer (offline), 3 iterations
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        table = screen.query_one(IterationTable)
+        strip = screen.query_one(PhaseStrip)
+        await wait_for(pilot, lambda: not screen.pipeline_running and screen.run is not None
+                       and not screen.jobs)
+        assert [s.state for s in strip.phases.values()] == ["verified"] * 4
+        assert [it.verified for it in table.iterations][:3] == [False, True, True]
+        assert {m.phase: m.valid for m in screen.manifests} == dict.fromkeys(
+            ("architect", "optimizer", "accelerator", "integrator"), True)
+        diff = screen.query_one(DiffView)
+        await wait_for(pilot, lambda: bool(diff.diff))
+        assert "kernels/layernorm_gelu.py" in diff.diff
+        first = screen.run_id
+
+        # Reject the best with a reason: the next run's engineer is told.
+        await pilot.press("r", *"keep the mean in fp32", "enter")
+        await wait_for(pilot, lambda: screen.run_id not in (None, first)
+                       and not screen.pipeline_running and screen.run is not None
+                       and not screen.jobs)
+        assert "keep the mean in fp32" in (engineers[-1].requests[0].feedback or "")
+        second = screen.run_id
+
+        # Back to the first run; approve its last iteration there.
+        await pilot.press("q")
+        await pilot.press("g")
+        branches = app.screen
+        await wait_for(pilot, lambda: len(getattr(branches, "rows", [])) >= 2)
+        await pilot.press("down", "o")
+        screen = app.screen
+        assert isinstance(screen, RunScreen) and screen.run_id == first
+        table = screen.query_one(IterationTable)
+        await wait_for(pilot, lambda: len(table.iterations) >= 3 and not screen.jobs)
+        await pilot.press("a")
+        await wait_for(pilot, lambda: screen.run is not None
+                       and screen.run.approval.get("state") == "approved" and not screen.jobs)
+        approved = screen.run.approval["commit"]
+        assert approved == table.iterations[-1].commit
+
+    assert kopt(["history", "layernorm_gelu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    runs = out["runs"] if isinstance(out, dict) else out
+    states = {r["run_id"]: r["approval"]["state"] for r in runs}
+    assert states == {first: "approved", second: "pending"}
