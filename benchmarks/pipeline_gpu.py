@@ -1,0 +1,106 @@
+"""On a GPU: a full `kopt run` of every bundled case with the offline engineer.
+
+    python benchmarks/pipeline_gpu.py [--iterations N] [--cases a,b] [--budget-s SECONDS]
+
+Each case runs architect -> optimizer -> accelerator -> integrator in a fresh git workspace
+under a temp dir (KOPT_HOME), exactly as `kopt run CASE --engineer offline --yes --json`
+does. Prints a markdown table last (for BENCHMARKS.md): case, speedup vs eager and vs
+torch.compile, % of the roofline floor, final verdict, the accelerator's trials and the
+kernel's commit on the run branch. Timings are CUDA events on the main inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--cases", default=None, help="comma-separated (default: all bundled)")
+    parser.add_argument("--budget-s", type=float, default=540.0,
+                        help="stop starting new cases after this many seconds")
+    args = parser.parse_args()
+
+    home = Path(os.environ.get("KOPT_HOME") or tempfile.mkdtemp(prefix="kopt-pipeline-gpu-"))
+    os.environ["KOPT_HOME"] = str(home)
+    os.environ.pop("TRITON_INTERPRET", None)
+    os.chdir(home)
+
+    import torch
+
+    from harness.case import Case, list_cases
+    from phases.events import ITERATION, PHASE_FAILED, PHASE_FINISHED, Event
+    from phases.history import get_run, init_workspace
+    from phases.manifest import read_manifest
+    from phases.pipeline import run_pipeline
+
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: this benchmark needs one", file=sys.stderr)
+        return 2
+    init_workspace(home)
+    names = [c.name for c in list_cases() if isinstance(c, Case)]
+    if args.cases:
+        names = [n for n in names if n in args.cases.split(",")]
+    started = time.monotonic()
+    rows = []
+
+    def show(e: Event) -> None:
+        if e.kind in (ITERATION, PHASE_FINISHED, PHASE_FAILED):
+            print(f"  [{time.monotonic() - started:6.1f}s] {e.phase}: {e.message}", flush=True)
+
+    for name in names:
+        if time.monotonic() - started > args.budget_s:
+            rows.append((name, "-", "-", "-", "skipped (budget)", "-", "-"))
+            continue
+        print(f"=== {name}", flush=True)
+        t0 = time.monotonic()
+        try:
+            r = run_pipeline(name, engineer="offline", iterations=args.iterations, events=show)
+        except Exception as err:  # noqa: BLE001 - one case failing is a row of the table
+            rows.append((name, "-", "-", "-", f"error: {str(err)[:60]}", "-", "-"))
+            continue
+        pct = trials = "-"
+        commit = "-"
+        final = home / "manifests" / r.run_id / "integrator.json"
+        if final.is_file():
+            m = read_manifest(final)
+            p = m.details["timing"].get("pct_of_floor")
+            pct = "-" if p is None else f"{p:.1f}%"
+            commit = str(m.details["approval"].get("commit") or "-")[:10]
+        acc = home / "manifests" / r.run_id / "accelerator.json"
+        if acc.is_file():
+            b = read_manifest(acc).details["budget"]
+            trials = f"{b['trials_run']}/{b.get('space_size', '?')}"
+        run = get_run(r.run_id)
+        it = f"{sum(i.verified for i in run.iterations)}/{len(run.iterations)}"
+        rows.append((name, _x(r.speedup_vs_eager), _x(r.speedup_vs_compile), pct,
+                     ("verified" if r.verified else "NOT verified") + f" ({it} iter ok)",
+                     trials, commit))
+        print(f"  done in {time.monotonic() - t0:.0f}s", flush=True)
+
+    print()
+    print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; offline engineer, "
+          f"{args.iterations} optimizer round(s); CUDA-event timings on main inputs")
+    print()
+    print("| case | vs eager | vs torch.compile | % of floor | verdict | tuning trials | commit |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | --- |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
