@@ -91,3 +91,16 @@ async def test_run_to_an_approved_kernel_in_git(workspace: Path, capsys) -> None
     runs = out["runs"] if isinstance(out, dict) else out
     states = {r["run_id"]: r["approval"]["state"] for r in runs}
     assert states == {first: "approved", second: "pending"}
+
+
+async def test_a_new_folder_is_offered_kopt_init(workspace: Path) -> None:
+    from workbench.screens.confirm import ConfirmScreen
+
+    app = KoptApp(backend=Backend())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert not (workspace / ".git").exists()
+        await pilot.press("y")
+        await wait_for(pilot, lambda: (workspace / ".git").is_dir())
+        assert isinstance(app.screen, HomeScreen)
+        assert app.backend.workspace_problem() is None

@@ -145,6 +145,9 @@ class FakeBackend(Backend):
 
     # -- Backend -----------------------------------------------------------------------
 
+    def workspace_problem(self) -> str | None:
+        return None
+
     def cases(self) -> list[CaseRow]:
         described = [("layernorm_gelu", "LayerNorm then exact GELU over a bf16 activation"),
                      ("softmax_row", "Row softmax over (4096, 8192) fp32"),

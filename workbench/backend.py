@@ -100,6 +100,23 @@ class Backend:
         self.pipeline_options = dict(pipeline_options or {})
         """Extra keyword arguments for `run_pipeline` (e.g. `target`, `device`)."""
 
+    def workspace_problem(self) -> str | None:
+        """Why runs cannot be recorded here (not a git repository), or None."""
+        from phases import history
+
+        try:
+            with history.open_repo():
+                return None
+        except KoptError as err:
+            return err.one_line()
+
+    def init_workspace(self) -> str:
+        """`kopt init`: make the workspace a git repository; returns what was done."""
+        from phases import history
+
+        top, created = history.init_workspace()
+        return f"created a git repository in {top}" if created else f"using {top}"
+
     def cases(self) -> list[CaseRow]:
         from harness.case import list_cases
         from harness.paths import bundled_cases_dir

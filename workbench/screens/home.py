@@ -50,9 +50,17 @@ class HomeScreen(Screen[None]):
             super().__init__()
             self.rows = rows
 
+    class NeedsInit(Message):
+        """The workspace is not a git repository (runs are recorded in git)."""
+
+        def __init__(self, problem: str) -> None:
+            super().__init__()
+            self.problem = problem
+
     def __init__(self) -> None:
         super().__init__()
         self.rows: list[CaseRow] = []
+        self._asked_init = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -68,6 +76,42 @@ class HomeScreen(Screen[None]):
         table.add_columns("case", "source", "runs", "best", "verdict", "description")
         table.focus()
         self.load()
+        self.check_workspace()
+
+    @work(thread=True, exclusive=True, group="home-init")
+    def check_workspace(self) -> None:
+        problem = self.app.backend.workspace_problem()
+        if problem:
+            self.post_message(self.NeedsInit(problem))
+
+    def on_home_screen_needs_init(self, message: NeedsInit) -> None:
+        from workbench.screens.confirm import ConfirmScreen
+
+        if self._asked_init:
+            return
+        self._asked_init = True
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.init_workspace()
+            else:
+                self.notify("runs need a git repository: `kopt init` creates one",
+                            severity="warning")
+
+        self.app.push_screen(ConfirmScreen(
+            question="kopt records every kernel iteration in git. Make this folder a git "
+                     "repository now (kopt init)?", detail=message.problem), answer)
+
+    @work(thread=True, exclusive=True, group="home-init")
+    def init_workspace(self) -> None:
+        from harness.errors import KoptError
+
+        try:
+            done = self.app.backend.init_workspace()
+        except KoptError as err:
+            self.app.call_from_thread(self.app.notify, err.one_line(), severity="error")
+            return
+        self.app.call_from_thread(self.app.notify, done, title="kopt init")
 
     def on_screen_resume(self) -> None:
         self.load()
@@ -181,7 +225,8 @@ class HomeScreen(Screen[None]):
         try:
             case = self.app.backend.import_kernelbench(path, name)
         except KoptError as err:
-            self.app.notify(err.one_line(), title="import failed", severity="error")
+            self.app.call_from_thread(self.app.notify, err.one_line(), title="import failed",
+                                      severity="error")
             return
-        self.app.notify(f"imported {case}", title="KernelBench")
+        self.app.call_from_thread(self.app.notify, f"imported {case}", title="KernelBench")
         self.post_message(self.Loaded(self.app.backend.cases()))
