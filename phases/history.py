@@ -7,7 +7,8 @@ plumbing (`commit-tree` + `update-ref`) on the run branch, and the only file kop
 the user's git dir is `info/exclude` (untracked) so that `.kopt/`, `manifests/` and
 `archive/` never show up in `git status`.
 
-Everything `list_runs` reports is read back from git alone (branch names and commit
+A decision is mirrored into the run's integrator manifest (`details.approval`) when the run
+has one. Everything `list_runs` reports is read back from git alone (branch names and commit
 trailers), so the history survives a deleted `manifests/` folder. GitPython is not
 thread-safe: every function opens its own `Repo` and closes it.
 """
@@ -360,7 +361,20 @@ def _decide(run_id: str, decision: str, ref: str | None, reason: str | None,
     if (wt / ".git").exists():
         with open_repo(wt) as w:
             w.git.reset("--quiet", "--soft", sha)  # same tree: the worktree follows its branch
+    _record_in_manifest(run_id, root, sha)
     return sha
+
+
+def _record_in_manifest(run_id: str, root: Path | None, decision_commit: str) -> None:
+    """Mirror the decision (as git now reads it) into the run's integrator manifest."""
+    from phases.integrator import record_decision
+
+    run_dir = Path(root or workspace_root()).resolve() / "manifests" / run_id
+    if not (run_dir / "integrator.json").is_file():
+        return  # a run stopped before the integrator: git alone records the decision
+    approval = get_run(run_id, root).approval
+    record_decision(run_dir, state=approval["state"], commit=approval.get("commit"),
+                    reason=approval.get("reason"), decision_commit=decision_commit)
 
 
 def approve(run_id: str, commit: str | None = None, *, root: Path | None = None) -> str:

@@ -168,3 +168,53 @@ def test_accelerator_search_space_and_rewrite() -> None:
     assert default == {"_k/BLOCK_SIZE": 2048}
     assert literal(apply_config(nested, style, {"_k/BLOCK_SIZE": 1024}), "KOPT_CONFIG") == \
         {"_k": {"BLOCK_SIZE": 1024, "num_warps": 8}}
+
+
+def test_decisions_are_mirrored_into_the_integrator_manifest(repo: Path) -> None:
+    run_pipeline("layernorm_gelu", iterations=2, run_id="r1", fakes=fakes())
+    path = repo / "manifests/r1/integrator.json"
+    history.reject("r1", "2", reason="numerics drift at fp16")
+    approval = read_manifest(path).details["approval"]
+    assert approval["state"] == "rejected" and approval["reason"] == "numerics drift at fp16"
+    assert approval["commit"] == history.get_run("r1").iterations[1].commit
+    history.undo_decision("r1")
+    assert read_manifest(path).details["approval"]["state"] == "pending"
+    history.approve("r1")
+    assert read_manifest(path).details["approval"]["state"] == "approved"
+
+
+def test_accelerator_on_a_gpu_searches_verifies_commits_and_remembers(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from phases import accelerator
+    from phases.run import RunConfig, open_context
+
+    run_pipeline("layernorm_gelu", iterations=2, run_id="r1", phases="architect,optimizer",
+                 fakes=fakes())
+    monkeypatch.setattr(accelerator, "_gpu_name", lambda: "Fake H100")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "Fake H100")
+    verified: list[list[str]] = []
+    f = fakes()
+
+    def verify_many(case, paths, **kw):  # type: ignore[no-untyped-def]
+        verified.append([Path(p).name for p in paths])
+        return [f["verify"](case, p) for p in paths]
+
+    ctx = open_context(RunConfig.load(repo / "manifests/r1"), root=repo, verify_many=verify_many,
+                       **f)
+    ctx.device = "cuda"  # the search path; the fakes stand in for the GPU
+    manifest = accelerator.run(ctx, lambda e: None)
+    d = manifest.details
+    assert d["gpu"] == "Fake H100" and d["budget"]["space_size"] == 6
+    assert d["budget"]["trials_run"] == 6 and len(verified) == 1 and len(verified[0]) == 6
+    assert d["winner"]["config"] == {"BLOCK_ROWS": 4, "num_warps": 2} and d["winner"]["changed"]
+    kernel = (repo / d["winner"]["kernel"]).read_text()
+    assert literal(kernel, "KOPT_CONFIG") == {"BLOCK_ROWS": 4, "num_warps": 2}
+    last = history.get_run("r1").iterations[-1]
+    assert (last.phase, last.iteration, last.verified) == ("accelerator", 3, True)
+    assert last.commit == d["winner"]["commit"]
+    assert history.show_file(last.commit, "kernels/layernorm_gelu.py") == kernel
+    assert "Fake_H100.json" in d["remembered"]
+    # the remembered winner is tried second next time
+    assert accelerator.recall(ctx, d["tunables"]) == {"BLOCK_ROWS": 4, "num_warps": 2}

@@ -11,7 +11,6 @@ import argparse
 
 from harness.paths import manifests_dir
 from phases import history
-from phases.integrator import record_decision
 from workbench.output import console, print_json_line
 
 
@@ -36,11 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _finish(args: argparse.Namespace, decision_commit: str) -> int:
     run = history.get_run(args.run_id)
     approval = run.approval
-    run_dir = manifests_dir() / args.run_id
-    in_manifest = (run_dir / "integrator.json").is_file()
-    if in_manifest:
-        record_decision(run_dir, state=approval["state"], commit=approval.get("commit"),
-                        reason=approval.get("reason"), decision_commit=decision_commit)
+    in_manifest = (manifests_dir() / args.run_id / "integrator.json").is_file()
     target = str(approval.get("commit") or "")[:10]
     console.print(f"run {args.run_id}: {approval['state']}"
                   + (f" {target}" if target else "")
