@@ -147,8 +147,14 @@ def lower_program(ep: Any) -> Graph:
         if fx.op == "placeholder":
             val = _val(fx)
             if not isinstance(val, torch.Tensor):
-                raise EngineerError(f"forward input {fx.name!r} is not a tensor",
-                                    fix="the offline engineer handles tensor inputs only")
+                if fx.name not in user_inputs or not isinstance(val, (int, float, bool)):
+                    raise EngineerError(f"forward input {fx.name!r} is not a tensor",
+                                        fix="the offline engineer handles tensor and scalar inputs")
+                # a Python scalar: export specialised the graph on its value
+                i = user_inputs.index(fx.name)
+                inputs[fx.name] = InputInfo("scalar", fwd_names[i] if i < len(fwd_names) else f"arg{i}", index=i)
+                env[fx.name] = val
+                continue
             shape, sym = zip(*[_size(s) for s in val.shape]) if val.dim() else ((), ())
             node = b.add(Node(fx.name, "input", [], {}, tuple(shape), tuple(sym), val.dtype,
                               origin=fx.name))

@@ -212,7 +212,7 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     """The candidate file's source, and notes on what was fixed at traced values."""
     fw = ForwardWriter(part, kernels)
     graph = part.graph
-    args = [info for info in graph.inputs.values() if info.kind in ("arg", "kwarg")]
+    args = [info for info in graph.inputs.values() if info.kind in ("arg", "kwarg", "scalar")]
     args.sort(key=lambda i: i.index)
     for n in graph.nodes:
         if n.op == "input":
@@ -223,7 +223,9 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
                 fw.var[n] = f"p_{n.name}"
             else:
                 fw.var[n] = f"c_{n.name}"
-    fw.lines.append(f"device = {args[0].key}.device" if args else "device = next(self.parameters()).device")
+    tensor_args = [a for a in args if a.kind != "scalar"]
+    fw.lines.append(f"device = {tensor_args[0].key}.device" if tensor_args else
+                    "device = next(self.parameters()).device")
     for sym, code in sorted(graph.symbols.items()):
         fw.lines.append(f"{sym} = {code}")
     for n in graph.nodes:
