@@ -175,9 +175,11 @@ def create_run_branch(case: str, run_id: str, root: Path | None = None) -> tuple
     return branch, path
 
 
-def ensure_worktree(case: str, run_id: str, root: Path | None = None) -> Path:
-    """The run's worktree, re-created from its branch if it was removed; a half-written
-    state left by a killed process (stale lock, uncommitted files) is discarded."""
+def ensure_worktree(case: str, run_id: str, root: Path | None = None, *,
+                    discard_changes: bool = False) -> Path:
+    """The run's worktree, re-created from its branch if it was removed. With
+    `discard_changes` (the pipeline resuming a run) a half-written state left by a killed
+    process -- a stale index lock, uncommitted or untracked files -- is discarded."""
     branch = branch_name(case, run_id)
     path = worktree_path(run_id, root)
     with open_repo(root) as repo:
@@ -188,6 +190,8 @@ def ensure_worktree(case: str, run_id: str, root: Path | None = None) -> Path:
             repo.git.worktree("prune")
             repo.git.worktree("add", "--quiet", str(path), branch)
             return path
+    if not discard_changes:
+        return path
     with open_repo(path) as wt:
         lock = Path(wt.git_dir) / "index.lock"
         if lock.exists() and time.time() - lock.stat().st_mtime > 2:

@@ -102,7 +102,7 @@ def run_pipeline(case: str | Path, *, engineer: str = "offline", analyst: str | 
         config.engineer_options = dict(engineer_options or config.engineer_options)
         config.save(run_dir)
         ctx = open_context(config, root=root, cancel=cancel, **(fakes or {}))
-        ensure_worktree(ctx.case.name, config.run_id, root)
+        ensure_worktree(ctx.case.name, config.run_id, root, discard_changes=True)
     else:
         if selected[0] != "architect":
             raise BadInputError(f"a new run starts with the architect, not {selected[0]!r}",
@@ -170,7 +170,7 @@ def resume_pipeline(run_id: str, *, events: EventSink = null_sink,
     if not remaining:
         events(Event(LOG, "", f"run {run_id} is complete; nothing to resume"))
         return result_of(run_dir, root)
-    ensure_worktree(ctx.case.name, run_id, root)
+    ensure_worktree(ctx.case.name, run_id, root, discard_changes=True)
     events(Event(LOG, "", f"resuming run {run_id} at the {remaining[0]} "
                           f"(last valid manifest: {last or 'none'})"))
     _run_phases(ctx, remaining, events)

@@ -153,7 +153,9 @@ def test_a_removed_worktree_is_recreated_and_a_dirty_one_reset(workspace: Path) 
     wt = _two_iterations(workspace)
     (wt / "kernels" / "lg.py").write_text("half-written")
     (wt / "junk.py").write_text("junk")
-    history.ensure_worktree("lg", "r1")
+    history.ensure_worktree("lg", "r1")  # the user's edits in a live worktree are kept
+    assert (wt / "kernels" / "lg.py").read_text() == "half-written"
+    history.ensure_worktree("lg", "r1", discard_changes=True)
     assert (wt / "kernels" / "lg.py").read_text() == "x = 2\n" and not (wt / "junk.py").exists()
     history.remove_worktree("r1")
     assert not wt.exists()
