@@ -127,7 +127,7 @@ class _Writer:
                 self.dim_sources.setdefault(d, (i, j))
         terms = [f"{self.coord(d)} * x{i}_s{j}" for j, d in enumerate(dm) if d is not None]
         offset = " + ".join(terms) if terms else "0"
-        mask = self.load_mask(dm)
+        mask = self.load_mask(dm) if terms else None  # a broadcast scalar: one unmasked load
         m = f", mask={mask}, other=0" if mask else ""
         var = self.fresh("x")
         flat = self.flat_offset(dm) if x.rank == len(self.g.domain) else None
