@@ -1,0 +1,132 @@
+"""Offline engineer on an H100: every bundled case at full size.
+
+For each case: generate the candidate (codegen time), compile its kernels (first call),
+check its outputs against eager, and time eager, torch.compile (default mode) and the
+candidate with triton.testing.do_bench (median). Prints a markdown table last.
+
+    python benchmarks/offline_gpu.py [CASE ...]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.case import load_case  # noqa: E402
+from harness.compare import compare_outputs  # noqa: E402
+from harness.data import agent_provide_inputs, build_model  # noqa: E402
+from harness.tolerance import tolerance_for  # noqa: E402
+from phases.engineers.offline import generate_candidate  # noqa: E402
+
+COPY_GBPS = 3000.0  # H100 SXM device copy, unless harness.roofline measured it
+BF16_TFLOPS = 790.0
+FP32_TFLOPS = 60.0
+
+
+def _bytes_flops(case, model, inputs) -> tuple[float, float]:
+    tensors = [t for t in list(inputs.args) + list(inputs.kwargs.values()) if isinstance(t, torch.Tensor)]
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    nbytes += sum(p.numel() * p.element_size() for p in model.state_dict().values())
+    with torch.no_grad():
+        out = model(*inputs.args, **inputs.kwargs)
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    nbytes += sum(o.numel() * o.element_size() for o in outs)
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as fc, torch.no_grad():
+            model(*inputs.args, **inputs.kwargs)
+        flops = float(fc.get_total_flops())
+    except Exception:  # noqa: BLE001
+        flops = 0.0
+    return nbytes, flops
+
+
+def _floor_ms(nbytes: float, flops: float, dtype: torch.dtype) -> float:
+    rate = BF16_TFLOPS if dtype in (torch.bfloat16, torch.float16) else FP32_TFLOPS
+    return max(nbytes / (COPY_GBPS * 1e9), flops / (rate * 1e12)) * 1e3
+
+
+def bench(name: str) -> dict:
+    case = load_case(name)
+    t0 = time.perf_counter()
+    result = generate_candidate(case)
+    codegen_s = time.perf_counter() - t0
+    tmp = Path(tempfile.mkdtemp()) / f"{name}.py"
+    tmp.write_text(result.source)
+    spec = importlib.util.spec_from_file_location(f"cand_{name}", tmp)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ref = build_model(case, "main", device="cuda")
+    new = build_model(case, "main", device="cuda", cls=mod.ModelNew)
+    sets = [agent_provide_inputs(case, "main", s, device="cuda") for s in range(3)]
+    inp = sets[0]
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        got = new(*inp.args, **inp.kwargs)
+        torch.cuda.synchronize()
+        compile_s = time.perf_counter() - t0
+        want = ref(*inp.args, **inp.kwargs)
+    got = got if isinstance(got, (tuple, list)) else [got]
+    want = want if isinstance(want, (tuple, list)) else [want]
+    cmp = compare_outputs(list(got), list(want), {w.dtype: tolerance_for(case, w.dtype) for w in want})
+    compiled = torch.compile(ref)
+    i = [0]
+
+    def runner(m):
+        def run():
+            x = sets[i[0] % len(sets)]  # rotate input buffers
+            i[0] += 1
+            with torch.no_grad():
+                m(*x.args, **x.kwargs)
+        return run
+
+    times = {k: triton.testing.do_bench(runner(m), warmup=25, rep=200, return_mode="median")
+             for k, m in (("eager", ref), ("compile", compiled), ("kopt", new))}
+    nbytes, flops = _bytes_flops(case, ref, inp)
+    floor = _floor_ms(nbytes, flops, want[0].dtype)
+    return {"case": name, "kernels": len(result.kernels), "codegen_s": codegen_s,
+            "compile_s": compile_s, "correct": cmp.ok, **times, "floor_ms": floor,
+            "pct_floor": 100 * floor / times["kopt"], "vs_eager": times["eager"] / times["kopt"],
+            "vs_compile": times["compile"] / times["kopt"], "note": "" if cmp.ok else cmp.to_text()[:80]}
+
+
+def main(names: list[str]) -> None:
+    names = names or sorted(p.name for p in (ROOT / "cases").iterdir() if (p / "manifest.yaml").is_file())
+    rows = []
+    for n in names:
+        try:
+            rows.append(bench(n))
+        except Exception as err:  # noqa: BLE001 - report and go on
+            rows.append({"case": n, "note": f"{type(err).__name__}: {str(err)[:100]}"})
+        print(rows[-1], flush=True)
+    print()
+    print("| case | kernels | codegen s | compile s | correct | eager ms | compile ms | kopt ms | "
+          "% floor | vs eager | vs compile | note |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "kopt" not in r:
+            print(f"| {r['case']} | | | | | | | | | | | {r['note']} |")
+            continue
+        print(f"| {r['case']} | {r['kernels']} | {r['codegen_s']:.2f} | {r['compile_s']:.2f} | {r['correct']} | "
+              f"{r['eager']:.3f} | {r['compile']:.3f} | {r['kopt']:.3f} | {r['pct_floor']:.0f}% | "
+              f"{r['vs_eager']:.2f}x | {r['vs_compile']:.2f}x | {r['note']} |")
+    ok = [r for r in rows if "kopt" in r]
+    if ok:
+        ge = math.exp(sum(math.log(r["vs_eager"]) for r in ok) / len(ok))
+        gc = math.exp(sum(math.log(r["vs_compile"]) for r in ok) / len(ok))
+        print(f"| geomean | | | | | | | | | {ge:.2f}x | {gc:.2f}x | |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
