@@ -279,3 +279,14 @@ async def test_diff_is_unified_on_narrow_terminals(backend: FakeBackend) -> None
         assert diff.effective_mode == "split"
         await pilot.press("d")
         assert diff.effective_mode == "unified"
+
+
+def test_split_rows_pair_removed_and_added_lines() -> None:
+    from workbench.widgets.diff_view import has_removals, split_rows
+
+    diff = "--- a/k.py\n+++ b/k.py\n@@ -1,3 +1,4 @@\n a\n-b\n+c\n d\n+e\n"
+    rows = [(r.old, r.new, r.kind) for r in split_rows(diff)]
+    assert rows == [("@@ -1,3 +1,4 @@", "@@ -1,3 +1,4 @@", "hunk"), ("a", "a", "same"),
+                    ("b", "c", "changed"), ("d", "d", "same"), (None, "e", "added")]
+    assert has_removals(diff)
+    assert not has_removals("--- /dev/null\n+++ b/k.py\n@@ -0,0 +1 @@\n+x\n")

@@ -88,6 +88,14 @@ def kernel_path(run: Any) -> Path:
     return Path(run.worktree) / "kernels" / f"{run.case}.py"
 
 
+def format_speedup(value: float | None) -> str:
+    """`2.40x`; small values keep three significant digits (the CPU interpreter's kernels
+    run far slower than eager, and `0.00x` would hide by how much); `—` when unmeasured."""
+    if value is None:
+        return "—"
+    return f"{value:.2f}x" if value >= 0.1 else f"{value:.3g}x"
+
+
 def default_engineer() -> str:
     """`anthropic` when an API key is set, else the embedded `offline` engineer."""
     return "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"

@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
 from harness.errors import KoptError
-from workbench.backend import approval_word
+from workbench.backend import approval_word, format_speedup
 from workbench.widgets.diff_view import DiffView
 
 
@@ -102,7 +102,7 @@ class BranchesScreen(Screen[None]):
         self.rows = []
         marked = {it.commit: i for i, (_run, it) in enumerate(self.marked)}
         for run in self.runs:
-            best = f"{run.best_speedup:.2f}x" if run.best_speedup else "—"
+            best = format_speedup(run.best_speedup)
             approval = approval_word(run.approval)
             table.add_row("", Text(f"{run.case} · {run.run_id}", style="bold"),
                           str(len(run.iterations)), best,
@@ -111,7 +111,7 @@ class BranchesScreen(Screen[None]):
             self.rows.append((run, None))
             for it in run.iterations:
                 mark = "AB"[marked[it.commit]] if it.commit in marked else ""
-                speed = f"{it.speedup:.2f}x" if it.speedup is not None else "—"
+                speed = format_speedup(it.speedup)
                 table.add_row(Text(mark, style="bold reverse"),
                               f"  iter {it.iteration} · {it.author} · {it.commit[:8]}",
                               "", speed, "verified" if it.verified else "failed")

@@ -32,7 +32,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
+            yield Static(self.question, classes="question")
             if self.detail:
                 yield Static(self.detail, classes="hint")
             yield Label("y yes · n no", classes="hint")

@@ -13,7 +13,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from workbench.backend import CaseRow
+from workbench.backend import CaseRow, format_speedup
 
 VERDICT_STYLE = {"approved": "bold green", "rejected": "bold red", "pending": "yellow",
                  "no runs": "dim", "invalid": "bold red"}
@@ -161,7 +161,7 @@ class HomeScreen(Screen[None]):
         table.clear()
         rows = self.visible_rows
         for row in rows:
-            best = f"{row.best_speedup:.2f}x" if row.best_speedup is not None else "—"
+            best = format_speedup(row.best_speedup)
             table.add_row(row.name, row.source, str(row.runs), best,
                           Text(row.verdict, style=VERDICT_STYLE.get(row.verdict, "")),
                           row.description, key=row.name)

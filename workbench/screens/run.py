@@ -33,6 +33,7 @@ from workbench.backend import (
     RunOutcome,
     RunRequest,
     approval_word,
+    format_speedup,
     kernel_path,
 )
 from workbench.widgets.agent_log import AgentLog
@@ -255,7 +256,8 @@ class RunScreen(Screen[None]):
             line.append("ready", style="dim")
         line.append(f"   watch {'on' if self.watching else 'off'}",
                     style="bold green" if self.watching else "dim")
-        line.append(f" · diff {self.diff_mode} vs {self.diff_base}", style="dim")
+        base = "previous" if self.diff_base == "parent" else "first"
+        line.append(f" · diff {self.diff_mode} vs {base} iteration", style="dim")
         self.query_one("#job", Static).update(line)
 
     @property
@@ -385,7 +387,7 @@ class RunScreen(Screen[None]):
                                         "no runs yet: n starts one", "dim")))
             return
         approval = approval_word(self.run.approval)
-        best = f"{self.run.best_speedup:.2f}x" if self.run.best_speedup else "—"
+        best = format_speedup(self.run.best_speedup)
         title.update(Text.assemble(
             (self.case, "bold"), "  ", (self.run.run_id, "dim"), "\n",
             f"best {best} · ",
@@ -572,7 +574,7 @@ class RunScreen(Screen[None]):
 
         speed = next((r.get("speedup_vs_eager") for r in rows
                       if r.get("variant") not in ("eager", "compile")), None)
-        detail = f"verified; {speed:.2f}x vs eager" if isinstance(speed, int | float) else \
+        detail = f"verified; {format_speedup(speed)} vs eager" if isinstance(speed, int | float) else \
             "verified"
 
         def answer(yes: bool | None) -> None:

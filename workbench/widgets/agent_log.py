@@ -12,6 +12,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from phases import events as ev
+from workbench.backend import format_speedup
 
 
 class AgentLog(RichLog):
@@ -62,10 +63,11 @@ class AgentLog(RichLog):
             self.add(Text.assemble((phase, "dim"), ("← ", "red" if bad else "green"),
                                    (str(event.data.get("name", "")), "bold"), f" {first}"))
         elif event.kind == ev.PHASE_STARTED:
-            self.add(Text(f"── {event.phase} started {event.message}".rstrip(), style="bold"))
+            self.add(Text(f"── {event.message or event.phase + ' started'}", style="bold"))
         elif event.kind == ev.PHASE_FINISHED:
-            self.add(Text(f"── {event.phase} {event.data.get('status', 'finished')} "
-                          f"{event.message}".rstrip(), style="bold green"))
+            status = event.data.get("status", "finished")
+            self.add(Text(f"── {event.message or f'{event.phase}: {status}'}",
+                          style="bold green" if status == "verified" else "bold red"))
         elif event.kind == ev.PHASE_FAILED:
             self.add(Text(f"── {event.phase} failed: {event.data.get('error', event.message)}",
                           style="bold red"))
@@ -74,7 +76,7 @@ class AgentLog(RichLog):
             speedup = d.get("speedup")
             self.add(Text(f"{phase}iteration {d.get('iteration')} by {d.get('author')}: "
                           f"{d.get('verdict', '')}"
-                          + (f", {speedup:.2f}x" if isinstance(speedup, int | float) else ""),
+                          + (f", {format_speedup(speedup)}" if isinstance(speedup, int | float) else ""),
                           style="magenta"))
         elif event.kind == ev.USAGE:
             d = event.data

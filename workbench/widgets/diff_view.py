@@ -31,6 +31,12 @@ class SplitLine:
     """same | changed | removed | added | hunk."""
 
 
+def has_removals(diff: str) -> bool:
+    """Whether a unified diff removes any line (headers aside)."""
+    return any(line.startswith("-") and not line.startswith("---")
+               for line in diff.splitlines())
+
+
 def split_rows(diff: str) -> list[SplitLine]:
     """Pair a unified diff's removed and added lines into side-by-side rows."""
     rows: list[SplitLine] = []
@@ -102,8 +108,12 @@ class DiffView(VerticalScroll):
 
     @property
     def effective_mode(self) -> str:
+        """unified on narrow panes, and for a diff that only adds (a new file: the old side
+        would be empty), else the user's choice."""
         width = self.size.width or self.app.size.width - 44
-        return "unified" if width < SPLIT_MIN_WIDTH else self.mode
+        if width < SPLIT_MIN_WIDTH or not has_removals(self.diff):
+            return "unified"
+        return self.mode
 
     def _render_diff(self) -> None:
         if not self.is_mounted:

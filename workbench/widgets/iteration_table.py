@@ -8,6 +8,8 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
+from workbench.backend import format_speedup
+
 # (label, width): fixed widths, so the list does not jump as iterations stream in.
 COLUMNS = (("#", 2), ("by", 9), ("speedup", 7), ("floor", 5), ("verdict", 8))
 
@@ -48,7 +50,7 @@ class IterationTable(DataTable):
         self.iterations = list(iterations)
         self.clear()
         for it in self.iterations:
-            speedup = f"{it.speedup:.2f}x" if it.speedup is not None else "—"
+            speedup = format_speedup(it.speedup)
             floor = f"{it.pct_of_floor:.0f}%" if it.pct_of_floor is not None else "—"
             self.add_row(str(it.iteration), it.author, speedup, floor,
                          verdict_text(it, approval, approved_commit), key=it.commit)

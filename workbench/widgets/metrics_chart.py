@@ -10,6 +10,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from workbench.backend import format_speedup
 from workbench.widgets.profile_view import bar
 
 BAR_WIDTH = 14
@@ -51,7 +52,7 @@ class MetricsChart(VerticalScroll):
             for it in measured:
                 latency = f"{baseline_ms / it.speedup:.3f} ms" if baseline_ms else "—"
                 pct = it.pct_of_floor
-                table.add_row(str(it.iteration), latency, f"{it.speedup:.2f}x",
+                table.add_row(str(it.iteration), latency, format_speedup(it.speedup),
                               bar(float(it.speedup) / best, BAR_WIDTH, "green"),
                               f"{pct:.0f}%" if pct is not None else "—",
                               bar((pct or 0) / 100.0, BAR_WIDTH, "cyan"))

@@ -57,7 +57,7 @@ class ProfileView(VerticalScroll):
         rows = top_kernels(profile)
         if rows:
             total = sum(kernel_ms(r) for r in rows) or 1.0
-            table = Table(title="top kernels (baseline, device time)", title_justify="left",
+            table = Table(title="top kernels of the baseline (profiled time)", title_justify="left",
                           box=None, expand=True, header_style="bold")
             table.add_column("kernel", ratio=1, no_wrap=True, overflow="ellipsis")
             table.add_column("ms", justify="right")
