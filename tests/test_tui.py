@@ -290,3 +290,26 @@ def test_split_rows_pair_removed_and_added_lines() -> None:
                     ("b", "c", "changed"), ("d", "d", "same"), (None, "e", "added")]
     assert has_removals(diff)
     assert not has_removals("--- /dev/null\n+++ b/k.py\n@@ -0,0 +1 @@\n+x\n")
+
+
+async def test_metrics_chart_shows_slower_than_eager_iterations(workspace: Path) -> None:
+    """CPU-interpreter kernels measure far below 1x (even 0.000x in the trailers): still shown."""
+    import io
+
+    from rich.console import Console
+    from test_tui_fakes import FakeIteration
+
+    from workbench.widgets.metrics_chart import MetricsChart
+
+    app = KoptApp(backend=FakeBackend(workspace))
+    async with app.run_test(size=(120, 40)) as pilot:
+        chart = MetricsChart()
+        await app.screen.mount(chart)
+        slow = FakeIteration("c" * 40, 1, "optimizer", "offline", 0.0, None, True, "", "k.py")
+        chart.show([slow], baseline_ms=0.037)
+        await pilot.pause()
+        console = Console(width=100, record=True, file=io.StringIO())
+        console.print(chart._body.content)
+        text = console.export_text()
+        assert "no measured iteration" not in text
+        assert "0.0000x" in text and "—" in text  # speedup shown; latency unknown at 0x

@@ -89,11 +89,11 @@ def kernel_path(run: Any) -> Path:
 
 
 def format_speedup(value: float | None) -> str:
-    """`2.40x`; small values keep three significant digits (the CPU interpreter's kernels
-    run far slower than eager, and `0.00x` would hide by how much); `—` when unmeasured."""
+    """`2.40x`; below 0.1x four decimals (the CPU interpreter's kernels run far slower than
+    eager, and `0.00x` would hide by how much); `—` when unmeasured."""
     if value is None:
         return "—"
-    return f"{value:.2f}x" if value >= 0.1 else f"{value:.3g}x"
+    return f"{value:.2f}x" if value >= 0.1 else f"{value:.4f}x"
 
 
 def default_engineer() -> str:

@@ -36,9 +36,9 @@ class MetricsChart(VerticalScroll):
         if bench_rows is not None:
             self.bench_rows = bench_rows
         parts: list[Any] = []
-        measured = [it for it in iterations if it.speedup]
+        measured = [it for it in iterations if it.speedup is not None]
         if measured:
-            best = max(float(it.speedup) for it in measured)
+            best = max(float(it.speedup) for it in measured) or 1.0
             table = Table(box=None, expand=False, header_style="bold",
                           title="per iteration" + (f" (baseline {baseline_ms:.3f} ms)"
                                                    if baseline_ms else ""),
@@ -50,7 +50,8 @@ class MetricsChart(VerticalScroll):
             table.add_column("% floor", justify="right", no_wrap=True)
             table.add_column("", width=BAR_WIDTH, no_wrap=True)
             for it in measured:
-                latency = f"{baseline_ms / it.speedup:.3f} ms" if baseline_ms else "—"
+                latency = f"{baseline_ms / it.speedup:.3f} ms" if baseline_ms and it.speedup \
+                    else "—"
                 pct = it.pct_of_floor
                 table.add_row(str(it.iteration), latency, format_speedup(it.speedup),
                               bar(float(it.speedup) / best, BAR_WIDTH, "green"),
@@ -65,7 +66,8 @@ class MetricsChart(VerticalScroll):
                           header_style="bold")
             for col in ("variant", "median ms", "p20", "p80", "% floor", "vs eager",
                         "vs compile", "timing"):
-                bench.add_column(col, justify="left" if col in ("variant", "timing") else "right")
+                bench.add_column(col, justify="left" if col in ("variant", "timing") else "right",
+                                 no_wrap=True, min_width=8 if col == "variant" else None)
             for row in self.bench_rows:
                 bench.add_row(str(row.get("variant", "")), _ms(row.get("median_ms")),
                               _ms(row.get("p20_ms")), _ms(row.get("p80_ms")),
