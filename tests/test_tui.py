@@ -313,3 +313,62 @@ async def test_metrics_chart_shows_slower_than_eager_iterations(workspace: Path)
         text = console.export_text()
         assert "no measured iteration" not in text
         assert "0.0000x" in text and "—" in text  # speedup shown; latency unknown at 0x
+
+
+async def test_esc_cancels_a_running_pipeline(workspace: Path) -> None:
+    backend = FakeBackend(workspace)
+    backend.gate = threading.Semaphore(0)
+    app = KoptApp(backend=backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.rows)
+        await pilot.press("n", "enter")
+        screen = run_screen(app)
+        strip = screen.query_one(PhaseStrip)
+        await wait_for(pilot, lambda: strip.phases["architect"].state == "running")
+        await pilot.press("q")  # refuses to leave a running run
+        assert app.screen is screen
+        await pilot.press("escape")
+        assert screen.cancel_event.is_set()
+        backend.gate.release()
+        await wait_for(pilot, lambda: not screen.pipeline_running)
+        assert strip.phases["optimizer"].state == "pending"
+        assert strip.phases["architect"].state in ("verified", "cancelled")
+        await pilot.press("escape")  # nothing running: back home
+        assert isinstance(app.screen, HomeScreen)
+
+
+async def test_log_follows_the_tail_until_scrolled_up(backend: FakeBackend) -> None:
+    from phases.events import LOG, Event
+    from workbench.widgets.agent_log import AgentLog
+
+    app = KoptApp(backend=backend, case="layernorm_gelu")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = run_screen(app)
+        await pilot.press("5")
+        log = screen.query_one(AgentLog)
+        for i in range(200):
+            log.add_event(Event(LOG, "optimizer", f"line {i}"))
+        await pilot.pause(0.2)
+        assert log.max_scroll_y > 0 and log.is_vertical_scroll_end
+        log.scroll_to(y=0, animate=False)
+        await pilot.pause(0.1)
+        for i in range(50):
+            log.add_event(Event(LOG, "optimizer", f"more {i}"))
+        await pilot.pause(0.2)
+        assert log.scroll_y == 0  # the user's place is kept
+        log.scroll_end(animate=False)
+        await pilot.pause(0.1)
+        log.add_event(Event(LOG, "optimizer", "tail again"))
+        await pilot.pause(0.2)
+        assert log.is_vertical_scroll_end
+
+
+async def test_import_a_kernelbench_file(backend: FakeBackend, workspace: Path) -> None:
+    app = KoptApp(backend=backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.rows)
+        await pilot.press("i")
+        await pilot.press(*"/tmp/level1_23_softmax.py", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
+        await wait_for(pilot, lambda: any("imported level1_23_softmax" in n.message
+                                          for n in app._notifications))
