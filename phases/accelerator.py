@@ -139,6 +139,10 @@ def trial_configs(space: dict[str, list[Any]], default: dict[str, Any],
     chosen = [default]
     if remembered and set(remembered) == set(names) and remembered != default:
         chosen.append(remembered)
+    for name in names:  # a kernel's BACKEND alternatives (offline matmuls) are always measured
+        if name.rsplit(SEP, 1)[-1] == "BACKEND":
+            alternatives = [c for c in ({**default, name: v} for v in space[name]) if c not in chosen]
+            chosen += alternatives[: max(0, max_trials - len(chosen))]
     rest = [c for c in every if c not in chosen]
     room = max(0, max_trials - len(chosen))
     if rest and room:
