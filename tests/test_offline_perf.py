@@ -99,3 +99,16 @@ def test_accelerator_always_tries_both_backends() -> None:
     assert len(trials) == 4 and trials[0] == default
     for g in range(3):
         assert {t[f"_g{g}_k/BACKEND"] for t in trials} == {"triton", "cublas"}
+
+
+def test_cross_entropy_is_a_row_kernel_and_a_mean_kernel(workspace: Path) -> None:
+    case = load_case("cross_entropy")
+    result = generate_candidate(case)
+    kinds = [k["kind"] for k in result.kernels]
+    assert kinds == ["reduction", "reduction"], [k["name"] for k in result.kernels]
+    row, mean = result.kernels
+    assert {"_log_softmax", "gather", "neg"} <= set(row["fuses"])
+    assert "div" in mean["fuses"]  # the sum of losses and the count of valid targets in one kernel
+    module = _load_candidate(result.source, workspace, "ce")
+    _check_case(case, module, "smoke")
+    _check_case(case, module, "shape0")

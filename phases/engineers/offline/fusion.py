@@ -16,6 +16,7 @@ graph cyclic or the dim maps disagree; the node then starts a group or stays in 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,6 +306,13 @@ class _Partitioner:
             if self.owner.get(idx) is g:
                 ok = g.dmaps[idx] == self._reduced_dmap(g.dmaps[x], n)
         if not ok:
+            # horizontal fusion: an independent reduction over the same rows joins their kernel
+            # (cross-entropy's sum of losses and count of valid targets: one final kernel)
+            h = next((h for h in reversed(self.groups) if h.kind == "reduction" and h.domain == x.shape
+                      and h.rdim == d and self.policy.reduction_prologue and self._acyclic(n, h)), None)
+            if h is not None:
+                self._add(h, n, self._reduced_dmap(tuple(range(x.rank)), n))
+                return
             g = self._new("reduction", n, x.shape, x.sym)
             g.rdim = d
             dmx = tuple(range(x.rank))
@@ -346,6 +354,7 @@ def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
             g = p._new("pointwise", n, n.shape, n.sym)
             p._add(g, n, tuple(range(n.rank)))
             g.nodes = [n]
+    _inline_row_values(p, graph, users, outputs)
     generated = {n for n in p.gen if n not in p.owner}
     for g in p.groups:
         g.nodes.sort(key=graph.nodes.index)
@@ -353,13 +362,50 @@ def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
         if g.kind == "matmul" and g.outputs == []:
             g.outputs = [g.nodes[-1]]
         ins: list[Node] = []
-        for m in g.nodes:
-            for i in m.inputs():
-                if p.owner.get(i) is not g and i not in generated and i not in ins:
-                    ins.append(i)
+        stack = [i for m in g.nodes for i in m.inputs()]
+        stack.reverse()
+        while stack:
+            i = stack.pop()
+            if i in generated:  # recomputed in the kernel: what it reads is loaded there
+                stack.extend(reversed(i.inputs()))
+            elif p.owner.get(i) is not g and i not in ins:
+                ins.append(i)
         g.inputs = ins
     steps = _schedule(p, graph, generated)
     return Partition(graph, p.groups, steps, generated, p.unfused)
+
+
+def _inline_row_values(p: _Partitioner, graph: Graph, users: dict[Node, list[Node]],
+                       outputs: set[Node]) -> None:
+    """Pointwise groups that only compute small values from graph inputs (cross-entropy's
+    `where(target != ignore_index, target, 0)` per row) and feed only larger reduction kernels
+    are recomputed inside those kernels instead of launching a kernel and writing a tensor."""
+    for g in list(p.groups):
+        if g.kind != "pointwise" or any(m in outputs for m in g.nodes):
+            continue
+        if any(i.op != "input" and i not in p.gen and p.owner.get(i) is not g for m in g.nodes for i in m.inputs()):
+            continue
+        views = []  # unsqueeze/squeeze/permute/expand of the values, run in forward: recomputed too
+        frontier = list(g.nodes)
+        while frontier:
+            m = frontier.pop()
+            for u in users[m]:
+                if u not in p.owner and u.op in ("unsqueeze", "squeeze", "permute", "expand") and \
+                        u not in views and u not in outputs:
+                    views.append(u)
+                    frontier.append(u)
+        inlined = set(g.nodes) | set(views)
+        consumers = {p.owner.get(u) for m in inlined for u in users[m] if u not in inlined}
+        size = math.prod(g.domain)
+        if not consumers or any(c is None or c.kind != "reduction" or math.prod(c.domain) < 8 * size
+                                for c in consumers):
+            continue
+        for m in g.nodes:
+            del p.owner[m]
+        p.gen |= inlined
+        p.groups.remove(g)
+    for i, g in enumerate(p.groups):
+        g.index = i
 
 
 def _schedule(p: _Partitioner, graph: Graph, generated: set[Node]) -> list[Group | Node]:
