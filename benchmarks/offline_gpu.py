@@ -2,7 +2,12 @@
 
 For each case: generate the candidate (codegen time), compile its kernels (first call),
 check its outputs against eager, and time eager, torch.compile (default mode) and the
-candidate with triton.testing.do_bench (median). Prints a markdown table last.
+candidate with triton.testing.do_bench (median). The case's precision (TF32 or strict) is
+applied before any timing, so eager and torch.compile use TF32 exactly where the harness
+would. Matmul cases are timed with each BACKEND of their matmul kernels (`triton`: one
+fused template kernel; `cublas`: torch's product + the fused Triton epilogue) besides the
+default. The floor uses harness.roofline's measured ceilings of this GPU when it has them.
+Prints a markdown table last.
 
     python benchmarks/offline_gpu.py [CASE ...]
 """
@@ -25,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from harness.case import load_case  # noqa: E402
 from harness.compare import compare_outputs  # noqa: E402
 from harness.data import agent_provide_inputs, build_model  # noqa: E402
+from harness.runner import apply_precision  # noqa: E402
 from harness.tolerance import tolerance_for  # noqa: E402
 from phases.engineers.offline import generate_candidate  # noqa: E402
 
@@ -57,6 +63,19 @@ def _floor_ms(nbytes: float, flops: float, dtype: torch.dtype) -> float:
     return max(nbytes / (COPY_GBPS * 1e9), flops / (rate * 1e12)) * 1e3
 
 
+def _measured_floor_ms(case) -> float | None:
+    """The floor at this GPU's measured ceilings (harness.roofline), or None."""
+    try:
+        from harness import roofline
+
+        ceil = roofline.ceilings("cuda")
+        cost = roofline.case_cost(case, "main")
+        return roofline.floor_ms(cost, ceil, roofline.case_dtype(case, "main"), case.manifest.precision)
+    except Exception as err:  # noqa: BLE001 - fall back to the nominal H100 figures
+        print(f"measured ceilings unavailable ({type(err).__name__}: {err}); nominal H100 floor", flush=True)
+        return None
+
+
 def bench(name: str) -> dict:
     case = load_case(name)
     t0 = time.perf_counter()
@@ -67,6 +86,7 @@ def bench(name: str) -> dict:
     spec = importlib.util.spec_from_file_location(f"cand_{name}", tmp)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    apply_precision(case.manifest.precision)  # TF32 for eager and compile too, as the harness does
     ref = build_model(case, "main", device="cuda")
     new = build_model(case, "main", device="cuda", cls=mod.ModelNew)
     sets = [agent_provide_inputs(case, "main", s, device="cuda") for s in range(3)]
@@ -91,13 +111,33 @@ def bench(name: str) -> dict:
                 m(*x.args, **x.kwargs)
         return run
 
-    times = {k: triton.testing.do_bench(runner(m), warmup=25, rep=200, return_mode="median")
-             for k, m in (("eager", ref), ("compile", compiled), ("kopt", new))}
+    def timed(m) -> float:
+        return triton.testing.do_bench(runner(m), warmup=25, rep=200, return_mode="median")
+
+    times = {k: timed(m) for k, m in (("eager", ref), ("compile", compiled), ("kopt", new))}
+    backends = {}
+    matmuls = [k for k, cfg in mod.KOPT_CONFIG.items() if "BACKEND" in cfg]
+    default_backend = ",".join(sorted({mod.KOPT_CONFIG[k]["BACKEND"] for k in matmuls}))
+    for backend in ("triton", "cublas"):
+        if not matmuls:
+            break
+        saved = {k: mod.KOPT_CONFIG[k]["BACKEND"] for k in matmuls}
+        for k in matmuls:
+            if backend in mod.KOPT_TUNABLES[k]["BACKEND"]:
+                mod.KOPT_CONFIG[k]["BACKEND"] = backend
+        with torch.no_grad():
+            g = new(*inp.args, **inp.kwargs)
+        g = g if isinstance(g, (tuple, list)) else [g]
+        ok = compare_outputs(list(g), list(want), {w.dtype: tolerance_for(case, w.dtype) for w in want}).ok
+        backends[backend] = timed(new) if ok else float("nan")
+        mod.KOPT_CONFIG.update({k: {**mod.KOPT_CONFIG[k], "BACKEND": v} for k, v in saved.items()})
     nbytes, flops = _bytes_flops(case, ref, inp)
-    floor = _floor_ms(nbytes, flops, want[0].dtype)
+    floor = _measured_floor_ms(case) or _floor_ms(nbytes, flops, want[0].dtype)
+    best = min([times["kopt"], *[t for t in backends.values() if t == t]])
     return {"case": name, "kernels": len(result.kernels), "codegen_s": codegen_s,
             "compile_s": compile_s, "correct": cmp.ok, **times, "floor_ms": floor,
-            "pct_floor": 100 * floor / times["kopt"], "vs_eager": times["eager"] / times["kopt"],
+            "backend": default_backend, "triton_ms": backends.get("triton"), "cublas_ms": backends.get("cublas"),
+            "best": best, "pct_floor": 100 * floor / times["kopt"], "vs_eager": times["eager"] / times["kopt"],
             "vs_compile": times["compile"] / times["kopt"], "note": "" if cmp.ok else cmp.to_text()[:80]}
 
 
@@ -112,14 +152,19 @@ def main(names: list[str]) -> None:
         print(rows[-1], flush=True)
     print()
     print("| case | kernels | codegen s | compile s | correct | eager ms | compile ms | kopt ms | "
-          "% floor | vs eager | vs compile | note |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "backend | triton ms | cublas ms | % floor | vs eager | vs compile | note |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def ms(v) -> str:
+        return "" if v is None else f"{v:.3f}"
+
     for r in rows:
         if "kopt" not in r:
-            print(f"| {r['case']} | | | | | | | | | | | {r['note']} |")
+            print(f"| {r['case']} | | | | | | | | | | | | | | {r['note']} |")
             continue
         print(f"| {r['case']} | {r['kernels']} | {r['codegen_s']:.2f} | {r['compile_s']:.2f} | {r['correct']} | "
-              f"{r['eager']:.3f} | {r['compile']:.3f} | {r['kopt']:.3f} | {r['pct_floor']:.0f}% | "
+              f"{r['eager']:.3f} | {r['compile']:.3f} | {r['kopt']:.3f} | {r['backend']} | {ms(r['triton_ms'])} | "
+              f"{ms(r['cublas_ms'])} | {r['pct_floor']:.0f}% | "
               f"{r['vs_eager']:.2f}x | {r['vs_compile']:.2f}x | {r['note']} |")
     ok = [r for r in rows if "kopt" in r]
     if ok:

@@ -48,6 +48,11 @@ def _launch_config(kernel, kind, n, m=0, k=0):
     return cfg
 
 
+def _span(t):
+    """Elements between a tensor's first and last addressed element, plus one."""
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0)
+
+
 def _resolve_shape(shape, numel):
     """A view's target size with its one -1 resolved against numel."""
     shape = list(shape)

@@ -407,14 +407,17 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
         w.store(out, o, scope, "mask")
     body = w.lines
     r = len(group.domain)
-    head = ["pid = tl.program_id(0).to(tl.int64)",
+    head = ["if INDEX_64:  # offsets past 2**31: 64-bit index maths",
+            "    pid = tl.program_id(0).to(tl.int64)",
+            "else:  # 32-bit: the coordinate divisions below stay cheap (int64 division is emulated)",
+            "    pid = tl.program_id(0)",
             "offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
             "mask = offs < n_elements"]
     head += _decompose("offs", sorted(w.coords_needed), r, "c")
     return _finish_simple(w, group, part, name, "pointwise", head, body,
                           ["n_elements"] + [f"D{k}" for k in range(r)],
                           {"BLOCK_SIZE": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8]},
-                          {"BLOCK_SIZE": 1024, "num_warps": 4})
+                          {"BLOCK_SIZE": 1024, "num_warps": 4}, extra_constexpr=["INDEX_64"])
 
 
 def _decompose(flat: str, needed: list[int], rank: int, prefix: str, skip: int | None = None) -> list[str]:
@@ -564,7 +567,8 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
         size_args = "n_elements, *D"
         flags = "".join(f", X{i}_CONTIG=x{i}.is_contiguous() and tuple(x{i}.shape) == D"
                         for i in w.contig_flags)
-        consts = f'BLOCK_SIZE=cfg["BLOCK_SIZE"]{flags}'
+        spans = "".join(f", _span(x{i})" for i in range(len(group.inputs)))
+        consts = f'BLOCK_SIZE=cfg["BLOCK_SIZE"], INDEX_64=max([n_elements + cfg["BLOCK_SIZE"]{spans}]) >= 2**31{flags}'
     else:
         rd = group.rdim
         lines += [f"    n_cols = D[{rd}]",
