@@ -281,7 +281,7 @@ def _apply(base: ResolvedInputSet, name: str, over: InputOverride, file: Path,
         raise CaseError(file, f"has {len(over.args)} args but inputs.args has {len(base.args)}",
                         key=f"{key}.args", fix="give one entry per main input, {} to keep one")
     args = [_override(a, o, file, f"{key}.args[{i}]") for i, (a, o) in
-            enumerate(zip(base.args, over.args or [TensorOverride()] * len(base.args)))]
+            enumerate(zip(base.args, over.args or [TensorOverride()] * len(base.args), strict=False))]
     kwargs = dict(base.kwargs)
     for k, o in over.kwargs.items():
         if k not in kwargs:

@@ -109,7 +109,7 @@ def _match_signature(model: torch.nn.Module, args: list[Any], kwargs: dict[str, 
     if any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(model.forward).parameters.values()):
         return tuple(ds["args"]) + tuple(ds["kwargs"].values()) if not ds["kwargs"] else None
     out: dict[str, Any] = {}
-    for p, d in zip(params, ds["args"]):
+    for p, d in zip(params, ds["args"], strict=False):
         out[p.name] = d
     out.update(ds["kwargs"])
     return out
@@ -155,7 +155,7 @@ def lower_program(ep: Any) -> Graph:
                 inputs[fx.name] = InputInfo("scalar", fwd_names[i] if i < len(fwd_names) else f"arg{i}", index=i)
                 env[fx.name] = val
                 continue
-            shape, sym = zip(*[_size(s) for s in val.shape]) if val.dim() else ((), ())
+            shape, sym = zip(*[_size(s) for s in val.shape], strict=False) if val.dim() else ((), ())
             node = b.add(Node(fx.name, "input", [], {}, tuple(shape), tuple(sym), val.dtype,
                               origin=fx.name))
             env[fx.name] = node
@@ -225,7 +225,7 @@ def _meta(fx: torch.fx.Node) -> tuple[tuple[int, ...], tuple[Any, ...], torch.dt
         return (), (), torch.float32
     if val.dim() == 0:
         return (), (), val.dtype
-    shape, sym = zip(*[_size(s) for s in val.shape])
+    shape, sym = zip(*[_size(s) for s in val.shape], strict=False)
     return tuple(shape), tuple(sym), val.dtype
 
 

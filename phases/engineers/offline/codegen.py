@@ -206,7 +206,7 @@ def _cost_comment(g: Group) -> str:
 
     moved = sum(nbytes(n) for n in g.inputs) + sum(nbytes(n) for n in g.outputs)
     if g.kind == "matmul" and g.anchor is not None:
-        a, b = g.anchor.args[0], g.anchor.args[1]
+        a = g.anchor.args[0]
         flops = 2 * math.prod(g.anchor.shape) * a.shape[-1]
         return f"# moves >= {moved / 1e6:.1f} MB, {flops / 1e9:.2f} GFLOP at the traced shapes"
     return f"# moves >= {moved / 1e6:.1f} MB at the traced shapes (each input read once, each output written once)"

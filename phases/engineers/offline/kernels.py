@@ -518,7 +518,7 @@ def _finish_simple(w: _Writer, group: Group, part: Partition, name: str, kind: s
     sig += ["    # outputs (contiguous)"] + _signature(out_params)
     sig += ["    # run-time sizes"] + [f"    {s}," for s in sizes + [p for p, _ in w.scalar_args]]
     sig += [f"    {c}: tl.constexpr," for c in ["BLOCK_SIZE"] + (extra_constexpr or []) + flags]
-    kernel = [f"@triton.jit", f"def {name}("] + sig + ["):"]
+    kernel = ["@triton.jit", f"def {name}("] + sig + ["):"]
     kernel += [f"    {line}" for line in head] + body
     launcher = _simple_launcher(w, group, name, kind, in_args, out_args, sizes)
     return KernelSource(name, f"_launch_{group.name}", kind, "\n".join(kernel) + "\n",
@@ -572,7 +572,7 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
     else:
         rd = group.rdim
         lines += [f"    n_cols = D[{rd}]",
-                  f"    n_rows = math.prod(D) // max(n_cols, 1)",
+                  "    n_rows = math.prod(D) // max(n_cols, 1)",
                   "    if n_rows == 0 or math.prod(D) == 0:", "    " + ret,
                   f'    cfg = _launch_config("{name}", "reduction", n_cols)',
                   "    grid = (n_rows,)"]
@@ -656,7 +656,7 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
         f"    p_ptr, p_sb, p_sm, p_sn,  # ({'batch, ' if batched else ''}M, N) the product A @ B when PRODUCT_IN (else unused)",
         "    # epilogue inputs, broadcast to the result's shape (stride 0 where broadcast)",
     ]
-    for i, (x, kind) in enumerate(w.staged):
+    for i, (x, _kind) in enumerate(w.staged):
         kernel.append(f"    x{i}_ptr, " + ", ".join(f"x{i}_s{k}" for k in range(r)) + f",  # {x.name}")
     kernel.append("    # outputs (contiguous)")
     for o, y in enumerate(outs):

@@ -97,7 +97,7 @@ def build_constructor(case: Case, model: torch.nn.Module) -> Constructor:
         for key, t in base_state.items():
             if key not in st or st[key].dim() != t.dim():
                 continue
-            for d, (s0, s1) in enumerate(zip(t.shape, st[key].shape)):
+            for d, (s0, s1) in enumerate(zip(t.shape, st[key].shape, strict=False)):
                 if s0 != s1 and s0 > 0:
                     ratio = Fraction(s1, s0)
                     e = {Fraction(2): 1, Fraction(1, 2): -1, Fraction(4): 2}.get(ratio)
