@@ -50,14 +50,17 @@ def test_matmul_backends_match_model(name: str, backend: str, workspace: Path,
         assert len(products) == 2 * len(kernels)  # one product per kernel per input set
 
 
-def test_cublas_is_the_default_for_large_bf16_products_only(workspace: Path) -> None:
+def test_cublas_is_the_default_for_large_products_only(workspace: Path) -> None:
     big = generate_candidate(load_case("linear_bias_gelu"))
     module = _load_candidate(big.source, workspace, "lbg_default")
     (k,) = _matmul_kernels(module)
     assert module.KOPT_CONFIG[k]["BACKEND"] == "cublas"
     assert module.KOPT_TUNABLES[k]["BACKEND"] == ["triton", "cublas"]
     fp32 = _load_candidate(generate_candidate(load_case("matmul_scale_residual")).source, workspace, "msr")
-    assert {fp32.KOPT_CONFIG[k]["BACKEND"] for k in _matmul_kernels(fp32)} == {"triton"}
+    assert {fp32.KOPT_CONFIG[k]["BACKEND"] for k in _matmul_kernels(fp32)} == {"cublas"}
+    small = generate_candidate(load_case("matmul_scale_residual"), input_set="smoke")
+    tiny = _load_candidate(small.source, workspace, "msr_smoke")
+    assert {tiny.KOPT_CONFIG[k]["BACKEND"] for k in _matmul_kernels(tiny)} == {"triton"}
 
 
 def test_bare_single_product_never_goes_to_torch(workspace: Path) -> None:
