@@ -64,8 +64,12 @@ GPU_MIN_ITERS, GPU_MAX_ITERS, GPU_MAX_SECONDS, GPU_WARMUP = 20, 2000, 10.0, 5
 GPU_MIN_SECONDS = 0.25
 # Warm-up also runs until this much wall time passed (clocks ramp up, caches settle).
 # H100, 2026-11-22: with 0.05 s, five medians of a 3.4 ms bf16 GEMM (gated_mlp) spread
-# 7.7% as SM clocks settled under load; memory-bound cases spread <= 0.24%.
+# 7.7% as SM clocks settled under load; with 0.5 s still 3.7%; memory-bound cases spread
+# <= 0.24%. Calls of 0.5 ms or more (compute-bound, power-limited) get the long warm-up,
+# which brings the clock to its loaded steady state before the first sample.
 GPU_WARMUP_SECONDS = 0.5
+GPU_LONG_CALL_MS = 0.5
+GPU_LONG_WARMUP_SECONDS = 2.0
 # CPU interpreter: one call can take seconds, and these figures only show it runs.
 CPU_MIN_ITERS, CPU_MAX_ITERS, CPU_MAX_SECONDS, CPU_WARMUP = 3, 30, 3.0, 1
 # Samples are read back in batches: fewer device-wide syncs, queue never runs dry.
@@ -276,13 +280,16 @@ def _time_cuda(fn: Callable[[], Any], *, rotate: Callable[[int], None] | None, f
     _cuda_synchronize()
     warm_start = _perf_counter()
     calls = 0
-    while calls < warmup or (_perf_counter() - warm_start < GPU_WARMUP_SECONDS
+    budget_s = GPU_WARMUP_SECONDS
+    while calls < warmup or (_perf_counter() - warm_start < budget_s
                              and calls < 200 * max(warmup, 1)):
         prepare(calls)
         fn()
         calls += 1
         if calls >= warmup:
             _cuda_synchronize()
+            per_call_ms = (_perf_counter() - warm_start) * 1e3 / calls
+            budget_s = GPU_LONG_WARMUP_SECONDS if per_call_ms >= GPU_LONG_CALL_MS else GPU_WARMUP_SECONDS
     _cuda_synchronize()
 
     times: list[float] = []
