@@ -23,6 +23,7 @@ JOBS: dict[str, str] = {
     "reference": "harness.jobs.reference:run",
     "candidate": "harness.jobs.candidate:run",
     "bench": "harness.jobs.bench:run",
+    "tune": "harness.jobs.tune:run",
     "ceilings": "harness.jobs.ceilings:run",
 }
 

@@ -93,6 +93,8 @@ class RunContext:
     """verify_candidate(case, path, **kw) -> VerificationReport (default: the harness's)."""
     verify_many: Callable[..., list[Any]] | None = None
     """verify_candidates(case, paths, **kw) (default: the harness's)."""
+    tune: Callable[..., list[dict[str, Any]]] | None = None
+    """time_trials(case, paths, **kw) -> one dict per trial (default: harness.tune's)."""
     engineer_factory: Callable[[str, dict[str, Any]], Any] | None = None
     """make_engineer(spec, options) (default: phases.engineers.base.make_engineer)."""
 
@@ -167,6 +169,25 @@ class RunContext:
 
         return verify_candidates(self.case, paths, device=self.device,
                                  target=self.config.target, **kw)
+
+    def time_trials(self, paths: list[Path], *, budget_s: float) -> list[dict[str, Any]]:
+        """Time (and output-check) every trial file in one worker job: `harness.tune`."""
+        if self.tune is not None:
+            return self.tune(self.case, paths, budget_s=budget_s)
+        if self.measure is not None:  # a test's fake harness: its timings, outputs taken as right
+            out = []
+            for p in paths:
+                m = self.measure(self.case, p, label=p.stem)
+                lat = m.get("latency_ms") or {}
+                out.append({"ok": bool(lat), "checked": bool(lat), "median_ms": lat.get("median"),
+                            "p20_ms": lat.get("p20"), "p80_ms": lat.get("p80"),
+                            "detail": "output matches" if lat else str(m.get("error"))})
+            return out
+        from harness.tune import time_trials
+
+        return time_trials(self.case, paths, device=self.device, input_set=self.input_set,
+                           target=self.config.target, budget_s=budget_s,
+                           timing_options=self.timing_options)
 
     def make_engineer(self) -> Any:
         if self.engineer_factory is not None:

@@ -194,20 +194,33 @@ def test_accelerator_on_a_gpu_searches_verifies_commits_and_remembers(
                  fakes=fakes())
     monkeypatch.setattr(accelerator, "_gpu_name", lambda: "Fake H100")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "Fake H100")
-    verified: list[list[str]] = []
+    verified: list[str] = []
+    tuned: list[list[str]] = []
     f = fakes()
 
-    def verify_many(case, paths, **kw):  # type: ignore[no-untyped-def]
-        verified.append([Path(p).name for p in paths])
-        return [f["verify"](case, p) for p in paths]
+    def verify(case, path, **kw):  # type: ignore[no-untyped-def]
+        verified.append(Path(path).name)
+        return f["verify"](case, path)
 
-    ctx = open_context(RunConfig.load(repo / "manifests/r1"), root=repo, verify_many=verify_many,
-                       **f)
+    def tune(case, paths, **kw):  # type: ignore[no-untyped-def]
+        tuned.append([Path(p).name for p in paths])
+        return [{"ok": True, "checked": True, "detail": "output matches",
+                 **{k: f["measure"](case, p)["latency_ms"]["median"]
+                    for k in ("median_ms", "p20_ms", "p80_ms")}} for p in paths]
+
+    ctx = open_context(RunConfig.load(repo / "manifests/r1"), root=repo,
+                       **{**f, "verify": verify, "tune": tune})
     ctx.device = "cuda"  # the search path; the fakes stand in for the GPU
     manifest = accelerator.run(ctx, lambda e: None)
     d = manifest.details
     assert d["gpu"] == "Fake H100" and d["budget"]["space_size"] == 6
-    assert d["budget"]["trials_run"] == 6 and len(verified) == 1 and len(verified[0]) == 6
+    # every trial timed+checked in ONE tune job; only the winner fully verified
+    assert d["budget"]["trials_run"] == 6 and len(tuned) == 1 and len(tuned[0]) == 6
+    assert len(verified) == 1 and d["budget"]["timed_and_checked"] == 6
+    win = [t for t in d["trials"] if t["verdict"] == "accepted"]
+    assert len(win) == 1 and win[0]["fully_verified"] and verified[0] == Path(win[0]["source"]).name
+    assert d["budget"]["fully_verified"] == [d["trials"].index(win[0])]
+    assert d["budget"]["time_budget_s"] == accelerator.TUNE_BUDGET_S
     assert d["winner"]["config"] == {"BLOCK_ROWS": 4, "num_warps": 2} and d["winner"]["changed"]
     kernel = (repo / d["winner"]["kernel"]).read_text()
     assert literal(kernel, "KOPT_CONFIG") == {"BLOCK_ROWS": 4, "num_warps": 2}
@@ -218,3 +231,47 @@ def test_accelerator_on_a_gpu_searches_verifies_commits_and_remembers(
     assert "Fake_H100.json" in d["remembered"]
     # the remembered winner is tried second next time
     assert accelerator.recall(ctx, d["tunables"]) == {"BLOCK_ROWS": 4, "num_warps": 2}
+
+
+def test_accelerator_falls_back_to_the_next_fastest_when_the_winner_is_rejected(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from phases import accelerator
+    from phases.run import RunConfig, open_context
+
+    run_pipeline("layernorm_gelu", iterations=2, run_id="r1", phases="architect,optimizer",
+                 fakes=fakes())
+    monkeypatch.setattr(accelerator, "_gpu_name", lambda: "Fake H100")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "Fake H100")
+    f = fakes()
+    verified: list[dict[str, int]] = []
+
+    def verify(case, path, **kw):  # type: ignore[no-untyped-def]
+        config = literal(Path(path).read_text(), "KOPT_CONFIG")
+        verified.append(config)
+        report = f["verify"](case, path)
+        report.accepted = config["BLOCK_ROWS"] != 4  # the fastest fails a full check
+        return report
+
+    def tune(case, paths, **kw):  # type: ignore[no-untyped-def]
+        out = []
+        for p in paths:
+            ms = f["measure"](case, p)["latency_ms"]["median"]
+            wrong = literal(Path(p).read_text(), "KOPT_CONFIG")["num_warps"] == 4
+            out.append({"ok": True, "checked": not wrong, "median_ms": ms, "p20_ms": ms,
+                        "p80_ms": ms, "detail": "wrong output" if wrong else "output matches"})
+        return out
+
+    ctx = open_context(RunConfig.load(repo / "manifests/r1"), root=repo,
+                       **{**f, "verify": verify, "tune": tune})
+    ctx.device = "cuda"
+    d = accelerator.run(ctx, lambda e: None).details
+    # num_warps=4 trials fail the cheap output check; BLOCK_ROWS=4 fails full verification
+    assert verified == [{"BLOCK_ROWS": 4, "num_warps": 2}, {"BLOCK_ROWS": 2, "num_warps": 2}]
+    assert d["winner"]["config"] == {"BLOCK_ROWS": 2, "num_warps": 2}
+    verdicts = {json.dumps(t["config"], sort_keys=True): t["verdict"] for t in d["trials"]}
+    assert verdicts[json.dumps({"BLOCK_ROWS": 4, "num_warps": 2}, sort_keys=True)] == "rejected"
+    assert verdicts[json.dumps({"BLOCK_ROWS": 4, "num_warps": 4}, sort_keys=True)] == "rejected"
+    assert verdicts[json.dumps({"BLOCK_ROWS": 1, "num_warps": 2}, sort_keys=True)] == "checked"
+    assert d["budget"]["fully_verified"] and len(d["budget"]["fully_verified"]) == 2
