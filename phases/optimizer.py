@@ -178,6 +178,40 @@ class IterationRecorder:
                             {"median_ms": median, "speedup": speedup, "pct_of_floor": pct}
                             if accepted else None)
 
+    def record_cancelled(self, rel: str) -> str | None:
+        """Commit the engineer's partial candidate at `rel`, unverified, marked cancelled
+        (SPEC: a cancelled iteration is kept). None when there is no such file."""
+        ctx = self.ctx
+        src = (ctx.worktree / rel).resolve()
+        if not src.is_relative_to(ctx.worktree.resolve()) or not src.is_file():
+            return None
+        kernel = self._kernel_path()
+        kernel.parent.mkdir(parents=True, exist_ok=True)
+        if src != kernel.resolve():
+            shutil.copyfile(src, kernel)
+        n = self.next_iteration
+        subject = f"{self.phase}: {ctx.case.name} iter {n} - cancelled (not verified)"
+        body = "The user stopped the run while the engineer was writing this candidate." + (
+            f"\n\n{self.notes.strip()[:2000]}" if self.notes.strip() else "")
+        commit = commit_iteration(
+            ctx.worktree, run_id=ctx.run_id, phase=self.phase, iteration=n, case=ctx.case.name,
+            subject=subject, body=body, verified=False, author=self.author,
+            candidate=ctx.kernel_rel, paths=["kernels"], extra={"Cancelled": "yes"})
+        copy = self.dir / f"iter-{n}.py"
+        shutil.copyfile(kernel, copy)
+        record = {"iteration": n, "round": self.round, "commit": commit,
+                  "candidate": ctx.kernel_rel, "kernel": str(copy), "verdict": "cancelled",
+                  "checks": {"passed": 0, "failed": []}, "median_ms": None, "speedup": None,
+                  "pct_of_floor": None, "author": self.author, "phase": self.phase,
+                  "report_text": "cancelled before verification"}
+        self.records.append(record)
+        with open(self.log, "a") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+        self.events(Event(ITERATION, self.phase, subject, {
+            "iteration": n, "commit": commit, "author": self.author, "speedup": None,
+            "pct_of_floor": None, "verdict": "cancelled", "candidate": ctx.kernel_rel}))
+        return commit
+
     def profile(self, rel: str) -> dict[str, Any]:
         path = (self.ctx.worktree / rel).resolve()
         if not path.is_relative_to(self.ctx.worktree.resolve()) or not path.is_file():
@@ -257,8 +291,16 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
         except (EngineerError, BadInputError) as err:
             events(Event(LOG, PHASE, f"round {round_no}: the engineer failed: {err.one_line()}"))
             proposal = Proposal(candidate=None, notes=f"engineer error: {err.one_line()}")
-        ctx.check_cancel()
         rec.notes = proposal.notes
+        if proposal.cancelled or ctx.cancel.is_set():
+            # keep the partial iteration as a commit marked cancelled, then stop
+            committed = rec.records[-1]["kernel"] if rec.records else None
+            if proposal.candidate and (ctx.worktree / proposal.candidate).is_file() and (
+                    committed is None or sha256_file(ctx.worktree / proposal.candidate)
+                    != sha256_file(Path(committed))):
+                rec.record_cancelled(proposal.candidate)
+            ctx.cancel.set()
+            ctx.check_cancel()
         result: VerifyResult | None = None
         if proposal.verified is not None and len(rec.records) > before and proposal.candidate \
                 and (ctx.worktree / proposal.candidate).is_file() \
@@ -276,9 +318,6 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
         rounds.append(entry)
         with open(_round_log(rec.dir), "a") as f:
             f.write(json.dumps(entry, default=str) + "\n")
-        if proposal.cancelled:
-            ctx.cancel.set()
-            ctx.check_cancel()
     return _manifest(ctx, architect, rec, rounds, user_feedback)
 
 

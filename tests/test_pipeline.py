@@ -12,6 +12,7 @@ from test_pipeline_fakes import FakeEngineer, fakes
 
 from harness.errors import BadInputError, ManifestError
 from phases import history
+from phases.engineers.base import Proposal
 from phases.accelerator import apply_config, literal, search_space, trial_configs
 from phases.manifest import read_manifest, validation_errors
 from phases.pipeline import parse_phases, run_pipeline
@@ -275,3 +276,29 @@ def test_accelerator_falls_back_to_the_next_fastest_when_the_winner_is_rejected(
     assert verdicts[json.dumps({"BLOCK_ROWS": 4, "num_warps": 4}, sort_keys=True)] == "rejected"
     assert verdicts[json.dumps({"BLOCK_ROWS": 1, "num_warps": 2}, sort_keys=True)] == "checked"
     assert d["budget"]["fully_verified"] and len(d["budget"]["fully_verified"]) == 2
+
+
+def test_a_cancelled_round_is_kept_as_a_commit_marked_cancelled(repo: Path) -> None:
+    from phases.run import RunCancelled
+
+    class CancellingEngineer(FakeEngineer):
+        def propose(self, request, events):  # type: ignore[no-untyped-def]
+            if request.iteration < 2:
+                return super().propose(request, events)
+            out = request.worktree / "kernels" / f"{request.case.name}.py"
+            out.write_text("# partial: the user pressed Esc here\nclass ModelNew:\n    pass\n")
+            return Proposal(candidate=f"kernels/{request.case.name}.py", notes="half written",
+                            cancelled=True)
+
+    f = fakes()
+    f["engineer_factory"] = lambda spec, options: CancellingEngineer(options)
+    with pytest.raises(RunCancelled):
+        run_pipeline("layernorm_gelu", iterations=3, run_id="r1", fakes=f)
+    its = history.get_run("r1").iterations
+    assert [i.iteration for i in its] == [1, 2] and not its[-1].verified
+    message = subprocess.run(["git", "log", "-1", "--format=%B", its[-1].commit], cwd=repo,
+                             capture_output=True, text=True, check=True).stdout
+    assert "Kopt-Cancelled: yes" in message and "cancelled" in message.splitlines()[0]
+    assert "partial" in history.show_file(its[-1].commit, "kernels/layernorm_gelu.py")
+    log = (repo / "manifests/r1/optimizer/iterations.jsonl").read_text().splitlines()
+    assert json.loads(log[-1])["verdict"] == "cancelled"
