@@ -1,12 +1,15 @@
 """On a GPU: a full `kopt run` of every bundled case with the offline engineer.
 
     python benchmarks/pipeline_gpu.py [--iterations N] [--cases a,b] [--budget-s SECONDS]
+                                      [--case-cap-s SECONDS]
 
 Each case runs architect -> optimizer -> accelerator -> integrator in a fresh git workspace
 under a temp dir (KOPT_HOME), exactly as `kopt run CASE --engineer offline --yes --json`
 does. Prints a markdown table last (for BENCHMARKS.md): case, speedup vs eager and vs
 torch.compile, % of the roofline floor, final verdict, the accelerator's trials and the
-kernel's commit on the run branch. Timings are CUDA events on the main inputs.
+kernel's commit on the run branch, and the seconds each phase took (architect / optimizer /
+accelerator / integrator). A case that runs past --case-cap-s is stopped (Ctrl-C's path:
+the run is cancelled cleanly) and its row says so. Timings are CUDA events on the main inputs.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -28,10 +32,12 @@ def _x(v: float | None) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=1)
     parser.add_argument("--cases", default=None, help="comma-separated (default: all bundled)")
-    parser.add_argument("--budget-s", type=float, default=540.0,
+    parser.add_argument("--budget-s", type=float, default=900.0,
                         help="stop starting new cases after this many seconds")
+    parser.add_argument("--case-cap-s", type=float, default=150.0,
+                        help="cancel a case's run after this many seconds")
     args = parser.parse_args()
 
     home = Path(os.environ.get("KOPT_HOME") or tempfile.mkdtemp(prefix="kopt-pipeline-gpu-"))
@@ -42,7 +48,7 @@ def main() -> int:
     import torch
 
     from harness.case import Case, list_cases
-    from phases.events import ITERATION, PHASE_FAILED, PHASE_FINISHED, Event
+    from phases.events import ITERATION, PHASE_FAILED, PHASE_FINISHED, PHASE_STARTED, Event
     from phases.history import get_run, init_workspace
     from phases.manifest import read_manifest
     from phases.pipeline import run_pipeline
@@ -57,21 +63,45 @@ def main() -> int:
     started = time.monotonic()
     rows = []
 
+    phase_s: dict[str, float] = {}
+    phase_t0: dict[str, float] = {}
+
     def show(e: Event) -> None:
+        now = time.monotonic()
+        if e.kind == PHASE_STARTED:
+            phase_t0[e.phase] = now
+        if e.kind in (PHASE_FINISHED, PHASE_FAILED) and e.phase in phase_t0:
+            phase_s[e.phase] = now - phase_t0.pop(e.phase)
         if e.kind in (ITERATION, PHASE_FINISHED, PHASE_FAILED):
-            print(f"  [{time.monotonic() - started:6.1f}s] {e.phase}: {e.message}", flush=True)
+            print(f"  [{now - started:6.1f}s] {e.phase}: {e.message}", flush=True)
+
+    def phases_col() -> str:
+        return " / ".join(f"{phase_s[p]:.0f}" if p in phase_s else
+                          (f"{time.monotonic() - phase_t0[p]:.0f}!" if p in phase_t0 else "-")
+                          for p in ("architect", "optimizer", "accelerator", "integrator"))
 
     for name in names:
         if time.monotonic() - started > args.budget_s:
-            rows.append((name, "-", "-", "-", "skipped (budget)", "-", "-"))
+            rows.append((name, "-", "-", "-", "skipped (budget)", "-", "-", "-", "-"))
             continue
         print(f"=== {name}", flush=True)
         t0 = time.monotonic()
+        phase_s.clear()
+        phase_t0.clear()
+        cancel = threading.Event()
+        timer = threading.Timer(args.case_cap_s, cancel.set)
+        timer.start()
         try:
-            r = run_pipeline(name, engineer="offline", iterations=args.iterations, events=show)
+            r = run_pipeline(name, engineer="offline", iterations=args.iterations, events=show,
+                             cancel=cancel)
         except Exception as err:  # noqa: BLE001 - one case failing is a row of the table
-            rows.append((name, "-", "-", "-", f"error: {str(err)[:60]}", "-", "-"))
+            why = (f"capped at {args.case_cap_s:.0f}s" if cancel.is_set()
+                   else f"error: {str(err)[:60]}")
+            rows.append((name, "-", "-", "-", why, "-", "-", phases_col(),
+                         f"{time.monotonic() - t0:.0f}"))
             continue
+        finally:
+            timer.cancel()
         pct = trials = "-"
         commit = "-"
         final = home / "manifests" / r.run_id / "integrator.json"
@@ -83,20 +113,22 @@ def main() -> int:
         acc = home / "manifests" / r.run_id / "accelerator.json"
         if acc.is_file():
             b = read_manifest(acc).details["budget"]
-            trials = f"{b['trials_run']}/{b.get('space_size', '?')}"
+            trials = (f"{b['trials_run']}/{b.get('space_size', '?')}, "
+                      f"{len(b.get('fully_verified') or [])} fully verified")
         run = get_run(r.run_id)
         it = f"{sum(i.verified for i in run.iterations)}/{len(run.iterations)}"
         rows.append((name, _x(r.speedup_vs_eager), _x(r.speedup_vs_compile), pct,
                      ("verified" if r.verified else "NOT verified") + f" ({it} iter ok)",
-                     trials, commit))
+                     trials, commit, phases_col(), f"{time.monotonic() - t0:.0f}"))
         print(f"  done in {time.monotonic() - t0:.0f}s", flush=True)
 
     print()
     print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; offline engineer, "
           f"{args.iterations} optimizer round(s); CUDA-event timings on main inputs")
     print()
-    print("| case | vs eager | vs torch.compile | % of floor | verdict | tuning trials | commit |")
-    print("| --- | ---: | ---: | ---: | --- | ---: | --- |")
+    print("| case | vs eager | vs torch.compile | % of floor | verdict | tuning trials | commit "
+          "| arch / opt / accel / integ s | total s |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: |")
     for row in rows:
         print("| " + " | ".join(row) + " |")
     return 0
