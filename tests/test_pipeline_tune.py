@@ -1,0 +1,50 @@
+"""The accelerator's tune job on the real harness (CPU interpreter, a tiny case): every trial
+timed in one worker, a trial with wrong output caught by the cheap check."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from harness.case import load_case
+from harness.paths import bundled_cases_dir
+from harness.tune import time_trials
+from phases.accelerator import apply_config, search_space, trial_configs
+from phases.engineers.offline import generate_candidate
+
+WRONG = """
+class ModelNew(_Right):
+    def forward(self, *args, **kwargs):
+        return super().forward(*args, **kwargs) * 1.5
+"""
+
+
+def test_time_trials_times_every_config_in_one_job_and_catches_a_wrong_output(
+        workspace: Path) -> None:
+    case_dir = workspace / "cases" / "lg_tiny"
+    shutil.copytree(bundled_cases_dir() / "layernorm_gelu", case_dir)
+    text = (case_dir / "manifest.yaml").read_text()
+    text = text.replace("name: layernorm_gelu", "name: lg_tiny").replace("4096", "64") \
+        .replace("16384", "32").replace("[1000,", "[7,")
+    (case_dir / "manifest.yaml").write_text(text)
+    case = load_case(str(case_dir))
+    source = generate_candidate(case, input_set="main").source
+    style, space, default = search_space(source, None)
+    assert style == "config" and space
+    files = []
+    for i, config in enumerate(trial_configs(space, default, None, 2)):
+        f = workspace / f"trial-{i}.py"
+        f.write_text(apply_config(source, style, config))
+        files.append(f)
+    wrong = workspace / "trial-wrong.py"
+    wrong.write_text(source.replace("ModelNew", "_Right") + WRONG)
+    files.append(wrong)
+    missing = workspace / "trial-broken.py"
+    missing.write_text("raise RuntimeError('no kernel here')\n")
+    files.append(missing)
+    results = time_trials(case, files, device="cpu", input_set="main", budget_s=60,
+                          timing_options={"max_seconds": 0.5, "max_iters": 3, "min_iters": 2})
+    assert [r["checked"] for r in results] == [True, True, False, False]
+    assert all(r["median_ms"] and r["median_ms"] > 0 for r in results[:3])
+    assert "wrong output" in results[2]["detail"]
+    assert not results[3]["ok"] and "no kernel here" in results[3]["detail"]
