@@ -12,8 +12,8 @@ from test_pipeline_fakes import FakeEngineer, fakes
 
 from harness.errors import BadInputError, ManifestError
 from phases import history
-from phases.engineers.base import Proposal
 from phases.accelerator import apply_config, literal, search_space, trial_configs
+from phases.engineers.base import Proposal
 from phases.manifest import read_manifest, validation_errors
 from phases.pipeline import parse_phases, run_pipeline
 
