@@ -34,3 +34,20 @@ def test_offline_candidate_is_accepted(name: str, workspace: Path) -> None:
     assert report.accepted, f"{name} rejected:\n" + "\n".join(failed)
     names = {c.name for c in report.checks}
     assert {"correct", "every_element_written", "triton_launched", "no_pytorch_fallback"} <= names
+
+
+KERNELBENCH = sorted((Path(__file__).parent / "kernelbench").glob("*.py"))
+
+
+@pytest.mark.parametrize("problem", KERNELBENCH, ids=lambda p: p.stem)
+def test_imported_kernelbench_problem_is_accepted(problem: Path, workspace: Path) -> None:
+    """Issue 5: a KernelBench-style problem imported with `kopt import-kernelbench` whose ops
+    fall in the offline engineer's families gets a candidate the verifier accepts."""
+    from harness.kernelbench import import_kernelbench
+
+    case = load_case(import_kernelbench(problem, out=workspace / "cases" / problem.stem))
+    file = workspace / f"{problem.stem}_candidate.py"
+    file.write_text(generate_candidate(case, input_set="smoke").source)
+    report = verify_candidate(case, file, device="cpu")
+    failed = [f"{c.name}: {c.detail}" for c in report.checks if not c.passed]
+    assert report.accepted, f"{problem.stem} rejected:\n" + "\n".join(failed)

@@ -85,7 +85,8 @@ def build_constructor(case: Case, model: torch.nn.Module) -> Constructor:
     signature = ", ".join(parts)
 
     # positional names for init_args (KernelBench's get_init_inputs())
-    base_state = {k: v for k, v in model.state_dict().items()}
+    # the layout at the main set's arguments (the model given may be built for another set)
+    base_state = _state(cls, [], dict(values)) or dict(model.state_dict())
     ints = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
     exps: dict[str, dict[str, dict[int, int]]] = {k: {} for k in base_state}
     for arg, v in ints.items():
