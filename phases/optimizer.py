@@ -252,6 +252,22 @@ def _feedback_after(result: VerifyResult | None, proposal: Proposal) -> str:
             + ". Make it faster without changing its results.")
 
 
+def _repeats_accepted(records: list[dict[str, Any]], worktree: Path,
+                      proposal: Proposal) -> int | None:
+    """The iteration whose accepted kernel has the same bytes as the proposed candidate."""
+    if proposal.verified is not None or not proposal.candidate:
+        return None
+    file = worktree / proposal.candidate
+    if not file.is_file():
+        return None
+    digest = sha256_file(file)
+    for r in records:
+        if r.get("verdict") == "accepted" and Path(r["kernel"]).is_file() \
+                and sha256_file(Path(r["kernel"])) == digest:
+            return int(r["iteration"])
+    return None
+
+
 def _round_log(dir: Path) -> Path:
     return dir / "rounds.jsonl"
 
@@ -301,6 +317,22 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
                 rec.record_cancelled(proposal.candidate)
             ctx.cancel.set()
             ctx.check_cancel()
+        repeat = _repeats_accepted(rec.records[:before], ctx.worktree, proposal)
+        if repeat is not None:
+            # a deterministic engineer with nothing new to try: verifying and committing the
+            # same bytes again would only spend the budget (and add an empty iteration)
+            events(Event(LOG, PHASE, f"round {round_no}: the {author} engineer proposed the "
+                                     f"kernel of iteration {repeat} again (already verified); "
+                                     "stopping the optimizer early"))
+            entry = {"round": round_no, "candidate": proposal.candidate,
+                     "notes": f"same kernel as iteration {repeat}: stopped early",
+                     "unfused": proposal.unfused, "tunables": proposal.tunables,
+                     "usage": proposal.usage, "transcript": proposal.transcript,
+                     "iterations": [], "feedback_next": feedback}
+            rounds.append(entry)
+            with open(_round_log(rec.dir), "a") as f:
+                f.write(json.dumps(entry, default=str) + "\n")
+            break
         result: VerifyResult | None = None
         if proposal.verified is not None and len(rec.records) > before and proposal.candidate \
                 and (ctx.worktree / proposal.candidate).is_file() \

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_pipeline_fakes import FakeEngineer, fakes
+from test_pipeline_fakes import GOOD_KERNEL, FakeEngineer, fakes
 
 from harness.errors import BadInputError, ManifestError
 from phases import history
@@ -302,3 +302,23 @@ def test_a_cancelled_round_is_kept_as_a_commit_marked_cancelled(repo: Path) -> N
     assert "partial" in history.show_file(its[-1].commit, "kernels/layernorm_gelu.py")
     log = (repo / "manifests/r1/optimizer/iterations.jsonl").read_text().splitlines()
     assert json.loads(log[-1])["verdict"] == "cancelled"
+
+
+def test_optimizer_stops_early_when_the_engineer_repeats_an_accepted_kernel(repo: Path) -> None:
+    """A deterministic engineer with nothing new to try (the offline one, once accepted) must
+    not spend the remaining rounds re-verifying and re-committing the same bytes."""
+
+    class RepeatingEngineer(FakeEngineer):
+        def propose(self, request, events):  # type: ignore[no-untyped-def]
+            out = request.worktree / "kernels" / f"{request.case.name}.py"
+            out.parent.mkdir(exist_ok=True)
+            out.write_text(GOOD_KERNEL.format(ms=0.5))
+            return Proposal(candidate=f"kernels/{request.case.name}.py", notes="same again")
+
+    f = fakes()
+    f["engineer_factory"] = lambda spec, options: RepeatingEngineer(options)
+    run_pipeline("layernorm_gelu", iterations=3, run_id="r1", phases="architect,optimizer", fakes=f)
+    its = history.get_run("r1").iterations
+    assert [(i.iteration, i.verified) for i in its] == [(1, True)]
+    rounds = (repo / "manifests/r1/optimizer/rounds.jsonl").read_text().splitlines()
+    assert len(rounds) == 2 and "stopped early" in json.loads(rounds[-1])["notes"]
