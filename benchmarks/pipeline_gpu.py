@@ -81,7 +81,9 @@ def main() -> int:
                           for p in ("architect", "optimizer", "accelerator", "integrator"))
 
     for name in names:
-        if time.monotonic() - started > args.budget_s:
+        # a case that cannot finish inside the budget would be killed mid-integrator by the
+        # device call's limit and leave no row: skip it instead
+        if time.monotonic() - started + args.case_cap_s > args.budget_s:
             rows.append((name, "-", "-", "-", "skipped (budget)", "-", "-", "-", "-"))
             continue
         print(f"=== {name}", flush=True)
@@ -121,6 +123,7 @@ def main() -> int:
                      ("verified" if r.verified else "NOT verified") + f" ({it} iter ok)",
                      trials, commit, phases_col(), f"{time.monotonic() - t0:.0f}"))
         print(f"  done in {time.monotonic() - t0:.0f}s", flush=True)
+        print("  row: | " + " | ".join(rows[-1]) + " |", flush=True)  # survives a later kill
 
     print()
     print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; offline engineer, "
