@@ -22,8 +22,8 @@ from harness.compare import compare_outputs
 from harness.data import agent_provide_weights, draw_tensor
 from harness.device import default_input_set, resolve_device, timing_label, worker_env
 from harness.errors import BadInputError
-from harness.job import cleanup, stage_job
-from harness.targets.base import LineSink, Target, resolve_target
+from harness.job import as_target, candidate_files, cleanup, stage_job
+from harness.targets.base import LineSink, Target
 from harness.tolerance import tolerance_for
 from harness.verification.tensors import input_keys, load_outputs
 from harness.verify import DEFAULT_TIMEOUT_S, verify_candidates
@@ -55,14 +55,10 @@ def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: st
     first, then one per candidate (a candidate not timed has `median_ms` None and says why
     in `note`)."""
     case = case if isinstance(case, Case) else load_case(case)
-    paths = [Path(c).expanduser() for c in candidates]
-    for p in paths:
-        if not p.is_file():
-            raise BadInputError(f"candidate file {str(p)!r} does not exist",
-                                fix="pass the path of a .py file that defines ModelNew")
+    paths = candidate_files(candidates)
     dev = resolve_device(case, device)
     label = timing_label(dev)
-    runner = target if target is not None and not isinstance(target, str) else resolve_target(target)
+    runner = as_target(target)
     set_name = input_set or default_input_set(case, dev)
 
     verdicts: dict[Path, tuple[bool, str]] = {}

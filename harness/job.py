@@ -10,6 +10,7 @@ import json
 import shutil
 import tempfile
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.case import Case
+from harness.errors import BadInputError
 from harness.paths import kopt_dir
-from harness.targets.base import LineSink, Target, WorkerOutcome
+from harness.targets.base import LineSink, Target, WorkerOutcome, resolve_target
 
 
 def new_job_dir(job: str, root: Path | None = None) -> Path:
@@ -66,3 +68,18 @@ def load_output(job_dir: Path, name: str) -> dict[str, torch.Tensor] | None:
 
 def cleanup(job_dir: Path) -> None:
     shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def candidate_files(candidates: Sequence[Path | str]) -> list[Path]:
+    """The candidate paths, each checked to exist (bad input otherwise)."""
+    paths = [Path(c).expanduser() for c in candidates]
+    for p in paths:
+        if not p.is_file():
+            raise BadInputError(f"candidate file {str(p)!r} does not exist",
+                                fix="pass the path of a .py file that defines ModelNew")
+    return paths
+
+
+def as_target(target: Target | str | None) -> Target:
+    """A Target object from a Target, a spec string, or None (local)."""
+    return target if target is not None and not isinstance(target, str) else resolve_target(target)

@@ -27,9 +27,9 @@ from harness.compare import compare_outputs
 from harness.data import agent_provide_weights, draw_tensor
 from harness.device import resolve_device, worker_env
 from harness.errors import BadInputError
-from harness.job import cleanup, stage_job
+from harness.job import as_target, candidate_files, cleanup, stage_job
 from harness.paths import PACKAGE_ROOT
-from harness.targets.base import LineSink, Target, WorkerOutcome, resolve_target
+from harness.targets.base import LineSink, Target, WorkerOutcome
 from harness.tolerance import tolerance_for
 from harness.verification.tensors import differing_elements, input_keys, load_outputs
 
@@ -161,13 +161,9 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
     path (as given)."""
     start = time.monotonic()
     case = case if isinstance(case, Case) else load_case(case)
-    paths = [Path(c).expanduser() for c in candidates]
-    for p in paths:
-        if not p.is_file():
-            raise BadInputError(f"candidate file {str(p)!r} does not exist",
-                                fix="pass the path of a .py file that defines ModelNew")
+    paths = candidate_files(candidates)
     dev = resolve_device(case, device)
-    runner = target if target is not None and not isinstance(target, str) else resolve_target(target)
+    runner = as_target(target)
     sets = case.verification_sets(on_gpu=dev == "cuda")
     plan = plan_draws(case, sets, draws)
     env = worker_env(dev)
