@@ -157,7 +157,11 @@ def _write_case(tmp: Path, body: list[str], shapes: list[list[int]], dtype: str)
           textwrap.indent("\n".join(body), " " * 8) + "\n"
     (d / "model.py").write_text(src)
     args = "\n".join(f"    - {{shape: {s}, dtype: {dtype}}}" for s in shapes)
-    (d / "manifest.yaml").write_text(f"name: {d.name}\ninputs:\n  args:\n{args}\ndevice: cpu\n")
+    # bf16: eager rounds every intermediate of a random chain to bf16 while the fused kernel
+    # keeps float32, and steps like `x * 2.5 - 1.0` amplify that to a few bf16 ulps (seen in CI:
+    # 3.703 vs 3.656 at one of 231 elements); the whole-tensor relative bound stays at 1e-2
+    tol = "tolerance: {atol: 3.0e-2, rtol: 3.0e-2, rel: 1.0e-2}\n" if dtype == "bfloat16" else ""
+    (d / "manifest.yaml").write_text(f"name: {d.name}\ninputs:\n  args:\n{args}\ndevice: cpu\n{tol}")
     return d
 
 
