@@ -30,6 +30,65 @@ def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+class _PartTimer:
+    """Wraps the harness functions a pipeline spends its time in and sums their seconds.
+
+    Worker jobs are keyed by their kind (request.json's `job`); nested parts overlap (a
+    verification's seconds include its worker jobs)."""
+
+    PARTS = {
+        "harness.verify": ["plan_draws", "verify_candidates"],
+        "harness.job": ["stage_job"],
+        "harness.runner": ["measure_variant"],
+        "harness.tune": ["time_trials"],
+        "harness.data": ["agent_provide_weights", "agent_provide_inputs"],
+        "phases.engineers.offline.engineer": ["generate_candidate"],
+    }
+
+    def __init__(self) -> None:
+        import importlib
+        import json
+
+        from harness.targets.local import LocalTarget
+        from harness.verify import _Judge
+
+        self.totals: dict[str, list[float]] = {}
+        for mod_name, names in self.PARTS.items():
+            mod = importlib.import_module(mod_name)
+            for name in names:
+                original = getattr(mod, name)
+                wrapped = self._wrap(name, original)
+                for other in list(sys.modules.values()):  # every `from x import name` too
+                    if getattr(other, name, None) is original:
+                        setattr(other, name, wrapped)
+        run = LocalTarget.run
+
+        def timed_run(target, job_dir, **kw):  # noqa: ANN001, ANN003
+            try:
+                kind = json.loads((Path(job_dir) / "request.json").read_text())["job"]
+            except (OSError, ValueError, KeyError):
+                kind = "?"
+            return self._wrap(f"job:{kind}", run)(target, job_dir, **kw)
+
+        LocalTarget.run = timed_run
+        _Judge.checks = self._wrap("judge", _Judge.checks)
+
+    def _wrap(self, key, fn):  # noqa: ANN001, ANN202
+        def timed(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+            t0 = time.monotonic()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.totals.setdefault(key, []).append(time.monotonic() - t0)
+        return timed
+
+    def take(self) -> str:
+        out = ", ".join(f"{k} {sum(v):.1f}s/{len(v)}" for k, v in
+                        sorted(self.totals.items(), key=lambda kv: -sum(kv[1])))
+        self.totals.clear()
+        return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--iterations", type=int, default=1)
@@ -38,6 +97,9 @@ def main() -> int:
                         help="stop starting new cases after this many seconds")
     parser.add_argument("--case-cap-s", type=float, default=150.0,
                         help="cancel a case's run after this many seconds")
+    parser.add_argument("--parts", action="store_true",
+                        help="also print where each case's seconds went (worker jobs by kind, "
+                             "input draws, staging, judging, codegen)")
     args = parser.parse_args()
 
     home = Path(os.environ.get("KOPT_HOME") or tempfile.mkdtemp(prefix="kopt-pipeline-gpu-"))
@@ -57,6 +119,7 @@ def main() -> int:
         print("no CUDA GPU: this benchmark needs one", file=sys.stderr)
         return 2
     init_workspace(home)
+    parts = _PartTimer() if args.parts else None
     names = [c.name for c in list_cases() if isinstance(c, Case)]
     if args.cases:
         names = [n for n in names if n in args.cases.split(",")]
@@ -123,6 +186,8 @@ def main() -> int:
                      ("verified" if r.verified else "NOT verified") + f" ({it} iter ok)",
                      trials, commit, phases_col(), f"{time.monotonic() - t0:.0f}"))
         print(f"  done in {time.monotonic() - t0:.0f}s", flush=True)
+        if parts is not None:
+            print("  parts: " + parts.take(), flush=True)
         print("  row: | " + " | ".join(rows[-1]) + " |", flush=True)  # survives a later kill
 
     print()
