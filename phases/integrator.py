@@ -41,6 +41,11 @@ def _median(m: dict[str, Any]) -> float | None:
     return None
 
 
+def _why_untimed(m: dict[str, Any], median: float | None) -> str | None:
+    """Why a side-by-side variant has no median (the timer's refusal or the worker's error)."""
+    return None if median is not None else str(m.get("error") or "no result")[:300]
+
+
 def _time_side_by_side(ctx: RunContext, kernel: Path, accepted: bool,
                        events: EventSink) -> dict[str, dict[str, Any]]:
     """Eager, torch.compile and the final kernel timed side by side on this machine:
@@ -101,8 +106,9 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
                    "speedup_vs_eager": speedup_of(eager, cand),
                    "speedup_vs_compile": speedup_of(compiled, cand),
                    "pct_of_floor": roof.get("pct_of_floor"), "floor_ms": roof.get("floor_ms"),
-                   "compile_error": None if compiled is not None else
-                   str(measured["final-compile"].get("error"))[:300]})
+                   "compile_error": _why_untimed(measured["final-compile"], compiled),
+                   "eager_error": _why_untimed(measured["final-eager"], eager),
+                   "candidate_error": _why_untimed(measured["final-kernel"], cand)})
     (out_dir / "timing.json").write_text(json.dumps(measured, indent=1, default=str) + "\n")
 
     manifests = {p: read_manifest(manifest_path(ctx.run_dir, p))
@@ -124,6 +130,12 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
     report_file = out_dir / "report.md"
     report_file.write_text(text)
     status = "verified" if report.accepted and cand is not None else "failed"
+    if status == "failed":
+        why = (f"final verification rejected the kernel ({', '.join(report.failed())})"
+               if not report.accepted else f"the kernel was not timed: {timing['candidate_error']}")
+        events(Event(LOG, PHASE, f"failed: {why}"))
+    if eager is None:
+        events(Event(LOG, PHASE, f"eager was not timed: {timing['eager_error']}"))
     manifest = Manifest(
         phase=PHASE, run_id=ctx.run_id, case=ctx.case.name, status=status, branch=ctx.branch,
         commit=tip_commit(ctx.worktree), baseline_ms=eager, best_ms=cand, speedup=speedup,

@@ -83,8 +83,10 @@ def render(manifests: dict[str, Manifest], *, iterations: list[dict[str, Any]],
               f"| kopt kernel | {_ms(timing.get('candidate_ms'))} | "
               f"{_x(timing.get('speedup_vs_eager'))} | {_x(timing.get('speedup_vs_compile'))} | "
               f"{_pct(timing.get('pct_of_floor'))} |", ""]
-    if timing.get("compile_error"):
-        lines += [f"torch.compile failed: {timing['compile_error']}", ""]
+    for key, what in (("eager_error", "eager"), ("compile_error", "torch.compile"),
+                      ("candidate_error", "the kernel")):
+        if timing.get(key):
+            lines += [f"{what} was not timed: {timing[key]}", ""]
     verdict = "accepted" if verification.get("accepted") else "REJECTED"
     lines += ["## Final verification", "",
               f"{verdict} on input sets {', '.join(verification.get('input_sets', []))} "

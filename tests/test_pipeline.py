@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_pipeline_fakes import GOOD_KERNEL, FakeEngineer, fakes
+from test_pipeline_fakes import GOOD_KERNEL, FakeEngineer, fake_measure, fakes
 
 from harness.errors import BadInputError, ManifestError
 from phases import history
@@ -322,3 +323,22 @@ def test_optimizer_stops_early_when_the_engineer_repeats_an_accepted_kernel(repo
     assert [(i.iteration, i.verified) for i in its] == [(1, True)]
     rounds = (repo / "manifests/r1/optimizer/rounds.jsonl").read_text().splitlines()
     assert len(rounds) == 2 and "stopped early" in json.loads(rounds[-1])["notes"]
+
+
+def test_an_untimed_final_kernel_fails_the_integrator_and_says_why(repo: Path) -> None:
+    def measure(case: Any, variant: Any, **kw: Any) -> dict[str, Any]:
+        if kw.get("label") == "final-kernel":
+            return {"ok": False, "error": "refused: events saw 0.0013 ms but fn + device-wide "
+                                          "synchronize took 0.2304 ms"}
+        return fake_measure(case, variant, **kw)
+
+    seen: list[str] = []
+    result = run_pipeline("layernorm_gelu", iterations=2, run_id="r1",
+                          fakes={**fakes(), "measure": measure},
+                          events=lambda e: seen.append(f"{e.phase}: {e.message}"))
+    final = read_manifest(repo / "manifests/r1/integrator.json")
+    assert final.status == "failed" and not result.verified
+    assert final.details["timing"]["candidate_error"].startswith("refused: events saw 0.0013 ms")
+    assert final.details["timing"]["eager_error"] is None
+    assert any(s.startswith("integrator: failed: the kernel was not timed: refused") for s in seen)
+    assert "the kernel was not timed: refused" in (repo / final.details["report"]).read_text()
