@@ -57,9 +57,11 @@ class Slot:
         return getattr(self.target, attr)
 
 
-def slots_of(target: Target) -> list[Slot]:
+def slots_of(target: Target | Slot) -> list[Slot]:
     """The target's slots: its own `parallel_slots()` if it has one, else one per local GPU
-    for the local target, else one."""
+    for the local target, else one. A slot is its own only slot."""
+    if isinstance(target, Slot):
+        return [target]
     own = getattr(target, "parallel_slots", None)
     if callable(own):
         return list(own())
@@ -73,23 +75,36 @@ def slots_of(target: Target) -> list[Slot]:
     return [Slot(target)]
 
 
-def evaluate_many(tasks: Sequence[Callable[[Any], T]], targets: Sequence[Target] | Target, *,
+def gpu_model(slot: Slot) -> str | None:
+    """The slot's GPU model without its index (`NVIDIA H100 80GB HBM3 #3` -> `NVIDIA H100 80GB
+    HBM3`); None on a CPU-only target. Timings compare only between slots of one model."""
+    return slot.gpu.rsplit(" #", 1)[0] if slot.gpu else None
+
+
+def evaluate_many(tasks: Sequence[Callable[[Any], T]],
+                  targets: Sequence[Target | Slot] | Target | Slot, *,
                   max_parallel: int | None = None,
                   max_attempts: int | None = None) -> list[T]:
     """Run every task on some target's free slot; results in task order.
 
+    `targets` may also be slots (as `slots_of` made them): they are used as they are.
     A task's `TargetLost` re-queues it elsewhere (up to `max_attempts`, default: once per
     target); its other exceptions are re-raised after every task has finished. Dict results
     get `host` and `gpu` keys (where the task did not set them)."""
     if not isinstance(targets, Sequence):
         targets = [targets]
+    slots = slots_for(targets, max_parallel=max_parallel)
+    attempts_allowed = max_attempts or len(targets) + 1
+    return _Scheduler(list(tasks), slots, attempts_allowed).run()
+
+
+def slots_for(targets: Sequence[Target | Slot], *, max_parallel: int | None = None) -> list[Slot]:
+    """Every slot of `targets` (at most `max_parallel`, spread over the targets), the first
+    target's first."""
     if not targets:
         raise ValueError("evaluate_many needs at least one target")
     slots = [slot for target in targets for slot in slots_of(target)]
-    if max_parallel is not None:
-        slots = _spread(slots, max(1, max_parallel))
-    attempts_allowed = max_attempts or len(targets) + 1
-    return _Scheduler(list(tasks), slots, attempts_allowed).run()
+    return _spread(slots, max(1, max_parallel)) if max_parallel is not None else slots
 
 
 def _spread(slots: list[Slot], limit: int) -> list[Slot]:

@@ -160,9 +160,7 @@ def _memory_file(ctx: RunContext) -> Path:
 
     name = "cpu"
     if ctx.device == "cuda":
-        import torch
-
-        name = torch.cuda.get_device_name(0).replace(" ", "_").replace("/", "_")
+        name = _timing_gpu(ctx).replace(" ", "_").replace("/", "_")
     return cache_dir() / "tuning" / f"{name}.json"
 
 
@@ -260,7 +258,7 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
         timing_label=optimizer.timing_label,
         inputs=[FileRef.of(ctx.run_dir / "optimizer.json", ctx.root)],
         outputs=[FileRef.of(kernel_file, ctx.root)],
-        details={"gpu": _gpu_name() if on_gpu else NO_GPU, "tunables": space,
+        details={"gpu": _timing_gpu(ctx) if on_gpu else NO_GPU, "tunables": space,
                  "budget": _budget(on_gpu, trials, space_size, seconds),
                  "trials": trials,
                  "winner": {"config": winner["config"], "kernel": FileRef.of(kernel_file,
@@ -391,6 +389,14 @@ def _gpu_name() -> str:
     return torch.cuda.get_device_name(0)
 
 
+def _timing_gpu(ctx: RunContext) -> str:
+    """The GPU model that timed the trials: the run's timing slots' (a remote GPU through
+    ssh or ray), else this machine's."""
+    from harness.parallel import gpu_model
+
+    return gpu_model(ctx.timing_slots()[0]) or _gpu_name()
+
+
 def _failed(ctx: RunContext, optimizer: Manifest, trials: list[dict[str, Any]],
             space: dict[str, list[Any]], space_size: int, started: float,
             on_gpu: bool) -> Manifest:
@@ -399,7 +405,7 @@ def _failed(ctx: RunContext, optimizer: Manifest, trials: list[dict[str, Any]],
         commit=tip_commit(ctx.worktree), baseline_ms=optimizer.baseline_ms, best_ms=None,
         speedup=None, timing_label=optimizer.timing_label,
         inputs=[FileRef.of(ctx.run_dir / "optimizer.json", ctx.root)], outputs=[],
-        details={"gpu": _gpu_name() if on_gpu else NO_GPU, "tunables": space,
+        details={"gpu": _timing_gpu(ctx) if on_gpu else NO_GPU, "tunables": space,
                  "budget": _budget(on_gpu, trials, space_size, time.monotonic() - started),
                  "trials": trials,
                  "winner": {"config": {}, "kernel": "", "median_ms": None, "commit": None,

@@ -121,6 +121,49 @@ class IterationRecorder:
             ctx.check_cancel()
         return self.record(report, metrics)
 
+    def verify_many(self, rels: list[str]) -> list[VerifyResult]:
+        """Verify several candidates at once (one per free slot of the run), time the accepted
+        ones the same way, then commit each in the order of `rels` -- never in the order they
+        finished. A file repeated within `rels` is verified once."""
+        ctx = self.ctx
+        results: list[VerifyResult | None] = [None] * len(rels)
+        staged: dict[int, Path] = {}
+        same_as: dict[int, int] = {}
+        by_digest: dict[str, int] = {}
+        for k, rel in enumerate(rels):
+            src = (ctx.worktree / rel).resolve()
+            if not src.is_relative_to(ctx.worktree.resolve()) or not src.is_file():
+                results[k] = VerifyResult(False, f"loads: FAIL: no candidate file {rel!r} in the "
+                                                 "worktree", {"accepted": False, "checks": []})
+                continue
+            digest = sha256_file(src)
+            if digest in by_digest:
+                same_as[k] = by_digest[digest]
+                continue
+            by_digest[digest] = k
+            # a snapshot: the files may be rewritten while others are verified and committed
+            staged[k] = self.dir / f"round-{self.round}-candidate-{k}.py"
+            shutil.copyfile(src, staged[k])
+        order = sorted(staged)
+        first = self.next_iteration
+        where = "" if ctx.serial else f" on {len(ctx.slots())} slots"
+        self.events(Event(LOG, self.phase, f"iterations {first}-{first + len(order) - 1}: "
+                                           f"verifying {len(order)} candidates{where}"))
+        reports = ctx.verify_candidates([staged[k] for k in order]) if order else []
+        ctx.check_cancel()
+        accepted = [i for i, report in enumerate(reports) if report.accepted]
+        timed = ctx.measure_variants([(staged[order[i]], f"iter-{first + i}") for i in accepted])
+        ctx.check_cancel()
+        metrics = dict(zip(accepted, timed, strict=True))
+        kernel = self._kernel_path()
+        kernel.parent.mkdir(parents=True, exist_ok=True)
+        for i, (k, report) in enumerate(zip(order, reports, strict=True)):
+            shutil.copyfile(staged[k], kernel)
+            results[k] = self.record(report, metrics.get(i))
+        for k, original in same_as.items():
+            results[k] = results[original]
+        return [r for r in results if r is not None]
+
     def record(self, report: Any, metrics: dict[str, Any] | None) -> VerifyResult:
         """Commit the kernel now at `kernels/<case>.py` with its verdict and timing."""
         ctx = self.ctx
@@ -268,6 +311,14 @@ def _repeats_accepted(records: list[dict[str, Any]], worktree: Path,
     return None
 
 
+def _best_of(results: list[VerifyResult]) -> VerifyResult | None:
+    """The fastest accepted result of a round, else its first (the engineer's main one)."""
+    accepted = [r for r in results if r.accepted]
+    if accepted:
+        return max(accepted, key=lambda r: (r.metrics or {}).get("speedup") or 0.0)
+    return results[0] if results else None
+
+
 def _round_log(dir: Path) -> Path:
     return dir / "rounds.jsonl"
 
@@ -318,7 +369,7 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
             ctx.cancel.set()
             ctx.check_cancel()
         repeat = _repeats_accepted(rec.records[:before], ctx.worktree, proposal)
-        if repeat is not None:
+        if repeat is not None and not proposal.alternatives:
             # a deterministic engineer with nothing new to try: verifying and committing the
             # same bytes again would only spend the budget (and add an empty iteration)
             events(Event(LOG, PHASE, f"round {round_no}: the {author} engineer proposed the "
@@ -334,19 +385,28 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
                 f.write(json.dumps(entry, default=str) + "\n")
             break
         result: VerifyResult | None = None
+        done_before = False
         if proposal.verified is not None and len(rec.records) > before and proposal.candidate \
                 and (ctx.worktree / proposal.candidate).is_file() \
                 and sha256_file(ctx.worktree / proposal.candidate) == \
                 sha256_file(Path(rec.records[-1]["kernel"])):
             result = proposal.verified  # the engineer verified (and committed) this one
-        elif proposal.candidate:
+            done_before = True
+        elif proposal.candidate and not proposal.alternatives:
             result = rec.verify(proposal.candidate)
+        if proposal.alternatives:  # several candidates this round: evaluated at once
+            main = [] if done_before or repeat is not None or not proposal.candidate \
+                else [proposal.candidate]
+            results = ([result] if result else []) + rec.verify_many(main + proposal.alternatives)
+            result = _best_of(results)
         feedback = _feedback_after(result, proposal)
         entry = {"round": round_no, "candidate": proposal.candidate, "notes": proposal.notes[-2000:],
                  "unfused": proposal.unfused, "tunables": proposal.tunables,
                  "usage": proposal.usage, "transcript": proposal.transcript,
                  "iterations": [r["iteration"] for r in rec.records[before:]],
                  "feedback_next": feedback}
+        if proposal.alternatives:
+            entry["alternatives"] = list(proposal.alternatives)
         rounds.append(entry)
         with open(_round_log(rec.dir), "a") as f:
             f.write(json.dumps(entry, default=str) + "\n")

@@ -78,7 +78,8 @@ def run_pipeline(case: str | Path, *, engineer: str = "offline", analyst: str | 
                  run_id: str | None = None, target: str = "local", events: EventSink = null_sink,
                  cancel: threading.Event | None = None,
                  engineer_options: dict[str, Any] | None = None, device: str | None = None,
-                 root: Path | None = None, fakes: dict[str, Any] | None = None) -> RunResult:
+                 root: Path | None = None, fakes: dict[str, Any] | None = None,
+                 parallel: int | None = None) -> RunResult:
     """Run `phases` (default: all four) of a new run, or of the existing run `run_id`.
 
     `fakes` (tests only) replaces the harness calls: `measure`, `verify`, `verify_many`,
@@ -109,7 +110,7 @@ def run_pipeline(case: str | Path, *, engineer: str = "offline", analyst: str | 
                                 fix="add architect to --phases, or pass --run-id of a run")
         config = RunConfig(run_id=run_id or new_run_id(), case=str(case_obj.directory),
                            engineer=engineer, analyst=analyst, iterations=iterations,
-                           target=target, device=device,
+                           target=target, device=device, parallel=parallel,
                            engineer_options=dict(engineer_options or {}))
         ctx = open_context(config, root=root, cancel=cancel, **(fakes or {}))
         config.save(ctx.run_dir)

@@ -49,10 +49,27 @@ class RunConfig:
     analyst: str | None = None
     iterations: int = 3
     target: str = "local"
+    """Where evaluations run (and every timing compared with the baseline)."""
+    targets: list[str] = field(default_factory=list)
+    """More targets whose GPUs share the run's evaluations (`--target a,b`: `b` here)."""
+    parallel: int | None = None
+    """At most this many evaluations at once (`--parallel N`); default one per GPU."""
     device: str | None = None
     engineer_options: dict[str, Any] = field(default_factory=dict)
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                time.gmtime()))
+
+    def __post_init__(self) -> None:
+        if "," in self.target:  # `--target a,b`: the first times, all of them verify
+            first, *more = [t.strip() for t in self.target.split(",") if t.strip()]
+            self.target, self.targets = first, [*more, *self.targets]
+        if self.parallel is not None and self.parallel < 1:
+            raise BadInputError(f"--parallel {self.parallel} is not a positive count",
+                                fix="give --parallel 1 or more (or leave it out: one per GPU)")
+
+    @property
+    def target_specs(self) -> list[str]:
+        return [self.target, *self.targets]
 
     def save(self, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -97,6 +114,12 @@ class RunContext:
     """time_trials(case, paths, **kw) -> one dict per trial (default: harness.tune's)."""
     engineer_factory: Callable[[str, dict[str, Any]], Any] | None = None
     """make_engineer(spec, options) (default: phases.engineers.base.make_engineer)."""
+    targets: list[Any] | None = None
+    """The run's `Target` objects (default: `config.target_specs` resolved); tests inject
+    fakes here."""
+    _slots: list[Any] | None = field(default=None, init=False, repr=False)
+    _lost: set[int] = field(default_factory=set, init=False, repr=False)
+    """id() of targets lost during this run: they take no more of its work."""
 
     @property
     def run_id(self) -> str:
@@ -141,53 +164,157 @@ class RunContext:
             raise RunCancelled(f"run {self.run_id} stopped",
                                fix=f"resume with `kopt run --resume {self.run_id}`")
 
+    # -- where evaluations run ------------------------------------------------------------------
+
+    def slots(self) -> list[Any]:
+        """The run's slots (`harness.parallel`): one per GPU of its targets, at most
+        `config.parallel`, the primary target's first. Resolved once per run."""
+        if self._slots is None:
+            from harness.parallel import slots_for
+            from harness.targets.base import resolve_target
+
+            targets = self.targets if self.targets is not None else \
+                [resolve_target(spec) for spec in self.config.target_specs]
+            self._slots = slots_for(targets, max_parallel=self.config.parallel)
+        return self._slots
+
+    @property
+    def serial(self) -> bool:
+        """One slot: every evaluation runs here, one at a time, on `config.target` (as before
+        targets had slots)."""
+        return len(self.slots()) == 1
+
+    def timing_slots(self) -> list[Any]:
+        """The slots whose timings compare with the baseline's: the primary slot's GPU model
+        (on a CPU-only target: the primary target itself). Timings from other GPUs are never
+        read as one series with these."""
+        from harness.parallel import gpu_model
+
+        slots = self.slots()
+        model = gpu_model(slots[0])
+        if model is None:
+            return [s for s in slots if s.target is slots[0].target and s.gpu is None]
+        return [s for s in slots if gpu_model(s) == model]
+
+    def evaluate(self, tasks: list[Callable[[Any], Any]], *, timing: bool = False) -> list[Any]:
+        """Run each `task(target)` on a free slot (timing: on the timing slots); results in
+        task order; a lost target's tasks are re-queued on another slot, and it takes no more
+        of this run's work. With one slot the tasks run here, one after another, on
+        `config.target` (`target=None`)."""
+        if self.serial:
+            return [task(None) for task in tasks]
+        from harness.errors import TargetLost
+        from harness.parallel import evaluate_many
+
+        slots = [s for s in (self.timing_slots() if timing else self.slots())
+                 if id(s.target) not in self._lost]
+        if not slots:
+            raise TargetLost(f"every target of run {self.run_id} that can take this evaluation "
+                             "was lost" + (" (timings compare only on the baseline's GPU model)"
+                                           if timing else ""),
+                             fix=f"check them with `kopt targets`, then `kopt run --resume "
+                                 f"{self.run_id}`")
+
+        def remembering(task: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            def run(slot: Any) -> Any:
+                try:
+                    return task(slot)
+                except TargetLost:
+                    self._lost.add(id(slot.target))
+                    raise
+            return run
+
+        return evaluate_many([remembering(t) for t in tasks], slots)
+
     # -- the harness, or the fakes a test injected --------------------------------------------
 
-    def measure_variant(self, variant: str | Path, **kw: Any) -> dict[str, Any]:
+    def measure_variant(self, variant: str | Path, *, target: Any = None,
+                        **kw: Any) -> dict[str, Any]:
+        if target is None and not self.serial:
+            return self.evaluate([lambda t: self.measure_variant(variant, target=t, **kw)],
+                                 timing=True)[0]
+        if target is not None:
+            kw["target"] = target
         if self.measure is not None:
             return self.measure(self.case, variant, **kw)
         from harness.runner import measure_variant
 
         kw.setdefault("timing_options", self.timing_options)
-        return measure_variant(self.case, variant, device=self.device, target=self.config.target,
+        kw.setdefault("target", self.config.target)
+        return measure_variant(self.case, variant, device=self.device,
                                artifacts_root=self.artifacts_dir, input_set=self.input_set, **kw)
 
-    def verify_candidate(self, path: Path, **kw: Any) -> Any:
+    def measure_variants(self, variants: list[tuple[str | Path, str]]) -> list[dict[str, Any]]:
+        """Time several (variant, label) at once on the timing slots; metrics in order."""
+        if self.serial:
+            return [self.measure_variant(v, label=label) for v, label in variants]
+        return self.evaluate([lambda t, v=v, label=label: self.measure_variant(v, target=t,
+                                                                               label=label)
+                              for v, label in variants], timing=True)
+
+    def verify_candidate(self, path: Path, *, target: Any = None, **kw: Any) -> Any:
+        if target is None and not self.serial:
+            return self.evaluate([lambda t: self.verify_candidate(path, target=t, **kw)])[0]
+        if target is not None:
+            kw["target"] = target
         if self.verify is not None:
             return self.verify(self.case, path, **kw)
         from harness.verify import verify_candidate
 
-        return verify_candidate(self.case, path, device=self.device, target=self.config.target,
-                                **kw)
+        kw.setdefault("target", self.config.target)
+        return verify_candidate(self.case, path, device=self.device, **kw)
 
-    def verify_candidates(self, paths: list[Path], **kw: Any) -> list[Any]:
+    def verify_candidates(self, paths: list[Path], *, target: Any = None,
+                          **kw: Any) -> list[Any]:
+        """Verify several files: with one slot in one call (shared draws, one reference run);
+        with several, one file per free slot, reports in the order of `paths`."""
+        if target is None and not self.serial:
+            return self.evaluate([lambda t, p=p: self.verify_candidates([p], target=t, **kw)[0]
+                                  for p in paths])
+        if target is not None:
+            kw["target"] = target
         if self.verify_many is not None:
             return self.verify_many(self.case, paths, **kw)
         if self.verify is not None:
             return [self.verify(self.case, p, **kw) for p in paths]
         from harness.verify import verify_candidates
 
-        return verify_candidates(self.case, paths, device=self.device,
-                                 target=self.config.target, **kw)
+        kw.setdefault("target", self.config.target)
+        return verify_candidates(self.case, paths, device=self.device, **kw)
 
-    def time_trials(self, paths: list[Path], *, budget_s: float) -> list[dict[str, Any]]:
-        """Time (and output-check) every trial file in one worker job: `harness.tune`."""
+    def time_trials(self, paths: list[Path], *, budget_s: float,
+                    target: Any = None) -> list[dict[str, Any]]:
+        """Time (and output-check) trial files: `harness.tune`, one worker job per timing
+        slot (contiguous shares of `paths`, each with the whole `budget_s`); rows in order."""
+        if target is None and not self.serial:
+            share = -(-len(paths) // max(1, min(len(self.timing_slots()), len(paths))))
+            chunks = [paths[i:i + share] for i in range(0, len(paths), share)]
+            parts = self.evaluate([lambda t, c=c: self.time_trials(c, budget_s=budget_s,
+                                                                   target=t) for c in chunks],
+                                  timing=True)
+            return [row for part in parts for row in part]
+        where = {"target": target} if target is not None else {}
         if self.tune is not None:
-            return self.tune(self.case, paths, budget_s=budget_s)
-        if self.measure is not None:  # a test's fake harness: its timings, outputs taken as right
-            out = []
+            rows = self.tune(self.case, paths, budget_s=budget_s, **where)
+        elif self.measure is not None:  # a test's fake harness: its timings, outputs taken as right
+            rows = []
             for p in paths:
-                m = self.measure(self.case, p, label=p.stem)
+                m = self.measure(self.case, p, label=p.stem, **where)
                 lat = m.get("latency_ms") or {}
-                out.append({"ok": bool(lat), "checked": bool(lat), "median_ms": lat.get("median"),
-                            "p20_ms": lat.get("p20"), "p80_ms": lat.get("p80"),
-                            "detail": "output matches" if lat else str(m.get("error"))})
-            return out
-        from harness.tune import time_trials
+                rows.append({"ok": bool(lat), "checked": bool(lat), "median_ms": lat.get("median"),
+                             "p20_ms": lat.get("p20"), "p80_ms": lat.get("p80"),
+                             "detail": "output matches" if lat else str(m.get("error"))})
+        else:
+            from harness.tune import time_trials
 
-        return time_trials(self.case, paths, device=self.device, input_set=self.input_set,
-                           target=self.config.target, budget_s=budget_s,
-                           timing_options=self.timing_options)
+            rows = time_trials(self.case, paths, device=self.device, input_set=self.input_set,
+                               target=target if target is not None else self.config.target,
+                               budget_s=budget_s, timing_options=self.timing_options)
+        if target is not None:  # provenance: which host and GPU timed each trial
+            for row in rows:
+                row.setdefault("host", target.name)
+                row.setdefault("gpu", getattr(target, "gpu", None))
+        return rows
 
     def make_engineer(self) -> Any:
         if self.engineer_factory is not None:

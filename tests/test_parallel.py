@@ -114,3 +114,11 @@ def test_max_parallel_caps_concurrency_across_targets() -> None:
 
     evaluate_many([tracking(i) for i in range(10)], [a, b], max_parallel=2)
     assert set(seen) == {"a:0", "b:0"}  # two slots, one per target (round-robin)
+
+
+def test_slots_are_taken_as_they_are() -> None:
+    a = FakeTarget("a", gpus=3)
+    one = a.parallel_slots()[2]
+    results = evaluate_many([job(i) for i in range(4)], [one])
+    assert [r["task"] for r in results] == list(range(4))
+    assert set(a.max_busy) == {"2"}  # only the slot given, not all of its target's GPUs

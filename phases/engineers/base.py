@@ -89,6 +89,9 @@ class Proposal:
     verified: VerifyResult | None = None
     """Set when the engineer already verified the returned candidate through the toolbox."""
     cancelled: bool = False
+    alternatives: list[str] = field(default_factory=list)
+    """More candidates of this round (paths relative to the worktree): evaluated beside
+    `candidate`, at once where the run has several GPUs, committed in this order after it."""
 
 
 class Engineer(Protocol):

@@ -49,7 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--phases", default=None,
                    help="comma-separated subset in pipeline order, e.g. architect,optimizer")
     p.add_argument("--iterations", type=int, default=3, help="optimizer rounds (default 3)")
-    p.add_argument("--target", default="local", help="execution target (default: local)")
+    p.add_argument("--target", default="local",
+                   help="execution target (default: local); several, comma-separated, share "
+                        "the evaluations (the first one times them)")
+    p.add_argument("--parallel", type=int, default=None, metavar="N",
+                   help="evaluate at most N candidates or configurations at once (default: "
+                        "one per GPU of the targets)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="override the case's device (cpu = Triton interpreter, smoke inputs)")
     p.add_argument("--run-id", default=None, help="name the run (or continue its --phases)")
@@ -145,6 +150,7 @@ def handle(args: argparse.Namespace) -> int:
                     analyst=args.analyst or ("anthropic" if engineer == "anthropic" else None),
                     phases=args.phases, iterations=args.iterations, run_id=args.run_id,
                     target=args.target, events=printer, cancel=cancel, device=args.device,
+                    parallel=args.parallel,
                     engineer_options={"model": args.model} if args.model else None)
         except BaseException as err:  # noqa: BLE001 - handed to the main thread
             outcome["error"] = err
