@@ -117,3 +117,15 @@ def test_killed_ray_task_is_requeued_elsewhere(runtime: RayTarget, workspace: Pa
     # the killed job finished on the local target; nothing was lost
     assert any(r["host"] == "local" for r in results)
     assert killed[0] not in {r.get("ray_pid") for r in results}
+
+
+def test_output_lines_stream_while_the_task_runs(runtime: RayTarget, workspace: Path) -> None:
+    arrived: list[tuple[float, str]] = []
+    job = stage_job("echo", {"message": "tick", "repeat": 3, "interval_s": 1.5})
+    outcome = runtime.run(job, timeout=120,
+                          on_line=lambda line: arrived.append((time.time(), line)))
+    assert outcome.ok, outcome.output_tail
+    assert [line for _, line in arrived] == ["echo: tick"] * 3  # each once, in order
+    # the first line came back while the worker still had 3 s of sleeping to do
+    assert arrived[0][0] < outcome.extra["ended_at"] - 2.0
+    assert arrived[-1][0] - arrived[0][0] > 2.0

@@ -8,7 +8,11 @@ it asks for one CPU instead and `describe()` says so.
 
 Ray re-runs a task whose worker process or node died (`max_retries`); once those retries are
 spent the loss is a `TargetLost`, which `harness.parallel` re-queues on another target.
-Output lines reach `on_line` when the task ends (Ray has no per-line channel back).
+
+Output lines stream back as they are printed: the task sends each line to a small relay actor
+(`_LineRelay`, no CPU of its own) and the caller drains it every `STREAM_POLL_S` while it
+waits; the task's result carries the whole output too, so what the relay had not delivered
+when the task ended still arrives, once.
 
 Needs the `kopt[ray]` extra (`pip install 'kopt[ray]'`).
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import io
 import os
+import secrets
 import tarfile
 import threading
 import time
@@ -29,6 +34,9 @@ from harness.targets.base import LineSink, WorkerOutcome, read_response, registe
 
 RESULT_GRACE_S = 120.0
 """Wait beyond the job's timeout for a task's result (scheduling, transfer)."""
+STREAM_POLL_S = 0.25
+"""How often the caller drains the line relay while a task runs."""
+RELAY_NAME = "kopt-line-relay"
 _INIT_LOCK = threading.Lock()
 
 
@@ -54,6 +62,7 @@ class RayTarget:
         self.max_retries = max_retries
         self.num_cpus = num_cpus
         """CPUs for a `ray://local` runtime (default: all)."""
+        self._relay_handle: Any = None
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -108,9 +117,18 @@ class RayTarget:
         remote = ray.remote(_run_job_task).options(max_retries=self.max_retries,
                                                    retry_exceptions=False, **self.task_resources())
         start = time.monotonic()
-        ref = remote.remote(_pack(job_dir), timeout, extra)
+        relay = self._relay() if on_line is not None else None
+        job_id = secrets.token_hex(8)
+        delivered: dict[str, int] = {}
+        ref = remote.remote(_pack(job_dir), timeout, extra, relay, job_id)
         try:
-            result = ray.get(ref, timeout=timeout + RESULT_GRACE_S)
+            deadline = start + timeout + RESULT_GRACE_S
+            while not ray.wait([ref], timeout=STREAM_POLL_S)[0]:
+                _drain(ray, relay, job_id, delivered, on_line)
+                if time.monotonic() > deadline:
+                    raise ray.exceptions.GetTimeoutError(f"no result after {deadline - start:.0f} s")
+            _drain(ray, relay, job_id, delivered, on_line)
+            result = ray.get(ref)
         except ray.exceptions.GetTimeoutError:
             ray.cancel(ref, force=True)
             return WorkerOutcome(None, True, None, host=self.name,
@@ -124,6 +142,9 @@ class RayTarget:
         except KeyboardInterrupt:
             ray.cancel(ref, force=True)
             raise
+        finally:
+            if relay is not None:
+                relay.forget.remote(job_id)
         out = job_dir / "out"
         out.mkdir(exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(result["out"]), mode="r:*") as tar:
@@ -136,8 +157,8 @@ class RayTarget:
                     if source is not None:
                         dest.write_bytes(source.read())
         lines = result["output"].splitlines()
-        if on_line is not None:
-            for line in lines:
+        if on_line is not None:  # what the relay had not delivered yet (none, usually)
+            for line in lines[delivered.get(result["token"], 0):]:
                 on_line(line)
         return WorkerOutcome(
             returncode=result["returncode"], timed_out=result["timed_out"],
@@ -145,6 +166,15 @@ class RayTarget:
             host=f"{self.name} ({result['host']})", elapsed_s=result["elapsed_s"],
             extra={"ray_pid": result["pid"], "started_at": result["started_at"],
                    "ended_at": result["ended_at"], "resources": self.task_resources()})
+
+    def _relay(self) -> Any:
+        """The runtime's line relay actor (one per driver, created on first use)."""
+        ray = self.connect()
+        with _INIT_LOCK:
+            if self._relay_handle is None:
+                actor = ray.remote(num_cpus=0)(_LineRelay)
+                self._relay_handle = actor.options(name=RELAY_NAME, get_if_exists=True).remote()
+            return self._relay_handle
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"target": self.name, "kind": "ray"}
@@ -164,6 +194,39 @@ class RayTarget:
         return info
 
 
+class _LineRelay:
+    """A Ray actor holding the lines tasks printed until their caller drains them. Lines of one
+    task arrive in order (one caller's actor calls run in submission order); each carries the
+    task attempt's token, so a retried task's lines are counted apart."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, list[tuple[str, str]]] = {}
+
+    def push(self, job_id: str, token: str, line: str) -> None:
+        self.lines.setdefault(job_id, []).append((token, line))
+
+    def pull(self, job_id: str) -> list[tuple[str, str]]:
+        return self.lines.pop(job_id, [])
+
+    def forget(self, job_id: str) -> None:
+        self.lines.pop(job_id, None)
+
+
+def _drain(ray: Any, relay: Any, job_id: str, delivered: dict[str, int],
+           on_line: LineSink | None) -> None:
+    """Hand the lines the relay holds for `job_id` to `on_line` (best effort: the task's
+    result carries every line anyway)."""
+    if relay is None or on_line is None:
+        return
+    try:
+        pulled = ray.get(relay.pull.remote(job_id), timeout=30)
+    except Exception:  # noqa: BLE001 - a lost relay only delays lines to the task's end
+        return
+    for token, line in pulled:
+        delivered[token] = delivered.get(token, 0) + 1
+        on_line(line)
+
+
 def _pack(job_dir: Path) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
@@ -173,25 +236,34 @@ def _pack(job_dir: Path) -> bytes:
     return buffer.getvalue()
 
 
-def _run_job_task(packed: bytes, timeout: float, env: dict[str, str]) -> dict[str, Any]:
-    """Inside the Ray worker: unpack, run the worker like the local target, pack `out/`."""
+def _run_job_task(packed: bytes, timeout: float, env: dict[str, str], relay: Any = None,
+                  job_id: str = "") -> dict[str, Any]:
+    """Inside the Ray worker: unpack, run the worker like the local target (each output line
+    to `relay` as it is printed), pack `out/`."""
     import platform
     import tempfile
 
     from harness.targets.local import LocalTarget
 
     began = time.time()
+    token = secrets.token_hex(4)
     with tempfile.TemporaryDirectory(prefix="kopt-ray-") as tmp:
         job_dir = Path(tmp) / "job"
         job_dir.mkdir()
         with tarfile.open(fileobj=io.BytesIO(packed), mode="r:*") as tar:
             tar.extractall(job_dir, filter="data")
         lines: list[str] = []
+
+        def on_line(line: str) -> None:
+            lines.append(line)
+            if relay is not None:
+                relay.push.remote(job_id, token, line)
+
         # one tensor/ceilings cache per node, not per job
         cache = {"KOPT_CACHE": os.environ.get("KOPT_CACHE") or
                  str(Path(tempfile.gettempdir()) / "kopt-ray-cache")}
         outcome = LocalTarget().run(job_dir, timeout=timeout, env={**cache, **env},
-                                    on_line=lines.append)
+                                    on_line=on_line)
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
             if (job_dir / "out").is_dir():
@@ -200,7 +272,7 @@ def _run_job_task(packed: bytes, timeout: float, env: dict[str, str]) -> dict[st
     return {"returncode": outcome.returncode, "timed_out": outcome.timed_out,
             "output": "\n".join(lines), "out": buffer.getvalue(), "host": platform.node(),
             "pid": os.getpid(), "elapsed_s": outcome.elapsed_s, "started_at": began,
-            "ended_at": time.time()}
+            "ended_at": time.time(), "token": token}
 
 
 register_scheme("ray", lambda spec: RayTarget(spec))
