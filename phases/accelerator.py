@@ -195,6 +195,7 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
     """Tune the optimizer's best kernel (GPU), or verify its default configuration (CPU)."""
     optimizer = check_handoff(ctx.run_dir, "optimizer", run_id=ctx.run_id, root=ctx.root)
     best = optimizer.details.get("best")
+    ctx.check_timing_gpu()
     if not best:
         raise ManifestError(f"{ctx.run_dir / 'optimizer.json'}: /details/best is null",
                             fix="the optimizer found no accepted candidate; re-run it")

@@ -327,6 +327,7 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
     """Ask the engineer for candidates, verify and commit each, keep the fastest accepted."""
     architect = check_handoff(ctx.run_dir, "architect", run_id=ctx.run_id, root=ctx.root)
     baseline_ms = float(architect.baseline_ms or 0.0)
+    ctx.check_timing_gpu()
     plan = architect.details["plan"]
     engineer = ctx.make_engineer()
     author = _author(engineer)

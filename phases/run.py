@@ -196,6 +196,31 @@ class RunContext:
             return [s for s in slots if s.target is slots[0].target and s.gpu is None]
         return [s for s in slots if gpu_model(s) == model]
 
+    def baseline_gpu(self) -> str | None:
+        """The GPU model the architect timed the baseline on (its metrics' environment)."""
+        try:
+            architect = json.loads((self.run_dir / "architect.json").read_text())
+            metrics = architect["details"]["baseline"]["metrics"]
+            env = json.loads((self.root / metrics).read_text()).get("environment") or {}
+        except (OSError, KeyError, TypeError, ValueError):
+            return None
+        return (env.get("gpu") or {}).get("name")
+
+    def check_timing_gpu(self) -> None:
+        """Refuse to time candidates on another GPU model than the baseline's: their
+        speedups would read two GPUs as one series."""
+        from harness.parallel import gpu_model
+
+        if self.device != "cuda":
+            return
+        was, now = self.baseline_gpu(), gpu_model(self.timing_slots()[0])
+        if was and now and was != now:
+            raise BadInputError(f"run {self.run_id}'s baseline was timed on {was!r} but its "
+                                f"target {self.config.target!r} now times on {now!r}: the "
+                                "speedups would mix two GPUs",
+                                fix=f"start a new run (`kopt run {self.case.name}`) on this "
+                                    f"GPU, or resume where a {was} is")
+
     def evaluate(self, tasks: list[Callable[[Any], Any]], *, timing: bool = False) -> list[Any]:
         """Run each `task(target)` on a free slot (timing: on the timing slots); results in
         task order; a lost target's tasks are re-queued on another slot, and it takes no more

@@ -248,3 +248,27 @@ def test_accelerator_search_spread_over_gpus_with_a_lost_host(
     tuned = [name for name, _ in steady.ran if "+" in name]
     assert len(tuned) == 3 and flaky.ran and flaky.ran[0][0] in tuned
     assert "Fake_H100.json" in d["remembered"]
+
+
+def test_a_run_never_times_on_another_gpu_model_than_its_baseline(repo: Path) -> None:
+    from harness.errors import BadInputError
+    from phases import optimizer
+
+    def measure_h100(case: Any, variant: Any, **kw: Any) -> dict[str, Any]:
+        return {**fake_measure(case, variant, **kw),
+                "environment": {"host": "box", "gpu": {"name": "Fake H100"}}}
+
+    run_pipeline("layernorm_gelu", iterations=1, run_id="r1", phases="architect",
+                 fakes={**fakes(), "measure": measure_h100})
+    f = {**fakes(), "verify": verify_on, "measure": measure_on}
+    ctx = open_context(RunConfig.load(repo / "manifests/r1"), root=repo,
+                       targets=[FakeHost("swapped", gpus=2, model="Fake A100")], **f)
+    ctx.device = "cuda"
+    assert ctx.baseline_gpu() == "Fake H100"
+    with pytest.raises(BadInputError, match="baseline was timed on 'Fake H100' but .* now "
+                                            "times on 'Fake A100'"):
+        optimizer.run(ctx, lambda e: None)
+    same = open_context(RunConfig.load(repo / "manifests/r1"), root=repo,
+                        targets=[FakeHost("same", gpus=2)], **f)
+    same.device = "cuda"
+    same.check_timing_gpu()  # the same model: fine
