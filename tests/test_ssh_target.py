@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sshd import Sshd, find_sshd, keygen, start_sshd
@@ -323,3 +324,24 @@ def test_metrics_through_ssh_record_the_remote_host(spec: str, workspace: Path) 
     assert "gpu" in env  # the remote's GPU (None here: a CPU-only remote)
     written = json.loads((Path(metrics["artifacts_dir"]) / "metrics.json").read_text())
     assert written["environment"]["host"] == "gpu-node-7"
+
+
+def test_slots_of_one_remote_run_jobs_at_once(spec: str, workspace: Path) -> None:
+    """Two slots of one ssh target on a fresh remote workspace (as a 2-GPU host gives): the
+    first pushes race for the same source tree; every job still runs, results in task order."""
+    from harness.parallel import Slot, evaluate_many
+
+    target = resolve_target(spec.replace("/remote?", "/remote-parallel?"))
+    assert isinstance(target, SshTarget)
+
+    def echo(i: int) -> Any:
+        def evaluate(slot: Any) -> dict[str, Any]:
+            outcome = slot.run(stage_job("echo", {"message": f"job{i}", "repeat": 2,
+                                                  "interval_s": 0.5}), timeout=60)
+            return {"ok": outcome.ok, "message": (outcome.response or {}).get("message"),
+                    "tail": outcome.output_tail}
+        return evaluate
+
+    results = evaluate_many([echo(i) for i in range(4)], [Slot(target), Slot(target)])
+    assert [r["message"] for r in results] == ["job0", "job1", "job2", "job3"]
+    assert all(r["ok"] and r["tail"].count("echo: job") == 2 for r in results), results

@@ -99,12 +99,14 @@ class RayTarget:
         return {"num_gpus": 1} if self.resources().get("GPU", 0) >= 1 else {"num_cpus": 1}
 
     def parallel_slots(self) -> list[Any]:
-        """One slot per GPU in the cluster (CPUs without GPUs); Ray places the tasks."""
+        """One slot per GPU in the cluster (CPUs without GPUs); Ray places the tasks, so a
+        slot's GPU model is not known before its task runs (`gpu` None: each metrics file's
+        environment names the GPU that produced it)."""
         from harness.parallel import Slot
 
         res = self.resources()
         count = int(res.get("GPU", 0)) or max(1, int(res.get("CPU", 1)))
-        return [Slot(self, gpu="ray GPU" if res.get("GPU") else None) for _ in range(count)]
+        return [Slot(self) for _ in range(count)]
 
     # -- the Target protocol ------------------------------------------------------------------
 

@@ -131,6 +131,9 @@ class SshTarget:
         """How job records name this target: the spec, or its name in targets.yaml."""
         self._probe: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        self._push_lock = threading.Lock()
+        """One push at a time: the slots of a multi-GPU remote start jobs at once, and two
+        pushes of one missing source tree would rewrite its files under a starting worker."""
         self.last_push: dict[str, int] = {}
         """Files and bytes the last push actually sent (unchanged content is not resent)."""
         self.follow_process: subprocess.Popen[bytes] | None = None
@@ -186,7 +189,8 @@ class SshTarget:
             source = _source_manifest()
             src = "src/" + _tree_hash(source)
             trees[src] = source
-        self._push(trees, probe)
+        with self._push_lock:
+            self._push(trees, probe)
         extra = {k: v for k, v in (env or {}).items() if k not in SECRET_ENV}
         args = {"job": remote_dir, "src": src, "timeout": timeout, "env": extra,
                 "python": self.parsed.python}
