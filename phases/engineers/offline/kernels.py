@@ -6,7 +6,10 @@ Three templates share one expression writer (`_Writer`):
   loaded at the flat index, a constexpr fast path chosen at launch);
 - reduction: one program per row of the reduced dim; when the row fits one block everything
   stays in registers (`ONE_PASS`), otherwise each reduction level is a loop over column
-  blocks and the outputs are written by a last loop;
+  blocks and the outputs are written by a last loop. A softmax-style `sum(exp(e - max))`
+  shares its max's loop (online max/sum, `_OnlineSum`), and a select (gather) picks the
+  elements its input is computed from and evaluates it after the loop, so cross-entropy's
+  long rows are read once;
 - matmul: the grouped-ordering tile loop of the Triton tutorial, fp32 accumulator, then the
   pointwise epilogue on the accumulator tile before the one store.
 """
@@ -27,10 +30,42 @@ from phases.engineers.offline.pointwise import (
     Operand,
     compute_type,
     emit_pointwise,
+    is_float_type,
     literal,
 )
 
 _NEUTRAL = {"sum": "0.0", "select": "0.0", "amax": '-float("inf")', "amin": 'float("inf")'}
+_NEG_INF = '-float("inf")'
+
+
+@dataclass(frozen=True)
+class _OnlineSum:
+    """A `sum(f(c * (e - g)))` over a long row, f = exp or exp2, c > 0 a constant, g a row
+    value, whose stabilising max `amax(e)` is in the same kernel: both are computed in ONE loop
+    over the row (running max, running sum rescaled whenever the max grows; Milakov and
+    Gimelshein 2018, "Online normalizer calculation for softmax").
+
+    Exact for any row value g, since sum f(c (e - g)) = f(c (m - g)) * sum f(c (e - m)) for
+    the max m; c > 0 keeps the largest term at f(0) = 1 (c < 0 could overflow where the
+    two-pass form would not, so it is left to the per-level loops)."""
+
+    total: Node
+    """The sum."""
+    peak: Node
+    """The amax of e, the running max's reduction."""
+    shift: Node
+    """g: the row value subtracted from e (the max itself, or logsumexp's -inf-safe max)."""
+    fn: str
+    """`exp` or `exp2`."""
+    scale: tuple[str, str] | None
+    """(`mul` | `div`, constant) applied to e - g before f, or None."""
+
+    def arg(self, diff: str) -> str:
+        """f's argument for the difference `diff` (source text)."""
+        if self.scale is None:
+            return diff
+        op, c = self.scale
+        return f"({diff}) * {c}" if op == "mul" else f"({diff}) / {c}"
 
 
 @dataclass
@@ -266,6 +301,10 @@ def _store_type(dtype: torch.dtype) -> str:
     return TL_TYPES[dtype]
 
 
+def _positive_constant(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < float(v) < float("inf")
+
+
 def _n_operands(n: Node) -> int:
     return {"leaky_relu": 1, "elu": 1, "softplus": 1}.get(n.op, len(n.args))
 
@@ -384,20 +423,159 @@ class _ReductionWriter(_Writer):
             cond = f"cmask & (cr == {idx.as_type('tl.int64')})"
         return f"tl.where({cond}, {xv.as_type(acc_t)}, {neutral})"
 
-    def levels(self) -> dict[Node, int]:
-        memo: dict[Node, int] = {}
+    # -- the looped path's plan: which reductions share a loop -----------------------------
+    def reads(self, v: Any, memo: dict[Node, frozenset[Node]] | None = None) -> frozenset[Node]:
+        """The group's reductions whose values computing `v` reads (not through another one)."""
+        memo = {} if memo is None else memo
+        if not isinstance(v, Node) or v not in self.g.dmaps:
+            return frozenset()
+        if v.op in REDUCTIONS:
+            return frozenset([v])
+        if v not in memo:
+            memo[v] = frozenset().union(*[self.reads(i, memo) for i in v.inputs()])
+        return memo[v]
 
-        def depth(n: Node) -> int:
-            if n in memo:
-                return memo[n]
-            d = 0
-            for i in n.inputs():
-                if i in self.g.dmaps:
-                    d = max(d, depth(i) + (1 if i.op in REDUCTIONS else 0))
-            memo[n] = d
-            return d
+    def online_sum(self, s: Node) -> _OnlineSum | None:
+        """`s` as an online sum (see `_OnlineSum`) when it has that exact form, else None."""
+        dm = self.g.dmaps
+        if s.op != "sum" or compute_type(s.dtype) != "tl.float32":
+            return None
+        f = s.args[0]
+        if not isinstance(f, Node) or f not in dm or f.op not in ("exp", "exp2"):
+            return None
+        arg, scale = f.args[0], None
+        if isinstance(arg, Node) and arg in dm and arg.op in ("mul", "div"):
+            a, b = arg.args[0], arg.args[1]
+            if _positive_constant(b):
+                arg, scale = a, (arg.op, literal(float(b)))
+            elif arg.op == "mul" and _positive_constant(a):
+                arg, scale = b, ("mul", literal(float(a)))
+        if not isinstance(arg, Node) or arg not in dm or arg.op != "sub":
+            return None
+        e, g = arg.args[0], arg.args[1]
+        if not isinstance(e, Node) or not isinstance(g, Node) or g not in dm or self.g.rdim in dm[g]:
+            return None
+        if e not in dm and (e.rank != len(self.g.domain) or dm[arg] != _identity(e.rank)):
+            return None  # a loaded e must be read at the same coordinates by the max and the sub
+        peak = next((m for m in self.g.nodes if m.op == "amax" and m.args[0] is e
+                     and compute_type(m.dtype) == "tl.float32"), None)
+        if peak is None or self.reads(g) != {peak}:
+            return None
+        return _OnlineSum(s, peak, g, f.op, scale)
 
-        return {n: depth(n) + 1 for n in self.g.nodes if n.op in REDUCTIONS}
+    def select_leaves(self, sel: Node) -> list[tuple[str, Node, DimMap]]:
+        """The scope keys of the column-varying loads (and shape-only values) that a select's
+        input is computed from: selecting those and evaluating the input after the loop gives
+        the same value (exactly one column matches the index)."""
+        out: list[tuple[str, Node, DimMap]] = []
+        seen: set[Node] = set()
+
+        def leaf(a: Node, adm: DimMap) -> None:
+            key = ("gen" if a in self.part.generated else "load", a, adm)
+            if self.g.rdim in adm and key not in out:
+                out.append(key)
+
+        def visit(n: Node) -> None:
+            if n in seen or n.op in REDUCTIONS:
+                return
+            seen.add(n)
+            if n.op in LAYOUT:
+                visit(n.args[0])
+                return
+            for a in n.args[:_n_operands(n)]:
+                if isinstance(a, Node):
+                    if a in self.g.dmaps:
+                        visit(a)
+                    else:
+                        leaf(a, _right_align(a, self.g.dmaps[n], n.rank))
+
+        x = sel.args[0]
+        if x in self.g.dmaps:
+            visit(x)
+        else:
+            out.append(("load", x, _identity(x.rank)))
+        return out
+
+    def loop_levels(self, online: dict[Node, _OnlineSum]) -> dict[Node, int]:
+        """Which loop over the row each reduction is accumulated in (1 = the first).
+
+        A reduction joins the first loop after every reduction it reads inside the loop; what
+        it reads only after the loop may be in the same one. An online sum reads e inside
+        (like its max) and g after; a select reads its index inside and its input after (the
+        input is evaluated once, on the selected elements)."""
+        eff: dict[Node, int] = {}
+        for n in self.g.nodes:
+            if n.op not in REDUCTIONS:
+                continue
+            if n in online:
+                inside, after = self.reads(online[n].peak.args[0]), self.reads(online[n].shift)
+            elif n.op == "select":
+                inside, after = self.reads(n.args[1]), self.reads(n.args[0])
+            else:
+                inside, after = self.reads(n.args[0]), frozenset()
+            eff[n] = max([1] + [eff[r] + 1 for r in inside] + [eff[r] for r in after])
+        return eff
+
+    def emit_online(self, peak: Node, sums: list[_OnlineSum], scope: _Scope, inits: list[str]) -> None:
+        """One loop step of an amax and the online sums that it stabilises."""
+        acc_m = f"acc_{peak.name}"
+        inits.append(f"{acc_m} = tl.full([BLOCK_SIZE], {_NEG_INF}, tl.float32)")
+        inits += [f"acc_{o.total.name} = tl.zeros([BLOCK_SIZE], tl.float32)" for o in sums]
+        e = self.fresh("e")
+        self.emit(f"{e} = {self.masked_input(peak, scope)}")
+        self.emit("# online (single-pass) max/sum: per lane a running max, and a running sum rescaled")
+        self.emit("# by f(c * (old max - new max)) when the max grows; a lane that has seen only -inf")
+        self.emit("# shifts by 0 instead (no -inf - -inf = NaN)")
+        m_new, m_safe = self.fresh("m"), self.fresh("m")
+        self.emit(f"{m_new} = tl.maximum({acc_m}, {e})  # {peak.origin}: amax (running)")
+        self.emit(f"{m_safe} = tl.where({m_new} == {_NEG_INF}, 0.0, {m_new})")
+        for o in sums:
+            acc = f"acc_{o.total.name}"
+            self.emit(f"{acc} = {acc} * tl.{o.fn}({o.arg(f'{acc_m} - {m_safe}')}) + "
+                      f"tl.{o.fn}({o.arg(f'{e} - {m_safe}')})  # {o.total.origin}: sum (running)")
+        self.emit(f"{acc_m} = {m_new}")
+
+    def emit_select(self, sel: Node, idx: Operand, scope: _Scope,
+                    inits: list[str]) -> list[tuple[Any, str | None, Operand]]:
+        """One loop step of a select: pick the elements its input is computed from at the
+        selected column `idx`. Returns (scope key, accumulator or None for a constant, operand)."""
+        hit = self.fresh("hit")
+        self.emit(f"{hit} = cmask & (cr == {idx.as_type('tl.int64')})  # {sel.origin}: the selected column")
+        picked: list[tuple[Any, str | None, Operand]] = []
+        for i, key in enumerate(self.select_leaves(sel)):
+            kind, node, dm = key
+            op = self.load(node, dm, scope) if kind == "load" else self.generated(node, dm, scope)
+            if op.ctype is None:
+                picked.append((key, None, op))
+                continue
+            acc_t = op.ctype if is_float_type(op.ctype) else "tl.int64"
+            acc = f"acc_{sel.name}_{i}"
+            inits.append(f"{acc} = tl.zeros([BLOCK_SIZE], {acc_t})")
+            zero = "0.0" if is_float_type(acc_t) else "0"
+            self.emit(f"{acc} += tl.where({hit}, {op.as_type(acc_t)}, {zero})  # {sel.origin}: {node.name} there")
+            picked.append((key, acc, op))
+        return picked
+
+    def finish_select(self, sel: Node, picked: list[tuple[Any, str | None, Operand]], top: _Scope) -> Operand:
+        """After the loop: the select's input evaluated on the picked elements."""
+        sub = _Scope(top)
+        for key, acc, op in picked:
+            if acc is None:
+                sub.values[key] = op
+                continue
+            r = self.fresh("r")
+            self.emit(f"{r} = tl.sum({acc}, axis=0)")
+            ct = op.ctype or "tl.float32"
+            acc_t = ct if is_float_type(ct) else "tl.int64"
+            text = f"({r} != 0)" if ct == "tl.int1" else (r if ct == acc_t else f"{r}.to({ct})")
+            sub.values[key] = Operand(text, ct)
+        x = sel.args[0]
+        xv = self.value(x, sub) if x in self.g.dmaps else sub.values[("load", x, _identity(x.rank))]
+        ct = compute_type(sel.dtype)
+        var = self.fresh("r")
+        self.emit(f"{var} = {xv.as_type(ct if ct != 'tl.int1' else 'tl.int64')}  # {sel.origin}: select over "
+                  f"dim {sel.kwargs['dim']} (its input on the selected elements)")
+        return Operand(var, ct)
 
 
 def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) -> KernelSource:
@@ -452,36 +630,71 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     for o in rows:
         w.store(o, outs[o], scope, None)
     one = w.lines
-    # looped: one loop per reduction level, then one to write the full-size outputs
+    # looped: one loop per level of `loop_levels` (an amax, the online sums it stabilises, the
+    # selects and the other reductions that only need the row share one), then one loop that
+    # writes the full-size outputs
     w.lines = []
     w.one_pass = False
     top = _Scope()
-    levels = w.levels()
+    online = {n: o for n in group.nodes if (o := w.online_sum(n)) is not None}
+    sums_of: dict[Node, list[_OnlineSum]] = {}
+    for o in online.values():
+        sums_of.setdefault(o.peak, []).append(o)
+    levels = w.loop_levels(online)
     for level in sorted(set(levels.values())):
         reds = [n for n in group.nodes if levels.get(n) == level]
-        for red in reds:
-            acc_t = "tl.float32" if compute_type(red.dtype).startswith("tl.float") else "tl.int64"
-            init = "tl.zeros" if red.op in ("sum", "select") else "tl.full"
-            neutral = _NEUTRAL[red.op] if acc_t == "tl.float32" else "0"
-            w.emit(f"acc_{red.name} = tl.zeros([BLOCK_SIZE], {acc_t})" if init == "tl.zeros" else
-                   f"acc_{red.name} = tl.full([BLOCK_SIZE], {neutral}, {acc_t})")
+        # a select's index is a row value: read once, before the loop
+        index = {n: w.operand(n.args[1], group.dmaps[n], n, top) for n in reds if n.op == "select"}
+        at, inits = len(w.lines), []
         w.emit("for start in range(0, n_cols, BLOCK_SIZE):")
         w.indent += 1
         w.emit("cr = start + cols")
         w.emit("cmask = cr < n_cols")
         loop = _Scope(top)
+        picked = {}
         for red in reds:
-            x = w.masked_input(red, loop)
-            if red.op in ("sum", "select"):
-                w.emit(f"acc_{red.name} += {x}  # {red.origin}: {red.op}")
+            if red in online:
+                continue  # accumulated beside its max
+            if red in sums_of:
+                w.emit_online(red, sums_of[red], loop, inits)
+            elif red.op == "select":
+                picked[red] = w.emit_select(red, index[red], loop, inits)
             else:
-                fn = "maximum" if red.op == "amax" else "minimum"
-                w.emit(f"acc_{red.name} = tl.{fn}(acc_{red.name}, {x})  # {red.origin}: {red.op}")
+                acc_t = "tl.float32" if compute_type(red.dtype).startswith("tl.float") else "tl.int64"
+                neutral = _NEUTRAL[red.op] if acc_t == "tl.float32" else "0"
+                inits.append(f"acc_{red.name} = tl.zeros([BLOCK_SIZE], {acc_t})" if red.op == "sum" else
+                             f"acc_{red.name} = tl.full([BLOCK_SIZE], {neutral}, {acc_t})")
+                x = w.masked_input(red, loop)
+                if red.op == "sum":
+                    w.emit(f"acc_{red.name} += {x}  # {red.origin}: {red.op}")
+                else:
+                    fn = "maximum" if red.op == "amax" else "minimum"
+                    w.emit(f"acc_{red.name} = tl.{fn}(acc_{red.name}, {x})  # {red.origin}: {red.op}")
         w.indent -= 1
-        for red in reds:
+        w.lines[at:at] = ["    " * w.indent + line for line in inits]
+        m_safe: dict[Node, str] = {}
+        for red in reds:  # in graph order: what a reduction reads after the loop is ready
+            if red in picked:
+                top.values[("val", red)] = w.finish_select(red, picked[red], top)
+                continue
             var = w.fresh("r")
+            if red in online:
+                o = online[red]
+                ms, acc_m = m_safe[o.peak], f"acc_{o.peak.name}"
+                w.emit(f"{var} = tl.sum(acc_{red.name} * tl.{o.fn}({o.arg(f'{acc_m} - {ms}')}), axis=0)"
+                       f"  # {red.origin}: the lanes' sums at the row's max")
+                g = w.value(o.shift, top).as_type("tl.float32")
+                total = w.fresh("r")
+                w.emit(f"{total} = {var} * tl.{o.fn}({o.arg(f'{ms} - {g}')})  # {red.origin}: sum, "
+                       "shifted by the model's own row value (1.0 where that is the max)")
+                top.values[("val", red)] = Operand(total, compute_type(red.dtype))
+                continue
             w.emit(f"{var} = tl.{w.reduce_fn(red)}(acc_{red.name}, axis=0)")
             top.values[("val", red)] = Operand(var, compute_type(red.dtype))
+            if red in sums_of:
+                ms = w.fresh("m")
+                w.emit(f"{ms} = tl.where({var} == {_NEG_INF}, 0.0, {var})  # a row of only -inf: shift by 0")
+                m_safe[red] = ms
     if full:
         w.emit("for start in range(0, n_cols, BLOCK_SIZE):")
         w.indent += 1
@@ -500,7 +713,7 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     head += ["cols = tl.arange(0, BLOCK_SIZE)",
              "if ONE_PASS:  # the row fits one block: read once, keep it in registers",
              "    cr = cols", "    cmask = cr < n_cols"]
-    body = one + ["    else:  # a long row: one loop per reduction level, then the outputs"] + looped
+    body = one + ["    else:  # a long row: loops over column blocks (online max/sum), then the outputs"] + looped
     return _finish_simple(w, group, part, name, "reduction", head, body,
                           ["n_cols"] + [f"D{k}" for k in range(r) if k != group.rdim],
                           {"BLOCK_SIZE": [1024, 2048, 4096, 8192, 16384], "num_warps": [4, 8, 16, 32]},

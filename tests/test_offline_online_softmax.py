@@ -1,0 +1,163 @@
+"""The offline engineer's online (single-pass) max/sum for rows longer than one block:
+cross-entropy's looped kernel reads each logit once, softmax / log_softmax / logsumexp take
+the online path on any reduced dim and still match PyTorch, -inf rows and lanes give no stray
+NaN, and forms that are not safe (a negative scale) keep the per-level loops.
+
+The looped path is forced on small shapes by shrinking the kernels' BLOCK_SIZE to 16 (the
+launcher clips KOPT_CONFIG; ONE_PASS is false for any row longer than the block).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.case import load_case, load_case_dir
+from harness.data import build_model
+from phases.engineers.offline import generate_candidate
+from tests.test_offline import _check_case, _load_candidate
+
+ONLINE = "online (single-pass) max/sum"
+
+
+def _looped(source: str, kernel: str) -> str:
+    """The long-row branch of one generated reduction kernel."""
+    body = source.split(f"def {kernel}(")[1].split("\n\n\n")[0]
+    return body.split("else:  # a long row")[1]
+
+
+def _force_loops(module, block: int = 16) -> None:
+    for cfg in module.KOPT_CONFIG.values():
+        if "BLOCK_SIZE" in cfg:
+            cfg["BLOCK_SIZE"] = block
+
+
+def _case(tmp: Path, name: str, body: str, shapes: list[list[int]], dtype: str = "float32"):
+    d = tmp / name
+    d.mkdir()
+    (d / "model.py").write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                                "class Model(nn.Module):\n    def forward(self, x):\n"
+                                + textwrap.indent(textwrap.dedent(body).strip(), " " * 8) + "\n")
+    args = "\n".join(f"    - {{shape: {s}, dtype: {dtype}}}" for s in shapes)
+    (d / "manifest.yaml").write_text(f"name: {name}\ninputs:\n  args:\n{args}\ndevice: cpu\n")
+    return load_case_dir(d)
+
+
+def test_cross_entropy_reads_each_logit_once(workspace: Path) -> None:
+    case = load_case("cross_entropy")
+    result = generate_candidate(case)
+    row_kernel = result.kernels[0]["name"]
+    looped = _looped(result.source, row_kernel)
+    assert ONLINE in looped
+    assert looped.count("tl.load(x0_ptr") == 1, looped  # the logits: one load, in one loop
+    assert looped.count("for start in range(") == 1, looped  # no full-size output: no second pass
+    module = _load_candidate(result.source, workspace, "ce_looped")
+    _force_loops(module)
+    _check_case(case, module, "smoke")  # 64 x 256: 16 blocks per row, then the mean kernel
+    _force_loops(module, 4096)
+    _check_case(case, module, "shape0")  # 181 x 50257: 13 blocks, the last one ragged
+
+
+@pytest.mark.parametrize("dim", [-1, 1, 0])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+def test_softmax_family_on_long_rows_any_dim(op: str, dim: int, workspace: Path) -> None:
+    call = f"torch.logsumexp(x, dim={dim}, keepdim=False)" if op == "logsumexp" else f"torch.{op}(x, dim={dim})"
+    case = _case(workspace, f"{op}_{dim % 3}", f"return {call} * 2.0", [[19, 21, 38]])
+    result = generate_candidate(case)
+    (kernel,) = [k["name"] for k in result.kernels]
+    looped = _looped(result.source, kernel)
+    assert ONLINE in looped
+    # the statistics in one loop; softmax and log_softmax write a full-size output in a second
+    assert looped.count("for start in range(") == (1 if op == "logsumexp" else 2), looped
+    module = _load_candidate(result.source, workspace, f"{op}_{dim % 3}")
+    _force_loops(module)
+    _check_case(case, module, "main")
+
+
+def _run_both(case, module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    ref = build_model(case, "main")
+    new = build_model(case, "main", cls=module.ModelNew)
+    with torch.no_grad():
+        return new(x), ref(x)
+
+
+def _inf_rows() -> torch.Tensor:
+    torch.manual_seed(0)
+    x = torch.randn(6, 100) * 3.0
+    inf = float("inf")
+    x[0] = -inf  # a whole row of -inf
+    x[1, :50] = -inf  # the first blocks of every lane -inf, then finite values
+    x[2, 1::2] = -inf  # half the lanes never see a finite value
+    x[3, 97] = 80.0  # the max arrives in the last, ragged block: every lane rescales
+    x[4, 0] = 80.0  # the max in the first block
+    x[5, 3] = -inf  # one -inf among finite values
+    return x
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+def test_minus_inf_rows_and_lanes_match_pytorch(op: str, workspace: Path) -> None:
+    call = "torch.logsumexp(x, dim=-1, keepdim=True)" if op == "logsumexp" else f"torch.{op}(x, dim=-1)"
+    case = _case(workspace, f"inf_{op}", f"return {call}", [[6, 100]])
+    module = _load_candidate(generate_candidate(case).source, workspace, f"inf_{op}")
+    _force_loops(module)
+    got, want = _run_both(case, module, _inf_rows())
+    # PyTorch: softmax/log_softmax of an all -inf row are NaN, its logsumexp is -inf
+    torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
+    assert torch.equal(got.isnan(), want.isnan())
+
+
+def test_cross_entropy_with_minus_inf_logits(workspace: Path) -> None:
+    case = load_case("cross_entropy")
+    module = _load_candidate(generate_candidate(case, input_set="smoke").source, workspace, "ce_inf")
+    _force_loops(module)
+    ref = build_model(case, "smoke")
+    new = build_model(case, "smoke", cls=module.ModelNew)
+    logits = _inf_rows()
+    logits[0, 7] = 0.0  # cross-entropy of an all -inf row is NaN in both; keep the mean finite
+    targets = torch.tensor([7, 70, 4, 97, 3, -100])
+    with torch.no_grad():
+        torch.testing.assert_close(new(logits, targets), ref(logits, targets), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("form, online", [
+    ("torch.exp((x - m) * 0.5)", True),
+    ("torch.exp2(x - m)", True),
+    ("torch.exp((x - m) / 3.0)", True),
+    ("torch.exp(0.25 * (x - m))", True),
+    ("torch.exp((x - m) * -1.0)", False),  # a negative scale: the largest term is not 1
+    ("torch.exp(x - m.mean())", False),  # the shift is not the max: no max to keep stable
+])
+def test_scaled_exponential_forms(form: str, online: bool, workspace: Path) -> None:
+    body = f"""
+        m = x.amax(dim=-1, keepdim=True)
+        s = {form}.sum(dim=-1, keepdim=True)
+        return torch.log(s) + m
+    """
+    name = f"form{abs(hash(form)) % 10**6}"
+    case = _case(workspace, name, body, [[9, 83]])
+    result = generate_candidate(case)
+    sources = [_looped(result.source, k["name"]) for k in result.kernels if k["kind"] == "reduction"]
+    assert any(ONLINE in s for s in sources) == online
+    module = _load_candidate(result.source, workspace, name)
+    _force_loops(module)
+    _check_case(case, module, "main")
+
+
+def test_bf16_softmax_with_other_row_statistics(workspace: Path) -> None:
+    # a plain sum of x joins the online loop; the normalised output needs the second pass
+    body = """
+        xf = x.float()
+        p = torch.softmax(xf, dim=-1)
+        return (p * xf.mean(dim=-1, keepdim=True)).to(x.dtype)
+    """
+    case = _case(workspace, "bf16_soft", body, [[21, 130]], dtype="bfloat16")
+    result = generate_candidate(case)
+    (kernel,) = [k["name"] for k in result.kernels]
+    looped = _looped(result.source, kernel)
+    assert ONLINE in looped and looped.count("for start in range(") == 2, looped
+    module = _load_candidate(result.source, workspace, "bf16_soft")
+    _force_loops(module)
+    _check_case(case, module, "main")
