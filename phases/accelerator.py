@@ -298,7 +298,9 @@ def _search(ctx: RunContext, events: EventSink, optimizer: Manifest,
                        "speedup": speedup_of(optimizer.baseline_ms, median),
                        "source": FileRef.of(file, ctx.root).path, "checked": bool(median),
                        "check": str(t.get("detail"))[:300], "fully_verified": False,
-                       "report": None, "metrics": None})
+                       "report": None, "metrics": None,
+                       # which host and GPU timed it, when the trials were spread over slots
+                       **{k: t[k] for k in ("host", "gpu") if k in t}})
         events(Event(LOG, PHASE, f"trial {i} {config}: "
                                  + (f"{median:.4g} ms, output matches" if median else
                                     f"rejected ({str(t.get('detail'))[:120]})")))

@@ -248,6 +248,8 @@ def test_accelerator_search_spread_over_gpus_with_a_lost_host(
     tuned = [name for name, _ in steady.ran if "+" in name]
     assert len(tuned) == 3 and flaky.ran and flaky.ran[0][0] in tuned
     assert "Fake_H100.json" in d["remembered"]
+    assert {t["host"] for t in d["trials"]} == {"steady"}  # provenance of every timing
+    assert {t["gpu"] for t in d["trials"]} <= {"Fake H100 #0", "Fake H100 #1"}
 
 
 def test_a_run_never_times_on_another_gpu_model_than_its_baseline(repo: Path) -> None:
@@ -272,3 +274,20 @@ def test_a_run_never_times_on_another_gpu_model_than_its_baseline(repo: Path) ->
                         targets=[FakeHost("same", gpus=2)], **f)
     same.device = "cuda"
     same.check_timing_gpu()  # the same model: fine
+
+
+def test_run_records_its_targets_and_parallel_cap(repo: Path) -> None:
+    run_pipeline("layernorm_gelu", iterations=1, run_id="r1", phases="architect,optimizer",
+                 target="local, local", parallel=2, fakes=fakes())
+    config = json.loads((repo / "manifests/r1/run.json").read_text())
+    assert (config["target"], config["targets"], config["parallel"]) == ("local", ["local"], 2)
+
+
+def test_kopt_run_rejects_a_parallel_count_below_one(repo: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from workbench.cli import main as kopt
+
+    assert kopt(["run", "layernorm_gelu", "--parallel", "0", "--yes"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--parallel 0 is not a positive count" in err
+    assert not (repo / "manifests").exists()
