@@ -16,6 +16,7 @@ from test_pipeline_fakes import BROKEN_KERNEL, GOOD_KERNEL, fake_measure, fake_v
 from harness.errors import TargetLost
 from harness.parallel import Slot
 from harness.targets.base import WorkerOutcome
+from harness.targets.local import LocalTarget
 from phases import history
 from phases.engineers.base import EngineerRequest, Proposal
 from phases.pipeline import run_pipeline
@@ -291,3 +292,36 @@ def test_kopt_run_rejects_a_parallel_count_below_one(repo: Path,
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--parallel 0 is not a positive count" in err
     assert not (repo / "manifests").exists()
+
+
+class LosesItsFirstJob(LocalTarget):
+    """The local target, except that its first job is lost before it starts (a dropped host)."""
+
+    def __init__(self) -> None:
+        self.name = "flaky-local"
+        self.jobs = 0
+
+    def run(self, job_dir: Path, **kwargs: Any) -> WorkerOutcome:
+        self.jobs += 1
+        if self.jobs == 1:
+            raise TargetLost(f"{self.name} dropped", fix="re-queued elsewhere")
+        return super().run(job_dir, **kwargs)
+
+
+@pytest.mark.slow
+def test_real_harness_through_two_local_targets_one_lost(workspace: Path) -> None:
+    """The harness's own verify and measure take a run's slots as targets (~20 s on 2 cores)."""
+    corpus = Path(__file__).resolve().parent / "corpus"
+    steady, flaky = LocalTarget(), LosesItsFirstJob()
+    config = RunConfig(run_id="p1", case=str(corpus / "cases" / "softmax_small"), device="cpu")
+    ctx = open_context(config, root=workspace, targets=[steady, flaky])
+    assert len(ctx.slots()) == 2 and [s.target for s in ctx.timing_slots()] == [steady]
+    honest, cheat = corpus / "honest" / "softmax.py", corpus / "cheats" / "near_zero_output.py"
+    reports = ctx.verify_candidates([cheat, honest])
+    assert [r.accepted for r in reports] == [False, True]
+    assert [Path(r.candidate).name for r in reports] == [cheat.name, honest.name]
+    assert not next(c for c in reports[0].checks if c.name == "correct").passed
+    assert flaky.jobs == 1  # lost once, then given no more of the run's work
+    [metrics] = ctx.measure_variants([(honest, "iter-1")])
+    assert metrics["ok"] and metrics["host"] == "local" and metrics["environment"]["host"]
+    assert (ctx.artifacts_dir / "iter-1" / "metrics.json").is_file()
