@@ -61,8 +61,11 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if "," in self.target:  # `--target a,b`: the first times, all of them verify
-            first, *more = [t.strip() for t in self.target.split(",") if t.strip()]
-            self.target, self.targets = first, [*more, *self.targets]
+            specs = [t.strip() for t in self.target.split(",") if t.strip()]
+            if not specs:
+                raise BadInputError(f"--target {self.target!r} names no target",
+                                    fix="e.g. --target local or --target ssh://gpu-a,ssh://gpu-b")
+            self.target, self.targets = specs[0], [*specs[1:], *self.targets]
         if self.parallel is not None and self.parallel < 1:
             raise BadInputError(f"--parallel {self.parallel} is not a positive count",
                                 fix="give --parallel 1 or more (or leave it out: one per GPU)")

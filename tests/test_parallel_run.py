@@ -173,6 +173,8 @@ def test_config_takes_several_targets_and_a_parallel_cap(repo: Path) -> None:
 
     with pytest.raises(BadInputError, match="--parallel 0"):
         RunConfig(run_id="p1", case="x", parallel=0)
+    with pytest.raises(BadInputError, match="names no target"):
+        RunConfig(run_id="p1", case="x", target=" , ")
 
 
 class SeveralPerRound:
