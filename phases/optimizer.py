@@ -146,9 +146,10 @@ class IterationRecorder:
             shutil.copyfile(src, staged[k])
         order = sorted(staged)
         first = self.next_iteration
-        where = "" if ctx.serial else f" on {len(ctx.slots())} slots"
-        self.events(Event(LOG, self.phase, f"iterations {first}-{first + len(order) - 1}: "
-                                           f"verifying {len(order)} candidates{where}"))
+        if order:
+            where = "" if ctx.serial else f" on {len(ctx.slots())} slots"
+            self.events(Event(LOG, self.phase, f"iterations {first}-{first + len(order) - 1}: "
+                                               f"verifying {len(order)} candidate(s){where}"))
         reports = ctx.verify_candidates([staged[k] for k in order]) if order else []
         ctx.check_cancel()
         accepted = [i for i, report in enumerate(reports) if report.accepted]
