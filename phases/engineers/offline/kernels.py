@@ -283,6 +283,8 @@ class _Writer:
         terms = [f"{self.coord(d)} * y{o}_s{j}" for j, d in enumerate(dm) if d is not None]
         offset = flat if flat is not None and dm == tuple(range(len(self.g.domain))) else \
             (" + ".join(terms) if terms else "0")
+        if offset == "0" and mask:  # one element: a block of one address for the mask
+            offset = f"({mask}) * 0"
         val = v.as_type(compute_type(n.dtype)) if v.ctype is not None else v.text
         m = f", mask={mask}" if mask else ""
         if v.ctype is None:  # a constant: broadcast it over the offsets
