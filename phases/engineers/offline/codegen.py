@@ -11,7 +11,7 @@ import torch
 from torch.utils._sympy.printers import PythonPrinter
 
 from harness.case import Case
-from phases.engineers.offline.fusion import Group, Partition
+from phases.engineers.offline.fusion import NHWC_CONV, Group, Partition
 from phases.engineers.offline.graph import Node, Sym
 from phases.engineers.offline.kernels import (
     KernelSource,
@@ -35,6 +35,9 @@ def _launch_config(kernel, kind, n, m=0, k=0):
     cfg = dict(KOPT_CONFIG[kernel])
     if kind == "pointwise":
         cfg["BLOCK_SIZE"] = min(cfg["BLOCK_SIZE"], max(MIN_BLOCK, triton.next_power_of_2(n)))
+    elif kind == "tiled":  # n: the hw extent, m: the channels
+        cfg["BLOCK_HW"] = min(cfg["BLOCK_HW"], max(MIN_BLOCK, triton.next_power_of_2(n)))
+        cfg["BLOCK_C"] = min(cfg["BLOCK_C"], max(MIN_BLOCK, triton.next_power_of_2(m)))
     elif kind == "reduction":
         block = min(cfg["BLOCK_SIZE"], MAX_ROW_BLOCK, max(MIN_BLOCK, triton.next_power_of_2(n)))
         cfg["BLOCK_SIZE"] = block
@@ -61,6 +64,63 @@ def _resolve_shape(shape, numel):
         known = math.prod(s for s in shape if s != -1)
         shape[shape.index(-1)] = numel // known if known else 0
     return tuple(shape)
+'''
+
+
+_NHWC_KERNEL = '''
+# _to_nhwc_kernel: x (any strides) -> a channels_last copy, for cuDNN's channels_last conv.
+# A tiled transpose (read along hw, write along channels): 0.040 ms on conv2d_relu_bias's
+# (32, 256, 56, 56) bf16 input on an H100, vs 0.176 ms for x.contiguous(memory_format=...).
+@triton.jit
+def _to_nhwc_kernel(x_ptr, xs_n, xs_c, xs_h, xs_w, out_ptr, C, H, W,
+                    BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, INDEX_64: tl.constexpr):
+    if INDEX_64:
+        n = tl.program_id(2).to(tl.int64)
+    else:
+        n = tl.program_id(2)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)[:, None]
+    hw = tl.program_id(0) * BLOCK_HW + tl.arange(0, BLOCK_HW)[None, :]
+    mask = (c < C) & (hw < H * W)
+    tile = tl.load(x_ptr + n * xs_n + c * xs_c + (hw // W) * xs_h + (hw % W) * xs_w, mask=mask)
+    tl.store(out_ptr + (n * H * W + hw) * C + c, tile, mask=mask)
+'''
+
+_NHWC_CONV = '''
+# The transpose's tile (not searched: it moves the input once; the prototype's best).
+NHWC_BLOCK_C = 64
+NHWC_BLOCK_HW = 64
+NHWC_WARPS = 4
+
+
+def _to_nhwc(x):
+    """A channels_last copy of a 4-D x (x itself when it already is one)."""
+    if x.is_contiguous(memory_format=torch.channels_last):
+        return x
+    n, c, h, w = x.shape
+    out = torch.empty_like(x, memory_format=torch.channels_last)
+    if out.numel() == 0:
+        return out
+    grid = (triton.cdiv(h * w, NHWC_BLOCK_HW), triton.cdiv(c, NHWC_BLOCK_C), n)
+    _to_nhwc_kernel[grid](x, *x.stride(), out, c, h, w, BLOCK_C=NHWC_BLOCK_C, BLOCK_HW=NHWC_BLOCK_HW,
+                          INDEX_64=max(_span(x), out.numel() + NHWC_BLOCK_C * NHWC_BLOCK_HW) >= 2**31,
+                          num_warps=NHWC_WARPS)
+    return out
+
+
+def _conv2d_nhwc(module, key, x, weight, stride, padding, dilation):
+    """cuDNN's conv on channels_last x and weight, without bias (the epilogue kernel adds it).
+
+    The channels_last weight is converted once and cached on `module` under `key`; it is
+    converted again when the parameter's storage or version changes (load_state_dict, an
+    optimizer step). The result is channels_last: the epilogue reads it as NHWC.
+    """
+    cache = module.__dict__.setdefault("_kopt_nhwc_weights", {})
+    tag = (weight.data_ptr(), weight._version, weight.device, weight.dtype)
+    hit = cache.get(key)
+    if hit is None or hit[0] != tag:
+        hit = (tag, weight.detach().contiguous(memory_format=torch.channels_last))
+        cache[key] = hit
+    return torch.nn.functional.conv2d(_to_nhwc(x), hit[1], None, stride, padding, dilation, 1)
 '''
 
 
@@ -143,6 +203,14 @@ class ForwardWriter:
             code = f"{x}.expand({', '.join(sizes)})"
         elif n.op in ("getitem", "split_item"):
             code = f"{x}[{n.args[1]}]"
+        elif n.op == NHWC_CONV:
+            w = n.args[1]
+            info = self.graph.inputs.get(w.name) if w.op == "input" else None
+            key = info.key if info is not None else w.name
+            stride, pad, dil = (self.arg(a) for a in n.args[3:6])
+            code = f'_conv2d_nhwc(self, "{key}", {x}, {self.var[w]}, {stride}, {pad}, {dil})'
+            self.lines.append(f"{v} = {code}  # {n.origin}: channels_last, no bias (the epilogue adds it)")
+            return
         else:
             args = ", ".join(self.arg(a) for a in n.args)
             kwargs = "".join(f", {k}={self.arg(val)}" for k, val in n.kwargs.items())
@@ -282,13 +350,21 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append("ROUND_BF16_BY_HAND = tl.constexpr(_INTERPRETED)\n")
     for h in sorted(helpers):
         src.append("\n" + HELPERS[h])
+    nhwc = any(n.op == NHWC_CONV for n in graph.nodes)
     for g in part.groups:
         k = kernels[g.index]
         src.append("")
         src.append(f"# {k.name}: fuses {', '.join(k.fuses)}")
+        if g.nhwc:
+            src.append("# (the epilogue of a channels_last convolution: reads its NHWC output, adds the conv bias,")
+            src.append("# writes the model's NCHW layout; cuDNN runs the conv faster in NHWC without bias)")
         src.append(_cost_comment(g))
         src.append(k.kernel_code)
+    if nhwc:
+        src.append(_NHWC_KERNEL)
     src.append(_LAUNCH_CONFIG)
+    if nhwc:
+        src.append(_NHWC_CONV)
     for g in part.groups:
         src.append("")
         src.append(kernels[g.index].launcher_code)

@@ -62,6 +62,8 @@ class Group:
     """The mm/bmm node (matmul groups)."""
     epi_view: Node | None = None
     """A view of the matmul result that the epilogue continues on (matmul groups)."""
+    nhwc: bool = False
+    """A pointwise epilogue of a channels_last convolution: walks (hw, channel) tiles."""
     outputs: list[Node] = field(default_factory=list)
     inputs: list[Node] = field(default_factory=list)
 
@@ -341,9 +343,58 @@ def _fallback_reason(n: Node) -> str:
     return "no Triton template for this op"
 
 
+NHWC_CONV = "conv2d_nhwc"
+"""The op of a 2-D convolution run by cuDNN in channels_last, its bias left to the epilogue."""
+
+
+def _swap(v: Any, old: Node, new: Node) -> Any:
+    if v is old:
+        return new
+    if isinstance(v, list):
+        return [_swap(x, old, new) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_swap(x, old, new) for x in v)
+    return v
+
+
+def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
+    """2-D convolutions (groups=1) whose every user is pointwise become `conv2d_nhwc` without
+    bias plus an `add` of the bias, so the bias joins the fused epilogue. cuDNN runs
+    channels_last convolutions faster without a bias (0.166 vs 0.237 ms on conv2d_relu_bias's
+    H100 shape), and the epilogue then reads NHWC once and writes the model's NCHW layout.
+    Returns the bias adds (each starts its epilogue's group)."""
+    if not policy.pointwise:
+        return []
+    users = graph.users()
+    outputs = {o for o in graph.outputs if isinstance(o, Node)}
+    adds: list[Node] = []
+    for n in list(graph.nodes):
+        if n.op != "fallback" or "convolution" not in str(n.target) or len(n.args) != 9:
+            continue
+        x, w, b, _stride, _pad, _dil, transposed, _out_pad, groups = n.args
+        if transposed or groups != 1 or n.rank != 4 or not isinstance(w, Node) or w.rank != 4 or \
+                not isinstance(b, Node) or n in outputs or not users[n] or \
+                any(u.op not in POINTWISE for u in users[n]) or not n.dtype.is_floating_point:
+            continue
+        bview = Node(f"{n.name}_bias_view", "view", [b, [-1, 1, 1]], shape=(n.shape[1], 1, 1),
+                     sym=(n.sym[1], 1, 1), dtype=b.dtype, origin=n.origin)
+        add = Node(f"{n.name}_bias", "add", [n, bview], shape=n.shape, sym=n.sym, dtype=n.dtype,
+                   origin=f"{n.origin}_bias")
+        for u in users[n]:
+            u.args = _swap(u.args, n, add)
+            u.kwargs = {k: _swap(v, n, add) for k, v in u.kwargs.items()}
+        n.op = NHWC_CONV
+        n.args = [x, w, None, *n.args[3:]]
+        at = graph.nodes.index(n) + 1
+        graph.nodes[at:at] = [bview, add]
+        adds.append(add)
+    return adds
+
+
 def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
     """Cut `graph` into fusion groups and PyTorch steps."""
     p = _Partitioner(graph, policy or FusionPolicy())
+    bias_adds = split_conv_bias(graph, p.policy)
     for n in graph.nodes:
         p.place(n)
     users = graph.users()
@@ -371,6 +422,10 @@ def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
             elif p.owner.get(i) is not g and i not in ins:
                 ins.append(i)
         g.inputs = ins
+    for add in bias_adds:
+        g = p.owner.get(add)
+        if g is not None and g.kind == "pointwise" and g.domain == add.shape:
+            g.nhwc = True
     steps = _schedule(p, graph, generated)
     return Partition(graph, p.groups, steps, generated, p.unfused)
 

@@ -594,6 +594,26 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
             "offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
             "mask = offs < n_elements"]
     head += _decompose("offs", sorted(w.coords_needed), r, "c")
+    if group.nhwc:
+        # a channels_last convolution's epilogue: a (BLOCK_HW, BLOCK_C) tile per program reads
+        # the NHWC input along channels and writes the NCHW output along hw (a fused transpose;
+        # a flat walk would read NHWC with a stride of C elements)
+        head = ["if INDEX_64:  # offsets past 2**31: 64-bit index maths",
+                "    c0 = tl.program_id(2).to(tl.int64)",
+                "else:",
+                "    c0 = tl.program_id(2)",
+                "hw = tl.program_id(0) * BLOCK_HW + tl.arange(0, BLOCK_HW)[:, None]",
+                "c1 = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]",
+                "mask = (hw < D2 * D3) & (c1 < D1)",
+                "offs = (c0 * D1 + c1) * (D2 * D3) + hw  # the NCHW-contiguous output's index",
+                "c2 = hw // D3",
+                "c3 = hw % D3"]
+        return _finish_simple(w, group, part, name, "pointwise", head, body,
+                              ["n_elements"] + [f"D{k}" for k in range(r)],
+                              {"BLOCK_HW": [32, 64, 128], "BLOCK_C": [32, 64, 128], "num_warps": [4, 8]},
+                              # 64x64, 4 warps: best of four tiles in benchmarks/conv_layout_gpu.py (H100)
+                              {"BLOCK_HW": 64, "BLOCK_C": 64, "num_warps": 4},
+                              extra_constexpr=["INDEX_64"], blocks=["BLOCK_HW", "BLOCK_C"])
     return _finish_simple(w, group, part, name, "pointwise", head, body,
                           ["n_elements"] + [f"D{k}" for k in range(r)],
                           {"BLOCK_SIZE": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8]},
@@ -725,14 +745,15 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
 def _finish_simple(w: _Writer, group: Group, part: Partition, name: str, kind: str,
                    head: list[str], body: list[str], sizes: list[str],
                    tunables: dict[str, list[Any]], config: dict[str, Any],
-                   extra_constexpr: list[str] | None = None) -> KernelSource:
+                   extra_constexpr: list[str] | None = None,
+                   blocks: list[str] | None = None) -> KernelSource:
     in_params, in_args = _input_params(w, group.inputs, "x")
     out_params, out_args = _input_params(w, group.outputs, "y")
     flags = [f"X{i}_CONTIG" for i in w.contig_flags]
     sig = ["    # inputs: pointer, then one stride per dim (0 where broadcast)"] + _signature(in_params)
     sig += ["    # outputs (contiguous)"] + _signature(out_params)
     sig += ["    # run-time sizes"] + [f"    {s}," for s in sizes + [p for p, _ in w.scalar_args]]
-    sig += [f"    {c}: tl.constexpr," for c in ["BLOCK_SIZE"] + (extra_constexpr or []) + flags]
+    sig += [f"    {c}: tl.constexpr," for c in (blocks or ["BLOCK_SIZE"]) + (extra_constexpr or []) + flags]
     kernel = ["@triton.jit", f"def {name}("] + sig + ["):"]
     kernel += [f"    {line}" for line in head] + body
     launcher = _simple_launcher(w, group, name, kind, in_args, out_args, sizes)
@@ -774,7 +795,18 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
                      f"dtype={y.dtype})  # {y.name}")
     outs = ", ".join(f"y{o}" for o in range(len(group.outputs)))
     ret = f"    return {outs}{',' if len(group.outputs) == 1 else ''}"
-    if kind == "pointwise":
+    if kind == "pointwise" and group.nhwc:
+        lines += ["    n_elements = math.prod(D)",
+                  "    if n_elements == 0:", "    " + ret,
+                  f'    cfg = _launch_config("{name}", "tiled", D[2] * D[3], D[1])',
+                  '    grid = (triton.cdiv(D[2] * D[3], cfg["BLOCK_HW"]), triton.cdiv(D[1], cfg["BLOCK_C"]), D[0])']
+        size_args = "n_elements, *D"
+        flags = "".join(f", X{i}_CONTIG=x{i}.is_contiguous() and tuple(x{i}.shape) == D"
+                        for i in w.contig_flags)
+        spans = "".join(f", _span(x{i})" for i in range(len(group.inputs)))
+        consts = (f'BLOCK_HW=cfg["BLOCK_HW"], BLOCK_C=cfg["BLOCK_C"], '
+                  f'INDEX_64=max([n_elements + cfg["BLOCK_HW"] * cfg["BLOCK_C"]{spans}]) >= 2**31{flags}')
+    elif kind == "pointwise":
         lines += ["    n_elements = math.prod(D)",
                   "    if n_elements == 0:", "    " + ret,
                   f'    cfg = _launch_config("{name}", "pointwise", n_elements)',

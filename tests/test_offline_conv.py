@@ -1,0 +1,77 @@
+"""The offline engineer's channels_last convolution (issue 5): cuDNN's conv on an NHWC copy of
+x without bias, then one Triton epilogue that reads NHWC, adds the conv bias and the fused
+pointwise ops and writes NCHW. All on the CPU through the Triton interpreter (a GPU run should
+time conv2d_relu_bias against torch.compile: benchmarks/conv_layout_gpu.py).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import torch
+
+from harness.case import load_case, load_case_dir
+from harness.data import agent_provide_inputs, build_model
+from phases.engineers.offline import generate_candidate
+from tests.test_offline import _check_case, _load_candidate
+
+
+def test_conv2d_relu_bias_uses_channels_last_epilogue(tmp_path: Path) -> None:
+    case = load_case("conv2d_relu_bias")
+    result = generate_candidate(case)
+    assert "_conv2d_nhwc(self, \"conv.weight\"" in result.source
+    assert "aten.convolution" not in result.source.split("def forward")[1]
+    (kernel,) = result.kernels
+    assert kernel["fuses"] == ["convolution_bias", "relu", "add_10"]
+    assert set(result.tunables[kernel["name"]]) == {"BLOCK_HW", "BLOCK_C", "num_warps"}
+    module = _load_candidate(result.source, tmp_path, "conv_cl")
+    for input_set in ("smoke", "shape0"):  # shape0: (3, 5, 31, 45), 5 -> 12 channels
+        _check_case(case, module, input_set)
+
+
+def test_non_contiguous_input_and_weight_update(tmp_path: Path) -> None:
+    case = load_case("conv2d_relu_bias")
+    module = _load_candidate(generate_candidate(case).source, tmp_path, "conv_cl_nc")
+    ref = build_model(case, "shape0")
+    new = build_model(case, "shape0", cls=module.ModelNew)
+    (x,) = agent_provide_inputs(case, "shape0", 3).args
+    wide = torch.randn(x.shape[0], x.shape[1], x.shape[2], x.shape[3] * 2, dtype=x.dtype)
+    x_nc = wide[..., ::2]  # strided along W
+    x_t = x.transpose(2, 3).contiguous().transpose(2, 3)  # permuted strides
+    with torch.no_grad():
+        for inp in (x_nc, x_t, x.contiguous(memory_format=torch.channels_last)):
+            torch.testing.assert_close(new(inp), ref(inp), atol=2e-2, rtol=2e-2)
+        # the cached channels_last weight follows an in-place update of the parameter
+        for m in (ref, new):
+            m.conv.weight.mul_(-1.5)
+        torch.testing.assert_close(new(x), ref(x), atol=3e-2, rtol=2e-2)
+
+
+_GROUPED = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1, groups=2)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) * 2.0
+'''
+
+
+def test_grouped_conv_keeps_todays_path(tmp_path: Path) -> None:
+    case_dir = tmp_path / "grouped"
+    case_dir.mkdir()
+    (case_dir / "model.py").write_text(textwrap.dedent(_GROUPED))
+    (case_dir / "manifest.yaml").write_text(
+        "name: grouped_conv_relu\nmodel: {module: model.py, class: Model}\n"
+        "inputs:\n  args:\n    - {shape: [2, 4, 7, 9], dtype: float32, init: normal}\n")
+    case = load_case_dir(case_dir)
+    result = generate_candidate(case)
+    assert "_conv2d_nhwc" not in result.source and "aten.convolution.default" in result.source
+    module = _load_candidate(result.source, tmp_path, "grouped")
+    _check_case(case, module, "main")
