@@ -63,15 +63,43 @@ class Model(nn.Module):
 '''
 
 
-def test_grouped_conv_keeps_todays_path(tmp_path: Path) -> None:
-    case_dir = tmp_path / "grouped"
+_STRIDED_SOFTMAX = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1, stride=2)
+
+    def forward(self, x):
+        return torch.softmax(torch.relu(self.conv(x)), dim=1) * 2.0
+'''
+
+
+def _case(tmp_path: Path, name: str, source: str):
+    case_dir = tmp_path / name
     case_dir.mkdir()
-    (case_dir / "model.py").write_text(textwrap.dedent(_GROUPED))
+    (case_dir / "model.py").write_text(textwrap.dedent(source))
     (case_dir / "manifest.yaml").write_text(
-        "name: grouped_conv_relu\nmodel: {module: model.py, class: Model}\n"
-        "inputs:\n  args:\n    - {shape: [2, 4, 7, 9], dtype: float32, init: normal}\n")
-    case = load_case_dir(case_dir)
+        f"name: {name}\nmodel: {{module: model.py, class: Model}}\n"
+        "inputs:\n  args:\n    - {shape: [2, 4, 9, 11], dtype: float32, init: normal}\n")
+    return load_case_dir(case_dir)
+
+
+def test_grouped_conv_keeps_todays_path(tmp_path: Path) -> None:
+    case = _case(tmp_path, "grouped_conv_relu", _GROUPED)
     result = generate_candidate(case)
     assert "_conv2d_nhwc" not in result.source and "aten.convolution.default" in result.source
     module = _load_candidate(result.source, tmp_path, "grouped")
     _check_case(case, module, "main")
+
+
+def test_strided_conv_into_a_reduction_reads_nhwc_by_strides(tmp_path: Path) -> None:
+    # the bias add opens a pointwise group that softmax turns into a reduction: no tiled
+    # epilogue, but the NHWC conv output is still read correctly through its strides
+    case = _case(tmp_path, "conv_softmax", _STRIDED_SOFTMAX)
+    result = generate_candidate(case)
+    assert "_conv2d_nhwc" in result.source and [k["kind"] for k in result.kernels] == ["reduction"]
+    _check_case(case, _load_candidate(result.source, tmp_path, "conv_softmax"), "main")

@@ -377,7 +377,7 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
                 any(u.op not in POINTWISE for u in users[n]) or not n.dtype.is_floating_point:
             continue
         bview = Node(f"{n.name}_bias_view", "view", [b, [-1, 1, 1]], shape=(n.shape[1], 1, 1),
-                     sym=(n.sym[1], 1, 1), dtype=b.dtype, origin=n.origin)
+                     sym=(n.sym[1], 1, 1), dtype=b.dtype, origin=f"{n.origin}_bias")
         add = Node(f"{n.name}_bias", "add", [n, bview], shape=n.shape, sym=n.sym, dtype=n.dtype,
                    origin=f"{n.origin}_bias")
         for u in users[n]:
