@@ -12,6 +12,11 @@ for item in "$@"; do
   secs=${item%%:*}; cmd=${item#*:}
   name=$(echo "$cmd" | awk '{print $1}' | xargs basename | sed 's/\.py$//')
   echo "=== $cmd (budget ${secs}s)"
-  timeout "$secs" python3 $cmd > "${OUT:-/tmp/out}/$name.log" 2>&1; rc=$?
+  # Own session, and the whole group killed at the budget: a script cut by its budget must
+  # not leave worker subprocesses timing on the GPU under the next script (2026-11-23: a
+  # cut harness_gpu.py's worker halved the next pipeline's integrator figure).
+  setsid timeout -s TERM -k 5 "$secs" python3 $cmd > "${OUT:-/tmp/out}/$name.log" 2>&1 &
+  pid=$!; wait $pid; rc=$?
+  pkill -KILL -s "$pid" 2>/dev/null; sleep 1
   echo "--- rc=$rc; last lines:"; tail -n 40 "${OUT:-/tmp/out}/$name.log"
 done

@@ -40,12 +40,36 @@ def _write_response(job_dir: Path, response: dict[str, Any]) -> None:
     tmp.replace(out / "response.json")
 
 
+PARENT_ENV = "KOPT_WORKER_PARENT"
+"""Set by the local target to its own pid: the worker is killed when that process dies."""
+
+
+def _die_with_parent() -> None:
+    """A local worker runs in its own session (a timeout kills its whole group), so a killed
+    kopt would otherwise leave it running, still timing on the GPU under the next job. On
+    Linux ask for SIGKILL when the parent dies (and exit now if it already has). Remote
+    workers (ssh, detached jobs) do not set PARENT_ENV: they must survive a dropped link."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent:
+        os._exit(3)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m harness.worker JOB_DIR", file=sys.stderr)
         return 2
     job_dir = Path(argv[0]).resolve()
+    _die_with_parent()
     request = json.loads((job_dir / "request.json").read_text())
     name = request.get("job")
     if name not in JOBS:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.targets.base import LineSink, WorkerOutcome, read_response
+from harness.worker import PARENT_ENV
 
 
 def worker_command(job_dir: Path) -> list[str]:
@@ -46,7 +47,8 @@ class LocalTarget:
         tail: deque[str] = deque(maxlen=60)
         start = time.monotonic()
         proc = subprocess.Popen(
-            worker_command(job_dir), cwd=str(job_dir), env=worker_env(env),
+            worker_command(job_dir), cwd=str(job_dir),
+            env={**worker_env(env), PARENT_ENV: str(os.getpid())},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             text=True, errors="replace", start_new_session=True,
         )
