@@ -611,8 +611,10 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
         return _finish_simple(w, group, part, name, "pointwise", head, body,
                               ["n_elements"] + [f"D{k}" for k in range(r)],
                               {"BLOCK_HW": [32, 64, 128], "BLOCK_C": [32, 64, 128], "num_warps": [4, 8]},
-                              # 64x64, 4 warps: best of four tiles in benchmarks/conv_layout_gpu.py (H100)
-                              {"BLOCK_HW": 64, "BLOCK_C": 64, "num_warps": 4},
+                              # 32 hw x 64 channels, 4 warps: the accelerator's best of 12 tiles
+                              # on conv2d_relu_bias (H100, 2026-11-23: 0.233 ms whole forward;
+                              # 64x64 read 0.354 ms there, 8 warps 0.34-0.36 ms)
+                              {"BLOCK_HW": 32, "BLOCK_C": 64, "num_warps": 4},
                               extra_constexpr=["INDEX_64"], blocks=["BLOCK_HW", "BLOCK_C"])
     return _finish_simple(w, group, part, name, "pointwise", head, body,
                           ["n_elements"] + [f"D{k}" for k in range(r)],
@@ -739,7 +741,19 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     return _finish_simple(w, group, part, name, "reduction", head, body,
                           ["n_cols"] + [f"D{k}" for k in range(r) if k != group.rdim],
                           {"BLOCK_SIZE": [1024, 2048, 4096, 8192, 16384], "num_warps": [4, 8, 16, 32]},
-                          {"BLOCK_SIZE": 16384, "num_warps": 16}, extra_constexpr=["ONE_PASS"])
+                          _reduction_default(group), extra_constexpr=["ONE_PASS"])
+
+
+LOOP_DEFAULT = {"BLOCK_SIZE": 1024, "num_warps": 8}
+"""Rows longer than one block (16384) loop: cross_entropy's 32000-wide float32 rows ran 0.206
+ms with 1024-wide blocks and 8 warps vs 0.320 ms with 16384 and 16 (H100, 2026-11-23,
+accelerator trials; 4096: 0.236 ms)."""
+
+
+def _reduction_default(group: Group) -> dict[str, int]:
+    """The launch default: the whole row in one block, or LOOP_DEFAULT for longer rows."""
+    n_cols = group.domain[group.rdim] if group.rdim is not None else 0
+    return dict(LOOP_DEFAULT) if n_cols > 16384 else {"BLOCK_SIZE": 16384, "num_warps": 16}
 
 
 def _finish_simple(w: _Writer, group: Group, part: Partition, name: str, kind: str,
@@ -795,27 +809,22 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
                      f"dtype={y.dtype})  # {y.name}")
     outs = ", ".join(f"y{o}" for o in range(len(group.outputs)))
     ret = f"    return {outs}{',' if len(group.outputs) == 1 else ''}"
-    if kind == "pointwise" and group.nhwc:
-        lines += ["    n_elements = math.prod(D)",
-                  "    if n_elements == 0:", "    " + ret,
-                  f'    cfg = _launch_config("{name}", "tiled", D[2] * D[3], D[1])',
-                  '    grid = (triton.cdiv(D[2] * D[3], cfg["BLOCK_HW"]), triton.cdiv(D[1], cfg["BLOCK_C"]), D[0])']
+    if kind == "pointwise":
+        lines += ["    n_elements = math.prod(D)", "    if n_elements == 0:", "    " + ret]
         size_args = "n_elements, *D"
         flags = "".join(f", X{i}_CONTIG=x{i}.is_contiguous() and tuple(x{i}.shape) == D"
                         for i in w.contig_flags)
         spans = "".join(f", _span(x{i})" for i in range(len(group.inputs)))
-        consts = (f'BLOCK_HW=cfg["BLOCK_HW"], BLOCK_C=cfg["BLOCK_C"], '
-                  f'INDEX_64=max([n_elements + cfg["BLOCK_HW"] * cfg["BLOCK_C"]{spans}]) >= 2**31{flags}')
-    elif kind == "pointwise":
-        lines += ["    n_elements = math.prod(D)",
-                  "    if n_elements == 0:", "    " + ret,
-                  f'    cfg = _launch_config("{name}", "pointwise", n_elements)',
-                  '    grid = (triton.cdiv(n_elements, cfg["BLOCK_SIZE"]),)']
-        size_args = "n_elements, *D"
-        flags = "".join(f", X{i}_CONTIG=x{i}.is_contiguous() and tuple(x{i}.shape) == D"
-                        for i in w.contig_flags)
-        spans = "".join(f", _span(x{i})" for i in range(len(group.inputs)))
-        consts = f'BLOCK_SIZE=cfg["BLOCK_SIZE"], INDEX_64=max([n_elements + cfg["BLOCK_SIZE"]{spans}]) >= 2**31{flags}'
+        if group.nhwc:  # one (hw, channels) tile of one image per program
+            lines += [f'    cfg = _launch_config("{name}", "tiled", D[2] * D[3], D[1])',
+                      '    grid = (triton.cdiv(D[2] * D[3], cfg["BLOCK_HW"]), '
+                      'triton.cdiv(D[1], cfg["BLOCK_C"]), D[0])']
+            blocks, block = 'BLOCK_HW=cfg["BLOCK_HW"], BLOCK_C=cfg["BLOCK_C"]', 'cfg["BLOCK_HW"] * cfg["BLOCK_C"]'
+        else:
+            lines += [f'    cfg = _launch_config("{name}", "pointwise", n_elements)',
+                      '    grid = (triton.cdiv(n_elements, cfg["BLOCK_SIZE"]),)']
+            blocks, block = 'BLOCK_SIZE=cfg["BLOCK_SIZE"]', 'cfg["BLOCK_SIZE"]'
+        consts = f'{blocks}, INDEX_64=max([n_elements + {block}{spans}]) >= 2**31{flags}'
     else:
         rd = group.rdim
         lines += [f"    n_cols = D[{rd}]",
