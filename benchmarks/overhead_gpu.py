@@ -10,7 +10,6 @@ re-run candidate job and reference job (cProfile), and inside the judge.
 
 from __future__ import annotations
 
-import cProfile
 import io
 import os
 import pstats
@@ -91,13 +90,13 @@ def main() -> int:
                         ("import harness.jobs.candidate", "import harness.jobs.candidate")]:
         print(f"  {label:32s} {_child(code):6.2f} s", flush=True)
 
+    import torch
+
     from harness import verify
     from harness.case import load_case
     from harness.job import stage_job
     from harness.targets.local import LocalTarget
     from phases.engineers.offline import generate_candidate
-
-    import torch
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     target = LocalTarget()
