@@ -177,7 +177,9 @@ def test_gpu_loop_logic_with_fake_events(monkeypatch: pytest.MonkeyPatch) -> Non
     t = time_callable(fn, device="cuda", rotate=rotate, min_iters=10, max_iters=25,
                       rel_err_target=0.5, min_seconds=0.0, warmup=3)
     assert t.label == "cuda-events"
-    assert t.stop_reason == "converged" and t.samples == 10  # one batch was enough
+    # One batch is enough on a quiet machine; a busy one (CI's 2 cores) can inflate a sample
+    # of the first batch past the target and take a second.
+    assert t.stop_reason == "converged" and t.samples in (10, 20)
     assert 0.4 <= t.median_ms < 20
     assert t.sync_wall_ms is not None and t.deferred_work_suspected() is None
     assert log.count("call") == t.warmup + t.samples + timing.WALL_CHECK_CALLS

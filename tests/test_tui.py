@@ -35,7 +35,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def wait_for(pilot, condition: Callable[[], bool], timeout: float = 10.0) -> None:
+async def wait_for(pilot, condition: Callable[[], bool], timeout: float = 30.0) -> None:
     """Let the app run until `condition()` holds (fails the test after `timeout`)."""
     deadline = time.monotonic() + timeout
     while not condition():

@@ -19,7 +19,7 @@ from workbench.screens.run import RunScreen
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
 
 
-async def settle(pilot, condition: Callable[[], bool], timeout: float = 10.0) -> None:
+async def settle(pilot, condition: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting for the UI"
