@@ -232,11 +232,16 @@ class _Judge:
         self.stage = self.resp.get("stage") or (stage_file.read_text().strip()
                                                 if stage_file.is_file() else "start")
         self.completed = outcome.ok and self.resp.get("stage") == "done"
+        self._cand: dict[str, list[torch.Tensor] | None] = {}
 
     # -- helpers -------------------------------------------------------------------------------
 
     def cand(self, name: str) -> list[torch.Tensor] | None:
-        return load_outputs(self.out / f"{name}.safetensors")
+        """The candidate's outputs in `out/<name>.safetensors`, read from disk once (several
+        checks look at the same draw; at full size each read is hundreds of MB)."""
+        if name not in self._cand:
+            self._cand[name] = load_outputs(self.out / f"{name}.safetensors")
+        return self._cand[name]
 
     def tol(self) -> dict[torch.dtype, Any]:
         return {dt: tolerance_for(self.case, dt) for dt in

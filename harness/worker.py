@@ -63,8 +63,32 @@ def _die_with_parent() -> None:
         os._exit(3)
 
 
+STANDBY_FLAG = "--standby"
+
+
+def _standby() -> Path | None:
+    """`--standby` (harness.targets.standby): import what every job needs, then wait for the
+    job directory on stdin. None when stdin closes first (the standby was discarded)."""
+    _die_with_parent()
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
+
+    line = sys.stdin.readline().strip()
+    if not line:
+        return None
+    os.chdir(line)
+    return Path(line)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    started = "cold"
+    if argv == [STANDBY_FLAG]:
+        given = _standby()
+        if given is None:
+            os._exit(0)
+        argv, started = [str(given)], "standby"
     if len(argv) != 1:
         print("usage: python -m harness.worker JOB_DIR", file=sys.stderr)
         return 2
@@ -82,10 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         func = getattr(importlib.import_module(module_name), func_name)
         response = func(job_dir, request)
         response.setdefault("ok", True)
+        response.setdefault("worker_started", started)
     except BaseException as err:  # the job's failure is data for the parent
         traceback.print_exc()
         response = {"ok": False, "error": f"{type(err).__name__}: {err}".strip()[:2000],
-                    "traceback": traceback.format_exc()[-4000:]}
+                    "traceback": traceback.format_exc()[-4000:], "worker_started": started}
     _write_response(job_dir, response)
     sys.stdout.flush()
     # Skip interpreter teardown: threads a candidate left behind must not keep us alive

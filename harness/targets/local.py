@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import signal
@@ -13,8 +14,16 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from harness.targets import standby
 from harness.targets.base import LineSink, WorkerOutcome, read_response
 from harness.worker import PARENT_ENV
+
+
+def _job_kind(job_dir: Path) -> str:
+    try:
+        return str(json.loads((Path(job_dir) / "request.json").read_text()).get("job", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def worker_command(job_dir: Path) -> list[str]:
@@ -38,7 +47,9 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 class LocalTarget:
     """Runs each job in a fresh `python -m harness.worker` process, in its own session so
-    that a timeout kills the whole process group (threads, children, everything)."""
+    that a timeout kills the whole process group (threads, children, everything). The process
+    may have been started ahead of the job with torch and triton imported and nothing else
+    done (harness.targets.standby); the verifier's reference job always starts cold."""
 
     name = "local"
 
@@ -46,12 +57,18 @@ class LocalTarget:
             on_line: LineSink | None = None) -> WorkerOutcome:
         tail: deque[str] = deque(maxlen=60)
         start = time.monotonic()
-        proc = subprocess.Popen(
-            worker_command(job_dir), cwd=str(job_dir),
-            env={**worker_env(env), PARENT_ENV: str(os.getpid())},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            text=True, errors="replace", start_new_session=True,
-        )
+        full_env = {**worker_env(env), PARENT_ENV: str(os.getpid())}
+        proc = None
+        if _job_kind(job_dir) not in standby.COLD_JOBS:
+            proc = standby.STANDBY.take(full_env)
+            if proc is not None and not standby.hand_over(proc, str(Path(job_dir).resolve())):
+                proc = None
+        if proc is None:
+            proc = subprocess.Popen(
+                worker_command(job_dir), cwd=str(job_dir), env=full_env,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                text=True, errors="replace", start_new_session=True,
+            )
 
         def pump() -> None:
             assert proc.stdout is not None
@@ -73,6 +90,8 @@ class LocalTarget:
         finally:
             _kill_group(proc)  # also reaps anything the job left running
         reader.join(timeout=5)
+        if not timed_out:  # the next job skips the imports (harness.targets.standby)
+            standby.STANDBY.prepare(full_env)
         return WorkerOutcome(
             returncode=None if timed_out else proc.returncode,
             timed_out=timed_out,

@@ -1,0 +1,156 @@
+"""A local worker started ahead of its job, so that the next job skips Python's start-up.
+
+Importing torch and triton is most of a worker's fixed cost: on the H100 machine
+(2026-11-23, benchmarks/overhead_gpu.py) 4.3-4.9 s of a 14 s candidate job and of a 13 s
+reference job; 1.5 s on a 2-core CPU. When a local job ends, one `python -m harness.worker
+--standby` is started with the same environment; it imports torch and triton and waits for a
+job directory on stdin. The next job with that environment takes it; any other starts cold.
+
+What a standby has done before its job: imported torch and triton, nothing else; it has run no
+job, no candidate code, and has not initialised CUDA. It is still a fresh process for the job
+it runs. The verifier's reference job never uses one (`COLD_JOBS`): it starts after the
+candidate's worker exited, as `isolated_reference` says. `KOPT_WORKER_STANDBY=0` turns
+standbys off.
+
+The process is started from one long-lived thread: a worker's death signal (PR_SET_PDEATHSIG)
+fires when the *thread* that started it ends, and the job that takes a standby may run on
+another thread long after the one that finished the previous job is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+
+COLD_JOBS = frozenset({"reference"})
+"""Jobs that always start a new process, after everything before them has exited."""
+
+ENV_SWITCH = "KOPT_WORKER_STANDBY"
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def standby_command() -> list[str]:
+    return [sys.executable, "-m", "harness.worker", "--standby"]
+
+
+class _Spawner:
+    """The one thread that starts standby processes (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[Callable[[], subprocess.Popen[str]], queue.Queue]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self, make: Callable[[], subprocess.Popen[str]]) -> subprocess.Popen[str]:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="kopt-standby-spawner",
+                                                daemon=True)
+                self._thread.start()
+        answer: queue.Queue = queue.Queue(maxsize=1)
+        self._jobs.put((make, answer))
+        result = answer.get()
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _loop(self) -> None:
+        while True:
+            make, answer = self._jobs.get()
+            try:
+                answer.put(make())
+            except BaseException as err:  # noqa: BLE001 - handed to the caller
+                answer.put(err)
+
+
+_SPAWNER = _Spawner()
+
+
+class Standby:
+    """At most one waiting worker process per kopt process, keyed by its environment."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None
+        self._env: dict[str, str] | None = None
+
+    def take(self, env: dict[str, str]) -> subprocess.Popen[str] | None:
+        """The waiting process if it was started with exactly `env` and is alive, else None
+        (a mismatched or dead one is discarded)."""
+        with self._lock:
+            proc, penv = self._proc, self._env
+            self._proc = self._env = None
+        if proc is None:
+            return None
+        if penv == env and proc.poll() is None:
+            return proc
+        discard(proc)
+        return None
+
+    def prepare(self, env: dict[str, str]) -> None:
+        """Start a standby for `env` unless one is waiting already (errors are ignored: the
+        next job starts cold)."""
+        if not enabled():
+            return
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return
+        try:
+            proc = _SPAWNER.start(lambda: subprocess.Popen(
+                standby_command(), cwd=tempfile.gettempdir(), env=env,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, errors="replace", start_new_session=True))
+        except OSError:
+            return
+        with self._lock:
+            old, self._proc, self._env = self._proc, proc, dict(env)
+        if old is not None:
+            discard(old)
+
+    def clear(self) -> None:
+        with self._lock:
+            proc, self._proc, self._env = self._proc, None, None
+        if proc is not None:
+            discard(proc)
+
+
+def hand_over(proc: subprocess.Popen[str], job_dir: str) -> bool:
+    """Give a waiting standby its job directory; False if it is gone."""
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(job_dir + "\n")
+        proc.stdin.close()
+        return True
+    except (OSError, ValueError):
+        discard(proc)
+        return False
+
+
+def discard(proc: subprocess.Popen[str]) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+
+
+STANDBY = Standby()

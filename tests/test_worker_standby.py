@@ -1,0 +1,123 @@
+"""A local job may run in a worker started ahead of it (torch and triton imported, nothing
+else done); the verifier's reference job never does, and a standby outlives the thread that
+finished the job before it but not the kopt process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.job import stage_job
+from harness.targets import standby
+from harness.targets.local import LocalTarget
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_standby():
+    standby.STANDBY.clear()
+    yield
+    standby.STANDBY.clear()
+
+
+def _echo(message: str = "x") -> Path:
+    return stage_job("echo", {"message": message})
+
+
+def test_the_next_job_takes_the_standby_started_when_the_last_one_ended(workspace: Path) -> None:
+    target = LocalTarget()
+    first = target.run(_echo("one"), timeout=120)
+    assert first.ok and first.response["worker_started"] == "cold"
+    lines: list[str] = []
+    second = target.run(_echo("two"), timeout=120, on_line=lines.append)
+    assert second.ok and second.response["worker_started"] == "standby"
+    assert "echo: two" in lines  # output still streams, after the hand-over
+    assert second.response["message"] == "two"
+
+
+def test_a_different_environment_starts_cold(workspace: Path) -> None:
+    target = LocalTarget()
+    assert target.run(_echo(), timeout=120).ok
+    other = target.run(_echo(), timeout=120, env={"KOPT_TEST_MARK": "1"})
+    assert other.ok and other.response["worker_started"] == "cold"
+
+
+def test_the_reference_job_never_takes_a_standby(workspace: Path, monkeypatch) -> None:
+    target = LocalTarget()
+    assert target.run(_echo(), timeout=120).ok
+    taken: list[str] = []
+    monkeypatch.setattr(standby.STANDBY, "take", lambda env: taken.append("x"))
+    job = stage_job("reference", {"device": "cpu", "sets": []})
+    outcome = target.run(job, timeout=120)
+    assert taken == []
+    assert (outcome.response or {}).get("worker_started") == "cold"
+
+
+def test_switched_off_by_the_environment(workspace: Path, monkeypatch) -> None:
+    monkeypatch.setenv(standby.ENV_SWITCH, "0")
+    target = LocalTarget()
+    assert target.run(_echo(), timeout=120).ok
+    again = target.run(_echo(), timeout=120)
+    assert again.ok and again.response["worker_started"] == "cold"
+
+
+def test_a_standby_outlives_the_thread_that_prepared_it(workspace: Path) -> None:
+    """PR_SET_PDEATHSIG fires when the starting *thread* ends: standbys come from one
+    long-lived thread, so a job finished on a pool thread leaves a usable standby."""
+    target = LocalTarget()
+
+    def job_then_linger() -> None:
+        target.run(_echo("in a thread"), timeout=120)
+        time.sleep(2.0)  # the standby asks for its death signal while this thread lives
+
+    done = threading.Thread(target=job_then_linger)
+    done.start()
+    done.join()
+    time.sleep(1.0)  # the thread is gone; a death signal tied to it would have fired by now
+    outcome = target.run(_echo("main"), timeout=120)
+    assert outcome.ok and outcome.response["worker_started"] == "standby"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+def test_a_waiting_standby_dies_with_its_kopt_process(workspace: Path, tmp_path: Path) -> None:
+    pid_file = tmp_path / "standby.pid"
+    parent = textwrap.dedent(f"""
+        import time
+        from harness.job import stage_job
+        from harness.targets import standby
+        from harness.targets.local import LocalTarget
+        LocalTarget().run(stage_job("echo", {{"message": "x"}}), timeout=120)
+        open({str(pid_file)!r}, "w").write(str(standby.STANDBY._proc.pid))
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", parent], env={**os.environ})
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pid_file.exists(), "no standby was started"
+    waiting = int(pid_file.read_text())
+    assert _alive(waiting)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _alive(waiting) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(waiting), "the standby outlived the kopt process that started it"
