@@ -105,6 +105,8 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
     if tol.exact or not ref.dtype.is_floating_point:
         bad = out != ref
         o, r = out, ref
+    elif _compare_finite(out, ref, tol, result):
+        return result
     else:
         o, r = out.detach().double().cpu(), ref.detach().double().cpu()
         o_fin, r_fin = torch.isfinite(o), torch.isfinite(r)
@@ -137,6 +139,57 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
         result.first_bad = [(tuple(int(i) for i in ix), float(o[tuple(ix)]), float(r[tuple(ix)]))
                             for ix in idx]
     return result
+
+
+CHUNK = 1 << 22
+"""Elements per step of the all-finite comparison (32 MB of float64 temporaries)."""
+
+
+def _compare_finite(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
+                    result: TensorComparison) -> bool:
+    """The usual case, both tensors free of NaN/Inf: the same figures as the general path
+    (float64, same bound, same norms), in chunks and without its NaN/Inf masks — a few passes
+    instead of ~25 over full-size float64 copies (8192x8192 float32: 20 s -> ~3 s on 2 CPU
+    cores). False, touching nothing, when either tensor has a NaN/Inf."""
+    o = out.detach().cpu().reshape(-1)
+    r = ref.detach().cpu().reshape(-1)
+    if not (bool(torch.isfinite(o).all()) and bool(torch.isfinite(r).all())):
+        return False
+    mismatches, max_abs, err_sq, ref_sq = 0, 0.0, 0.0, 0.0
+    first: list[int] = []
+    for start in range(0, o.numel(), CHUNK):
+        oc, rc = o[start:start + CHUNK].double(), r[start:start + CHUNK].double()
+        diff = (oc - rc).abs_()
+        bad = diff > rc.abs().mul_(tol.rtol).add_(tol.atol)
+        n = int(bad.sum())
+        if n and len(first) < FIRST_BAD:
+            first += [start + int(i) for i in bad.nonzero().flatten()[:FIRST_BAD - len(first)]]
+        mismatches += n
+        max_abs = max(max_abs, float(diff.max()))
+        err_sq += float(torch.dot(diff, diff))
+        ref_sq += float(torch.dot(rc, rc))
+    err_norm, ref_norm = math.sqrt(err_sq), math.sqrt(ref_sq)
+    result.max_abs_err = max_abs
+    result.rel_err = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
+    if err_norm == 0:
+        result.snr_db = math.inf
+    else:
+        result.snr_db = 10 * math.log10(ref_norm**2 / err_norm**2) if ref_norm > 0 else -math.inf
+    if result.rel_err >= tol.rel and tol.rel > 0:
+        result.ok = False
+        out_norm = math.sqrt(sum(float(torch.dot(c, c)) for c in
+                                 (o[s:s + CHUNK].double() for s in range(0, o.numel(), CHUNK))))
+        result.problem = (f"relative error {result.rel_err:.3g} is not under {tol.rel:g}"
+                          + (" (near-zero or constant output?)" if ref_norm > 0 and
+                             out_norm < 0.1 * ref_norm else ""))
+    result.mismatches = mismatches
+    if mismatches:
+        result.ok = False
+        shape = tuple(out.shape)
+        for flat in first:
+            index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
+            result.first_bad.append((index, float(o[flat]), float(r[flat])))
+    return True
 
 
 def compare_outputs(out: list[torch.Tensor], ref: list[torch.Tensor],

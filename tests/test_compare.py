@@ -85,3 +85,47 @@ def test_snr_is_reported() -> None:
     t = compare_tensor(out, ref, default_tolerance(torch.float32))
     assert t.snr_db == pytest.approx(20.0, abs=0.01)
     assert math.isfinite(t.rel_err) and "SNR 20.0 dB" in t.to_text()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_all_finite_fast_path_gives_the_general_paths_figures(monkeypatch, dtype) -> None:
+    """The chunked all-finite comparison (the usual case, much faster at full size) reports
+    exactly what the NaN/Inf-aware general path reports: verdict, mismatch count, first bad
+    indices with values, max abs error, relative error, the problem text."""
+    from harness import compare
+    from harness.tolerance import Tolerance
+
+    monkeypatch.setattr(compare, "CHUNK", 37)  # many chunks, bad elements across boundaries
+    general = lambda *a: False  # noqa: E731
+    tol = Tolerance(atol=1e-3, rtol=1e-3, rel=1e-3)
+    for seed, scale in enumerate([0.0, 1e-6, 1e-3, 3e-2, 1.0]):
+        g = torch.Generator().manual_seed(seed)
+        ref = torch.randn(23, 41, generator=g).to(dtype)
+        out = (ref.double() + scale * torch.randn(23, 41, generator=g).double()).to(dtype)
+        if seed == 4:
+            out = torch.zeros_like(out)  # the "near-zero output" hint
+        fast = compare.compare_tensor(out, ref, tol)
+        monkeypatch.setattr(compare, "_compare_finite", general)
+        slow = compare.compare_tensor(out, ref, tol)
+        monkeypatch.undo()
+        monkeypatch.setattr(compare, "CHUNK", 37)
+        assert (fast.ok, fast.mismatches, fast.first_bad, fast.problem) == \
+            (slow.ok, slow.mismatches, slow.first_bad, slow.problem)
+        assert fast.max_abs_err == slow.max_abs_err
+        assert fast.rel_err == pytest.approx(slow.rel_err, rel=1e-9, abs=1e-300)
+    assert not compare.compare_tensor(torch.zeros(5, dtype=dtype), torch.ones(5, dtype=dtype), tol).ok
+
+
+def test_nan_or_inf_takes_the_general_path() -> None:
+    from harness import compare
+    from harness.tolerance import Tolerance
+
+    tol = Tolerance(atol=1e-3, rtol=1e-3, rel=1e-3)
+    ref = torch.ones(10)
+    out = ref.clone()
+    out[3] = float("nan")
+    result = compare.TensorComparison("output", True, numel=10)
+    assert compare._compare_finite(out, ref, tol, result) is False
+    assert result.mismatches == 0 and result.ok  # untouched
+    full = compare.compare_tensor(out, ref, tol)
+    assert not full.ok and full.nonfinite_where_ref_finite == 1
