@@ -77,8 +77,13 @@ def _standby() -> Path | None:
     line = sys.stdin.readline().strip()
     if not line:
         return None
-    os.chdir(line)
-    return Path(line)
+    given = json.loads(line)
+    # kopt's own settings are the job's, not those of the job before it
+    for key in [k for k in os.environ if k.startswith("KOPT_") and k != PARENT_ENV]:
+        del os.environ[key]
+    os.environ.update({str(k): str(v) for k, v in given.get("env", {}).items()})
+    os.chdir(given["job_dir"])
+    return Path(given["job_dir"])
 
 
 def main(argv: list[str] | None = None) -> int:

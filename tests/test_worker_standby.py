@@ -45,7 +45,8 @@ def test_the_next_job_takes_the_standby_started_when_the_last_one_ended(workspac
 def test_a_different_environment_starts_cold(workspace: Path) -> None:
     target = LocalTarget()
     assert target.run(_echo(), timeout=120).ok
-    other = target.run(_echo(), timeout=120, env={"KOPT_TEST_MARK": "1"})
+    # read when Python starts: a process started without it cannot take the job
+    other = target.run(_echo(), timeout=120, env={"PYTHONHASHSEED": "7"})
     assert other.ok and other.response["worker_started"] == "cold"
 
 
@@ -121,3 +122,15 @@ def test_a_waiting_standby_dies_with_its_kopt_process(workspace: Path, tmp_path:
     while _alive(waiting) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(waiting), "the standby outlived the kopt process that started it"
+
+
+def test_kopt_settings_travel_with_the_job(workspace: Path, tmp_path: Path) -> None:
+    """A measure job sets KOPT_CACHE, a verification does not: the standby from one still
+    takes the other, and the job sees its own settings, not the previous job's."""
+    target = LocalTarget()
+    assert target.run(_echo(), timeout=120, env={"KOPT_CACHE": str(tmp_path / "a")}).ok
+    second = target.run(_echo(), timeout=120, env={"KOPT_SSH_CONFIG": "x"})
+    assert second.ok and second.response["worker_started"] == "standby"
+    settings = second.response["kopt_settings"]
+    assert settings.get("KOPT_SSH_CONFIG") == "x"
+    assert "KOPT_CACHE" not in settings or settings["KOPT_CACHE"] != str(tmp_path / "a")

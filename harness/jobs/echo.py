@@ -16,4 +16,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
         if i:
             time.sleep(float(request.get("interval_s", 0.0)))
         print("echo:", request.get("message", ""), flush=True)
-    return {"ok": True, "message": request.get("message"), "environment": describe_environment()}
+    import os
+
+    return {"ok": True, "message": request.get("message"), "environment": describe_environment(),
+            "kopt_settings": {k: v for k, v in os.environ.items() if k.startswith("KOPT_")}}

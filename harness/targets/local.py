@@ -61,7 +61,7 @@ class LocalTarget:
         proc = None
         if _job_kind(job_dir) not in standby.COLD_JOBS:
             proc = standby.STANDBY.take(full_env)
-            if proc is not None and not standby.hand_over(proc, str(Path(job_dir).resolve())):
+            if proc is not None and not standby.hand_over(proc, str(Path(job_dir).resolve()), full_env):
                 proc = None
         if proc is None:
             proc = subprocess.Popen(

@@ -4,7 +4,8 @@ Importing torch and triton is most of a worker's fixed cost: on the H100 machine
 (2026-11-23, benchmarks/overhead_gpu.py) 4.3-4.9 s of a 14 s candidate job and of a 13 s
 reference job; 1.5 s on a 2-core CPU. When a local job ends, one `python -m harness.worker
 --standby` is started with the same environment; it imports torch and triton and waits for a
-job directory on stdin. The next job with that environment takes it; any other starts cold.
+job directory on stdin. The next job with that environment takes it (kopt's own `KOPT_*`
+settings may differ: they travel with the job directory); any other starts cold.
 
 What a standby has done before its job: imported torch and triton, nothing else; it has run no
 job, no candidate code, and has not initialised CUDA. It is still a fresh process for the job
@@ -26,6 +27,8 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+
+PARENT_ENV = "KOPT_WORKER_PARENT"
 
 COLD_JOBS = frozenset({"reference"})
 """Jobs that always start a new process, after everything before them has exited."""
@@ -74,6 +77,17 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
+def _fixed(env: dict[str, str]) -> dict[str, str]:
+    """The part of a job's environment a standby must have been started with: everything but
+    kopt's own settings (`KOPT_*`, read by harness code at job time, handed over with the job
+    directory), except the parent's pid, which its death signal was set up for."""
+    return {k: v for k, v in env.items() if not k.startswith("KOPT_") or k == PARENT_ENV}
+
+
+def _late(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith("KOPT_") and k != PARENT_ENV}
+
+
 class Standby:
     """At most one waiting worker process per kopt process, keyed by its environment."""
 
@@ -90,7 +104,7 @@ class Standby:
             self._proc = self._env = None
         if proc is None:
             return None
-        if penv == env and proc.poll() is None:
+        if penv is not None and _fixed(penv) == _fixed(env) and proc.poll() is None:
             return proc
         discard(proc)
         return None
@@ -122,11 +136,14 @@ class Standby:
             discard(proc)
 
 
-def hand_over(proc: subprocess.Popen[str], job_dir: str) -> bool:
-    """Give a waiting standby its job directory; False if it is gone."""
+def hand_over(proc: subprocess.Popen[str], job_dir: str, env: dict[str, str]) -> bool:
+    """Give a waiting standby its job directory and the job's `KOPT_*` settings; False if it
+    is gone."""
+    import json
+
     try:
         assert proc.stdin is not None
-        proc.stdin.write(job_dir + "\n")
+        proc.stdin.write(json.dumps({"job_dir": job_dir, "env": _late(env)}) + "\n")
         proc.stdin.close()
         return True
     except (OSError, ValueError):
