@@ -8,6 +8,7 @@ the relative error and the signal-to-noise ratio.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -119,19 +120,8 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
         diff = torch.where(both, (o - r).abs(), torch.zeros_like(o))
         bad = (diff > tol.atol + tol.rtol * r.abs().where(both, torch.zeros_like(r))) | special_bad
         result.max_abs_err = float(diff.max())
-        err_norm = float(diff.norm())
-        ref_norm = float(r.where(both, torch.zeros_like(r)).norm())
-        result.rel_err = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
-        if err_norm == 0:
-            result.snr_db = math.inf
-        else:
-            result.snr_db = 10 * math.log10(ref_norm**2 / err_norm**2) if ref_norm > 0 else -math.inf
-        if result.rel_err >= tol.rel and tol.rel > 0:
-            result.ok = False
-            result.problem = (f"relative error {result.rel_err:.3g} is not under {tol.rel:g}"
-                              + (" (near-zero or constant output?)" if ref_norm > 0 and
-                                 float(o.where(both, torch.zeros_like(o)).norm()) < 0.1 * ref_norm
-                                 else ""))
+        _whole_tensor(result, tol, float(diff.norm()), float(r.where(both, torch.zeros_like(r)).norm()),
+                      lambda: float(o.where(both, torch.zeros_like(o)).norm()))
     result.mismatches = int(bad.sum())
     if result.mismatches:
         result.ok = False
@@ -139,6 +129,22 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
         result.first_bad = [(tuple(int(i) for i in ix), float(o[tuple(ix)]), float(r[tuple(ix)]))
                             for ix in idx]
     return result
+
+
+def _whole_tensor(result: TensorComparison, tol: Tolerance, err_norm: float, ref_norm: float,
+                  out_norm: Callable[[], float]) -> None:
+    """Relative error, SNR and the whole-tensor verdict from the two norms (`out_norm` is
+    computed only to explain a failure)."""
+    result.rel_err = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
+    if err_norm == 0:
+        result.snr_db = math.inf
+    else:
+        result.snr_db = 10 * math.log10(ref_norm**2 / err_norm**2) if ref_norm > 0 else -math.inf
+    if result.rel_err >= tol.rel and tol.rel > 0:
+        result.ok = False
+        result.problem = (f"relative error {result.rel_err:.3g} is not under {tol.rel:g}"
+                          + (" (near-zero or constant output?)" if ref_norm > 0 and
+                             out_norm() < 0.1 * ref_norm else ""))
 
 
 CHUNK = 1 << 22
@@ -168,20 +174,10 @@ def _compare_finite(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
         max_abs = max(max_abs, float(diff.max()))
         err_sq += float(torch.dot(diff, diff))
         ref_sq += float(torch.dot(rc, rc))
-    err_norm, ref_norm = math.sqrt(err_sq), math.sqrt(ref_sq)
     result.max_abs_err = max_abs
-    result.rel_err = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
-    if err_norm == 0:
-        result.snr_db = math.inf
-    else:
-        result.snr_db = 10 * math.log10(ref_norm**2 / err_norm**2) if ref_norm > 0 else -math.inf
-    if result.rel_err >= tol.rel and tol.rel > 0:
-        result.ok = False
-        out_norm = math.sqrt(sum(float(torch.dot(c, c)) for c in
-                                 (o[s:s + CHUNK].double() for s in range(0, o.numel(), CHUNK))))
-        result.problem = (f"relative error {result.rel_err:.3g} is not under {tol.rel:g}"
-                          + (" (near-zero or constant output?)" if ref_norm > 0 and
-                             out_norm < 0.1 * ref_norm else ""))
+    _whole_tensor(result, tol, math.sqrt(err_sq), math.sqrt(ref_sq),
+                  lambda: math.sqrt(sum(float(torch.dot(c, c)) for c in
+                                        (o[s:s + CHUNK].double() for s in range(0, o.numel(), CHUNK)))))
     result.mismatches = mismatches
     if mismatches:
         result.ok = False

@@ -1,5 +1,6 @@
 """A local worker dies with the kopt process that started it (it runs in its own session so
-that a timeout kills its whole group; without this a killed kopt left it running)."""
+that a timeout kills its whole group; without this a killed kopt left it running), and so
+does a standby worker waiting for the next job."""
 
 from __future__ import annotations
 
@@ -25,6 +26,24 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _assert_dies_with(parent: str, pid_file: Path, what: str) -> None:
+    """Start `parent` (Python code that writes a child's pid to `pid_file`), SIGKILL it, and
+    check that the child goes too."""
+    proc = subprocess.Popen([sys.executable, "-c", parent], env={**os.environ})
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pid_file.exists(), f"the {what} never started"
+    child = int(pid_file.read_text())
+    assert _alive(child)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), f"the {what} outlived the kopt process that started it"
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
 def test_a_killed_parent_takes_its_local_worker_with_it(workspace: Path, tmp_path: Path) -> None:
     pid_file = tmp_path / "worker.pid"
@@ -43,16 +62,20 @@ def test_a_killed_parent_takes_its_local_worker_with_it(workspace: Path, tmp_pat
                     open({str(pid_file)!r}, "w").write(out[0])
         LocalTarget().run(job, timeout=120, on_line=on_line)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", parent], env={**os.environ})
-    deadline = time.monotonic() + 60
-    while not pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert pid_file.exists(), "the worker never started"
-    worker = int(pid_file.read_text())
-    assert _alive(worker)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    deadline = time.monotonic() + 10
-    while _alive(worker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(worker), "the worker outlived the kopt process that started it"
+    _assert_dies_with(parent, pid_file, "worker")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+def test_a_waiting_standby_dies_with_its_kopt_process(workspace: Path, tmp_path: Path) -> None:
+    """harness.targets.standby: the worker started ahead of the next job."""
+    pid_file = tmp_path / "standby.pid"
+    parent = textwrap.dedent(f"""
+        import time
+        from harness.job import stage_job
+        from harness.targets import standby
+        from harness.targets.local import LocalTarget
+        LocalTarget().run(stage_job("echo", {{"message": "x"}}), timeout=120)
+        open({str(pid_file)!r}, "w").write(str(standby.STANDBY._proc.pid))
+        time.sleep(120)
+    """)
+    _assert_dies_with(parent, pid_file, "standby")

@@ -1,14 +1,9 @@
 """A local job may run in a worker started ahead of it (torch and triton imported, nothing
 else done); the verifier's reference job never does, and a standby outlives the thread that
-finished the job before it but not the kopt process."""
+finished the job before it (that it dies with the kopt process: test_local_worker_lifetime)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -84,44 +79,6 @@ def test_a_standby_outlives_the_thread_that_prepared_it(workspace: Path) -> None
     time.sleep(1.0)  # the thread is gone; a death signal tied to it would have fired by now
     outcome = target.run(_echo("main"), timeout=120)
     assert outcome.ok and outcome.response["worker_started"] == "standby"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
-def test_a_waiting_standby_dies_with_its_kopt_process(workspace: Path, tmp_path: Path) -> None:
-    pid_file = tmp_path / "standby.pid"
-    parent = textwrap.dedent(f"""
-        import time
-        from harness.job import stage_job
-        from harness.targets import standby
-        from harness.targets.local import LocalTarget
-        LocalTarget().run(stage_job("echo", {{"message": "x"}}), timeout=120)
-        open({str(pid_file)!r}, "w").write(str(standby.STANDBY._proc.pid))
-        time.sleep(120)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", parent], env={**os.environ})
-    deadline = time.monotonic() + 60
-    while not pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert pid_file.exists(), "no standby was started"
-    waiting = int(pid_file.read_text())
-    assert _alive(waiting)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    deadline = time.monotonic() + 10
-    while _alive(waiting) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(waiting), "the standby outlived the kopt process that started it"
 
 
 def test_kopt_settings_travel_with_the_job(workspace: Path, tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import threading
@@ -85,10 +84,10 @@ class LocalTarget:
         except subprocess.TimeoutExpired:
             timed_out = True
         except BaseException:  # Ctrl-C in the parent: take the worker down with us
-            _kill_group(proc)
+            standby.kill_group(proc)
             raise
         finally:
-            _kill_group(proc)  # also reaps anything the job left running
+            standby.kill_group(proc)  # also reaps anything the job left running
         reader.join(timeout=5)
         if not timed_out:  # the next job skips the imports (harness.targets.standby)
             standby.STANDBY.prepare(full_env)
@@ -105,14 +104,3 @@ class LocalTarget:
         from harness.environment import describe_environment
 
         return describe_environment()
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass

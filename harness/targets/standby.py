@@ -151,7 +151,8 @@ def hand_over(proc: subprocess.Popen[str], job_dir: str, env: dict[str, str]) ->
         return False
 
 
-def discard(proc: subprocess.Popen[str]) -> None:
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL a worker's whole session (it and anything it started) and reap it."""
     import signal
 
     try:
@@ -162,6 +163,10 @@ def discard(proc: subprocess.Popen[str]) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+
+
+def discard(proc: subprocess.Popen[str]) -> None:
+    kill_group(proc)
     for stream in (proc.stdin, proc.stdout):
         try:
             if stream is not None:
