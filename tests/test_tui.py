@@ -315,6 +315,33 @@ async def test_metrics_chart_shows_slower_than_eager_iterations(workspace: Path)
         assert "0.0000x" in text and "—" in text  # speedup shown; latency unknown at 0x
 
 
+async def test_a_rejections_next_run_replaces_the_run_on_screen(workspace: Path) -> None:
+    """Rejecting with "try again" reloads the rejected run and starts a new one at once. The
+    reload must not land after the new run cleared the screen: it would put the rejected run
+    back and keep it there (2026-11-23: one CI run of the test above hung on exactly this)."""
+    backend = FakeBackend(workspace)
+    app = KoptApp(backend=backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.rows)
+        await pilot.press("down", "down")  # rmsnorm_mul: no runs yet
+        await pilot.press("n", "enter")
+        screen = run_screen(app)
+        table = screen.query_one(IterationTable)
+        await wait_for(pilot, lambda: not screen.pipeline_running and len(table.iterations) == 3
+                       and not screen.jobs)
+        first = screen.run_id
+        backend.gate = threading.Semaphore(0)  # hold the next run at its first phase
+        await pilot.press("r", *"keep the mean in fp32", "enter")
+        await wait_for(pilot, lambda: screen.pipeline_running)
+        await pilot.pause(1.0)  # the rejected run's reload has long finished
+        assert screen.run_id != first
+        for _ in range(4):
+            backend.gate.release()
+        await wait_for(pilot, lambda: not screen.pipeline_running and not screen.jobs
+                       and screen.run_id not in (None, first) and len(table.iterations) == 1)
+        assert "keep the mean in fp32" in table.iterations[-1].source
+
+
 async def test_esc_cancels_a_running_pipeline(workspace: Path) -> None:
     backend = FakeBackend(workspace)
     backend.gate = threading.Semaphore(0)

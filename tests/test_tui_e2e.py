@@ -51,8 +51,9 @@ async def test_run_to_an_approved_kernel_in_git(workspace: Path, capsys) -> None
         assert isinstance(screen, RunScreen)
         table = screen.query_one(IterationTable)
         strip = screen.query_one(PhaseStrip)
+        # The run's last load (after the pipeline finished) brings the integrator's manifest.
         await wait_for(pilot, lambda: not screen.pipeline_running and screen.run is not None
-                       and not screen.jobs)
+                       and not screen.jobs and len(screen.manifests) == 4)
         assert [s.state for s in strip.phases.values()] == ["verified"] * 4
         assert [it.verified for it in table.iterations][:3] == [False, True, True]
         assert {m.phase: m.valid for m in screen.manifests} == dict.fromkeys(

@@ -134,10 +134,12 @@ class RunScreen(Screen[None]):
     class RunLoaded(Message):
         """The run's history and manifests, read from git and manifests/."""
 
-        def __init__(self, run: Any | None, manifests: list[ManifestView]) -> None:
+        def __init__(self, run: Any | None, manifests: list[ManifestView],
+                     generation: int = 0) -> None:
             super().__init__()
             self.run = run
             self.manifests = manifests
+            self.generation = generation
 
     class DetailLoaded(Message):
         """The diff and recorded verification/metrics of the selected iteration."""
@@ -174,6 +176,8 @@ class RunScreen(Screen[None]):
         self.run: Any | None = None
         self.manifests: list[ManifestView] = []
         self.jobs: dict[str, float] = {}
+        self._generation = 0
+        """Bumped when a new run replaces the one on screen; older loads are dropped."""
         self.cancel_event = threading.Event()
         self.known_runs: set[str] | None = None
         self.watcher: Any = None
@@ -274,6 +278,7 @@ class RunScreen(Screen[None]):
         self.last_engineer = request.engineer
         self.cancel_event = threading.Event()
         if request.run_id is None:  # a new run: forget the one on screen
+            self._generation += 1  # and any load of it still in flight
             self.query_one(PhaseStrip).reset()
             self.run, self.run_id, self.known_runs = None, None, None
             self.manifests = []
@@ -334,30 +339,41 @@ class RunScreen(Screen[None]):
 
     # ---- loading history ----------------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="load")
     def load_run(self) -> None:
+        """Re-read the run on screen (in a thread). What to read is decided here, on the UI
+        thread: a worker that read `run_id` after a new run had cleared it would load the
+        previous run back onto the screen."""
+        if self.pipeline_running and not self.run_id and self.known_runs is None:
+            return  # the new run's worker has not listed the runs before it yet
+        self._load_run_worker(self.run_id, self.pipeline_running, set(self.known_runs or ()),
+                              self._generation)
+
+    @work(thread=True, exclusive=True, group="load")
+    def _load_run_worker(self, run_id: str | None, pipeline_running: bool, known: set[str],
+                         generation: int) -> None:
         backend = self.app.backend
         runs = backend.runs(self.case)
         run = None
-        if self.run_id:
-            run = next((r for r in runs if r.run_id == self.run_id), None)
-        elif self.pipeline_running:
-            known = self.known_runs or set()
+        if run_id:
+            run = next((r for r in runs if r.run_id == run_id), None)
+        elif pipeline_running:
             run = next((r for r in reversed(runs) if r.run_id not in known), None)
         elif runs:
             run = runs[-1]
         manifests = []
         if run is not None:
             manifests = backend.manifests(run.run_id)
-            if not self.pipeline_running:
+            if not pipeline_running:
                 try:
                     run.worktree = str(backend.ensure_worktree(run))
                 except KoptError as err:
                     self.app.call_from_thread(self.notify, err.one_line(), severity="error")
         if not get_current_worker().is_cancelled:
-            self.post_message(self.RunLoaded(run, manifests))
+            self.post_message(self.RunLoaded(run, manifests, generation))
 
     def on_run_screen_run_loaded(self, message: RunLoaded) -> None:
+        if message.generation != self._generation:
+            return  # read before a new run started: not the run on screen any more
         if message.run is None:
             self._update_title()
             return
