@@ -64,6 +64,15 @@ def test_switched_off_by_the_environment(workspace: Path, monkeypatch) -> None:
     assert again.ok and again.response["worker_started"] == "cold"
 
 
+def test_a_target_made_without_standbys_never_uses_one(workspace: Path) -> None:
+    """Ray tasks run jobs this way: their worker process is shared and may be killed."""
+    target = LocalTarget(standby=False)
+    for _ in range(2):
+        outcome = target.run(_echo(), timeout=120)
+        assert outcome.ok and outcome.response["worker_started"] == "cold"
+    assert standby.STANDBY._proc is None
+
+
 def test_a_standby_outlives_the_thread_that_prepared_it(workspace: Path) -> None:
     """PR_SET_PDEATHSIG fires when the starting *thread* ends: standbys come from one
     long-lived thread, so a job finished on a pool thread leaves a usable standby."""

@@ -51,6 +51,12 @@ class LocalTarget:
     done (harness.targets.standby); the verifier's reference job always starts cold."""
 
     name = "local"
+    use_standby = True
+    """False inside a Ray task: its worker process is shared between tasks and may be killed
+    to re-queue one; a standby there would only hold memory on a cluster node."""
+
+    def __init__(self, *, standby: bool = True) -> None:
+        self.use_standby = standby
 
     def run(self, job_dir: Path, *, timeout: float, env: dict[str, str] | None = None,
             on_line: LineSink | None = None) -> WorkerOutcome:
@@ -58,7 +64,7 @@ class LocalTarget:
         start = time.monotonic()
         full_env = {**worker_env(env), PARENT_ENV: str(os.getpid())}
         proc = None
-        if _job_kind(job_dir) not in standby.COLD_JOBS:
+        if self.use_standby and _job_kind(job_dir) not in standby.COLD_JOBS:
             proc = standby.STANDBY.take(full_env)
             if proc is not None and not standby.hand_over(proc, str(Path(job_dir).resolve()), full_env):
                 proc = None
@@ -89,7 +95,7 @@ class LocalTarget:
         finally:
             standby.kill_group(proc)  # also reaps anything the job left running
         reader.join(timeout=5)
-        if not timed_out:  # the next job skips the imports (harness.targets.standby)
+        if self.use_standby and not timed_out:  # the next job skips the imports (standby.py)
             standby.STANDBY.prepare(full_env)
         return WorkerOutcome(
             returncode=None if timed_out else proc.returncode,

@@ -264,8 +264,8 @@ def _run_job_task(packed: bytes, timeout: float, env: dict[str, str], relay: Any
         # one tensor/ceilings cache per node, not per job
         cache = {"KOPT_CACHE": os.environ.get("KOPT_CACHE") or
                  str(Path(tempfile.gettempdir()) / "kopt-ray-cache")}
-        outcome = LocalTarget().run(job_dir, timeout=timeout, env={**cache, **env},
-                                    on_line=on_line)
+        outcome = LocalTarget(standby=False).run(job_dir, timeout=timeout,
+                                                 env={**cache, **env}, on_line=on_line)
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
             if (job_dir / "out").is_dir():
