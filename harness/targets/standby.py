@@ -97,8 +97,8 @@ class Standby:
         self._env: dict[str, str] | None = None
 
     def take(self, env: dict[str, str]) -> subprocess.Popen[str] | None:
-        """The waiting process if it was started with exactly `env` and is alive, else None
-        (a mismatched or dead one is discarded)."""
+        """The waiting process if it was started with `env` (kopt's own settings aside) and is
+        alive, else None (a mismatched or dead one is discarded)."""
         with self._lock:
             proc, penv = self._proc, self._env
             self._proc = self._env = None
