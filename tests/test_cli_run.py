@@ -24,8 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def kopt(workspace: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     full_env = {**os.environ, "KOPT_HOME": str(workspace), "PYTHONPATH": str(ROOT),
                 **(env or {})}
+    # kopt as started from a terminal: Ctrl-C delivered. A test run launched in the background
+    # by a non-interactive shell inherits SIGINT ignored, and Python then installs no handler.
     return subprocess.Popen([sys.executable, "-c", DRIVER, *args], cwd=workspace, env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for(path: Path, proc: subprocess.Popen[str], seconds: float = 90) -> None:
