@@ -48,7 +48,9 @@ def test_non_contiguous_input_and_weight_update(tmp_path: Path) -> None:
         torch.testing.assert_close(new(x), ref(x), atol=3e-2, rtol=2e-2)
 
 
-_GROUPED = '''
+def _conv_model(conv: str, result: str) -> str:
+    """model.py of a one-conv model: `nn.Conv2d(conv)`, forward returns `result` of x."""
+    return f'''
 import torch
 import torch.nn as nn
 
@@ -56,26 +58,16 @@ import torch.nn as nn
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(4, 8, 3, padding=1, groups=2)
+        self.conv = nn.Conv2d({conv})
 
     def forward(self, x):
-        return torch.relu(self.conv(x)) * 2.0
+        return {result}
 '''
 
 
-_STRIDED_SOFTMAX = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(4, 8, 3, padding=1, stride=2)
-
-    def forward(self, x):
-        return torch.softmax(torch.relu(self.conv(x)), dim=1) * 2.0
-'''
+_GROUPED = _conv_model("4, 8, 3, padding=1, groups=2", "torch.relu(self.conv(x)) * 2.0")
+_STRIDED_SOFTMAX = _conv_model("4, 8, 3, padding=1, stride=2",
+                               "torch.softmax(torch.relu(self.conv(x)), dim=1) * 2.0")
 
 
 def _case(tmp_path: Path, name: str, source: str):

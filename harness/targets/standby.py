@@ -21,12 +21,11 @@ another thread long after the one that finished the previous job is gone.
 from __future__ import annotations
 
 import os
-import queue
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 PARENT_ENV = "KOPT_WORKER_PARENT"
 
@@ -44,37 +43,8 @@ def standby_command() -> list[str]:
     return [sys.executable, "-m", "harness.worker", "--standby"]
 
 
-class _Spawner:
-    """The one thread that starts standby processes (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.Queue[tuple[Callable[[], subprocess.Popen[str]], queue.Queue]] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def start(self, make: Callable[[], subprocess.Popen[str]]) -> subprocess.Popen[str]:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="kopt-standby-spawner",
-                                                daemon=True)
-                self._thread.start()
-        answer: queue.Queue = queue.Queue(maxsize=1)
-        self._jobs.put((make, answer))
-        result = answer.get()
-        if isinstance(result, BaseException):
-            raise result
-        return result
-
-    def _loop(self) -> None:
-        while True:
-            make, answer = self._jobs.get()
-            try:
-                answer.put(make())
-            except BaseException as err:  # noqa: BLE001 - handed to the caller
-                answer.put(err)
-
-
-_SPAWNER = _Spawner()
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kopt-standby-spawner")
+"""The one long-lived thread that starts standby processes (see the module docstring)."""
 
 
 def _fixed(env: dict[str, str]) -> dict[str, str]:
@@ -118,10 +88,10 @@ class Standby:
             if self._proc is not None and self._proc.poll() is None:
                 return
         try:
-            proc = _SPAWNER.start(lambda: subprocess.Popen(
-                standby_command(), cwd=tempfile.gettempdir(), env=env,
+            proc = _SPAWNER.submit(
+                subprocess.Popen, standby_command(), cwd=tempfile.gettempdir(), env=env,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True, errors="replace", start_new_session=True))
+                text=True, errors="replace", start_new_session=True).result()
         except OSError:
             return
         with self._lock:

@@ -14,6 +14,7 @@ from harness.case import Case
 from phases.engineers.offline.fusion import NHWC_CONV, Group, Partition
 from phases.engineers.offline.graph import Node, Sym
 from phases.engineers.offline.kernels import (
+    ROW_BLOCK,
     KernelSource,
     kernel_label,
     matmul_kernel,
@@ -334,11 +335,11 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append("KOPT_TUNABLES = " + _pretty(tunables) + "\n")
     src.append("# Defaults for an H100 (the accelerator rewrites this dict with measured winners):")
     src.append("# pointwise 1024 elements x 4 warps = 8 per thread, 16-byte vector loads of bf16;")
-    src.append("# reductions keep rows up to 16384 in registers (one HBM pass); matmul tiles")
+    src.append(f"# reductions keep rows up to {ROW_BLOCK} in registers (one HBM pass); matmul tiles")
     src.append("# 128x256x64 (bf16) / 128x128x32 (fp32) with 3 stages fit the 228 KB of shared memory.")
     src.append("KOPT_CONFIG = " + _pretty(config) + "\n")
     src.append("# Rows longer than this are reduced in a loop over column blocks (registers would spill).")
-    src.append("MAX_ROW_BLOCK = 16384")
+    src.append(f"MAX_ROW_BLOCK = {ROW_BLOCK}")
     src.append("# tl.arange and tl.dot need at least 16 lanes.")
     src.append("MIN_BLOCK = 16")
     src.append("# More warps than this per program only adds scheduling overhead on Hopper.")

@@ -744,8 +744,12 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
                           _reduction_default(group), extra_constexpr=["ONE_PASS"])
 
 
+ROW_BLOCK = 16384
+"""The longest row a reduction keeps in registers in one block (the generated file's
+MAX_ROW_BLOCK); longer rows loop."""
+
 LOOP_DEFAULT = {"BLOCK_SIZE": 1024, "num_warps": 8}
-"""Rows longer than one block (16384) loop: cross_entropy's 32000-wide float32 rows ran 0.206
+"""Rows longer than one block (ROW_BLOCK) loop: cross_entropy's 32000-wide float32 rows ran 0.206
 ms with 1024-wide blocks and 8 warps vs 0.320 ms with 16384 and 16 (H100, 2026-11-23,
 accelerator trials; 4096: 0.236 ms)."""
 
@@ -753,7 +757,7 @@ accelerator trials; 4096: 0.236 ms)."""
 def _reduction_default(group: Group) -> dict[str, int]:
     """The launch default: the whole row in one block, or LOOP_DEFAULT for longer rows."""
     n_cols = group.domain[group.rdim] if group.rdim is not None else 0
-    return dict(LOOP_DEFAULT) if n_cols > 16384 else {"BLOCK_SIZE": 16384, "num_warps": 16}
+    return dict(LOOP_DEFAULT) if n_cols > ROW_BLOCK else {"BLOCK_SIZE": ROW_BLOCK, "num_warps": 16}
 
 
 def _finish_simple(w: _Writer, group: Group, part: Partition, name: str, kind: str,
