@@ -91,6 +91,34 @@ def test_bmm_cublas_backend_matches_model(workspace: Path) -> None:
     _check_case(case, module, "smoke" if case.manifest.smoke is not None else "main")
 
 
+def test_gate_epilogue_is_applied_where_the_two_products_meet(workspace: Path) -> None:
+    # silu(x @ Wg) * (x @ Wu): the gate's SiLU runs in the up product's epilogue, so the gate
+    # product is written once and read once (no separate SiLU pass writing a second tensor)
+    result = generate_candidate(load_case("gated_mlp"))
+    gate, up, down = result.kernels
+    assert gate["fuses"] == ["mm"]
+    assert {"sigmoid", "mm_1", "mul_7"} <= set(up["fuses"])
+    assert down["fuses"] == ["mm_2"]
+
+
+def test_gate_epilogue_stays_when_its_value_is_also_returned(workspace: Path) -> None:
+    d = workspace / "gate_out"
+    d.mkdir()
+    (d / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def forward(self, x, wg, wu):\n"
+        "        g = F.silu(x @ wg)\n"
+        "        return g * (x @ wu), g\n")
+    (d / "manifest.yaml").write_text(
+        "name: gate_out\nmodel: {}\ninputs:\n  args:\n    - {shape: [33, 40]}\n"
+        "    - {shape: [40, 24]}\n    - {shape: [40, 24]}\ndevice: cpu\n")
+    case = load_case_dir(d)
+    result = generate_candidate(case)
+    assert any("sigmoid" in k["fuses"] and "mm" in k["fuses"] for k in result.kernels)
+    _check_case(case, _load_candidate(result.source, workspace, "gate_out"), "main")
+
+
 def test_accelerator_always_tries_both_backends() -> None:
     # three matmul kernels and room for only 4 trials: an even spread alone would vary g0 only
     space: dict[str, list] = {}

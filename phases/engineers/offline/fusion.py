@@ -406,6 +406,7 @@ def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
             p._add(g, n, tuple(range(n.rank)))
             g.nodes = [n]
     _inline_row_values(p, graph, users, outputs)
+    _sink_matmul_epilogues(p, users, outputs)
     generated = {n for n in p.gen if n not in p.owner}
     for g in p.groups:
         g.nodes.sort(key=graph.nodes.index)
@@ -461,6 +462,35 @@ def _inline_row_values(p: _Partitioner, graph: Graph, users: dict[Node, list[Nod
         p.groups.remove(g)
     for i, g in enumerate(p.groups):
         g.index = i
+
+
+def _sink_matmul_epilogues(p: _Partitioner, users: dict[Node, list[Node]],
+                           outputs: set[Node]) -> None:
+    """A matmul whose epilogue only feeds another matmul's epilogue over the same domain (the
+    gated MLP: `silu(x @ Wg) * (x @ Wu)`) hands its epilogue to that consumer. Its own kernel
+    then writes the bare product (cuBLAS: no kernel at all) and the consumer applies both
+    epilogues in one pass, reading both products once: for LLaMA-7B's MLP on 8192 tokens
+    540 MB of pointwise traffic instead of 900 MB (write silu, re-read it for the product)."""
+    for g in p.groups:
+        if g.kind != "matmul" or g.epi_view is not None or len(g.nodes) < 2:
+            continue
+        epilogue = [m for m in g.nodes if m is not g.anchor]
+        if any(m in outputs or m.shape != g.domain or g.dmaps[m] != tuple(range(len(g.domain)))
+               for m in epilogue) or g.anchor in outputs:
+            continue
+        if any(p.owner.get(u) is not g for u in users[g.anchor]):
+            continue  # the bare product is read elsewhere too: keep it where it is
+        consumers = {p.owner.get(u) for m in epilogue for u in users[m] if p.owner.get(u) is not g}
+        if len(consumers) != 1:
+            continue
+        h = consumers.pop()
+        if h is None or h.kind != "matmul" or h.domain != g.domain or h.epi_view is not None or \
+                any(u is h.anchor for m in epilogue for u in users[m]):
+            continue  # only into the epilogue of a matmul over the same (M, N)
+        for m in epilogue:
+            g.nodes.remove(m)
+            del g.dmaps[m]
+            p._add(h, m, tuple(range(len(h.domain))))
 
 
 def _schedule(p: _Partitioner, graph: Graph, generated: set[Node]) -> list[Group | Node]:

@@ -90,7 +90,9 @@ class KernelSource:
 
 def kernel_label(group: Group) -> str:
     seen: list[str] = []
-    for n in group.nodes:
+    # a matmul's kernel is named after its product first (a sunk epilogue precedes it in graph order)
+    first = [group.anchor] if group.anchor is not None else []
+    for n in first + [m for m in group.nodes if m is not group.anchor]:
         base = re.sub(r"(_\d+)+$", "", n.origin or n.name)
         base = base.lstrip("_").replace("native_", "")
         if base in ("view", "unsqueeze", "squeeze", "expand", "permute", "getitem", "clone", "alias"):
