@@ -176,3 +176,25 @@ def test_inputs_move_to_the_requested_device_and_dtype_survives_the_cache(case: 
     agent_provide_inputs(case, "main", seed=0)
     x = agent_provide_inputs(case, "main", seed=0, device="meta").args[0]
     assert x.device.type == "meta" and x.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("init", ["normal", "uniform", "randint", "bernoulli"])
+def test_chunked_draws_depend_on_the_seed_only(init: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.case import TensorSpec
+
+    extra = {"randint": {"low": -5, "high": 7, "dtype": "int32"}, "bernoulli": {"p": 0.3}}.get(init, {})
+    spec = TensorSpec.model_validate({"shape": [7, 300], "dtype": "bfloat16", "init": init, **extra})
+    one_generator = data.draw_tensor(spec, 123)  # 2100 elements: one chunk
+    monkeypatch.setattr(data, "DRAW_CHUNK", 256)  # now 9 chunks, drawn on several threads
+    chunked = data.draw_tensor(spec, 123)
+    assert torch.equal(chunked, data.draw_tensor(spec, 123))
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert torch.equal(chunked, data.draw_tensor(spec, 123))  # not the thread count
+    flat = chunked.view(-1)
+    assert torch.equal(flat[:256], one_generator.view(-1)[:256])  # chunk 0 is the seed's own
+    assert not torch.equal(flat[256:512], flat[512:768])  # each chunk has its own generator
+    assert not torch.equal(chunked, data.draw_tensor(spec, 124))
+    if init == "randint":
+        assert int(chunked.min()) >= -5 and int(chunked.max()) < 7
+    if init == "uniform":
+        assert float(chunked.min()) >= 0.0 and float(chunked.max()) <= 1.0

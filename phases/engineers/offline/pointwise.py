@@ -108,6 +108,9 @@ class Operand:
 
     def as_type(self, ctype: str) -> str:
         if self.ctype is None:
+            if ctype == "tl.int1" and self.scalar is not None:
+                # `mask & 1` is int32 and Triton deprecates non-boolean `where` conditions
+                return "True" if bool(self.scalar) else "False"
             if is_float_type(ctype) and isinstance(self.scalar, (int, bool)) and not isinstance(self.scalar, float):
                 return literal(float(self.scalar))
             return self.text
