@@ -195,21 +195,21 @@ def _parity(case: Case, out: list[torch.Tensor], ref: list[torch.Tensor] | None)
 
 
 def _peak_memory(forward: CaseForward) -> int | None:
-    """GPU memory one forward needs at its peak: one input set, the weights, and the most
-    the call allocated on top (outputs, workspaces). Other buffer sets, the reference and
-    the L2 flush buffer are not counted. None on the CPU (no per-call peak to attribute)."""
-    if forward.device != "cuda":
-        return None
-    resident = sum(t.numel() * t.element_size() for t in forward.inputs.tensors())
-    resident += sum(t.numel() * t.element_size()
-                    for t in forward.model.state_dict(keep_vars=True).values()
-                    if isinstance(t, torch.Tensor))
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    forward()
-    torch.cuda.synchronize()
-    return int(resident + torch.cuda.max_memory_allocated() - before)
+    """Memory one forward needs at its peak: one input set, the weights, and the most the
+    call allocated on top (outputs, intermediates; on the GPU also workspaces). Other buffer
+    sets, the reference and the L2 flush buffer are not counted (harness.memory)."""
+    from harness.memory import cpu_peak_bytes, cuda_peak_bytes
+
+    resident = forward.inputs.tensors() + [
+        t for t in forward.model.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor)]
+    if forward.device == "cuda":
+        return int(cuda_peak_bytes(forward, resident))
+    if forward.device == "cpu":
+        try:
+            return int(cpu_peak_bytes(forward, resident))
+        except Exception:  # a variant that cannot run under a dispatch mode: no figure
+            return None
+    return None
 
 
 def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool = False,

@@ -74,6 +74,8 @@ def test_execute_variant_writes_metrics(workspace: Path) -> None:
                                       "max_abs_err": 0.0}
     assert on_disk["environment"]["torch"] == torch.__version__
     assert metrics["latency_ms"] == lat
+    # inputs, weights and output at least; layer_norm and gelu each make one more 32 KB tensor
+    assert 66560 <= on_disk["peak_memory_bytes"] < 66560 + 3 * 32768
 
 
 def test_execute_variant_reports_a_mismatch(workspace: Path) -> None:
