@@ -32,12 +32,12 @@ def _child(code: str) -> float:
 
 def _print_stats(stats: pstats.Stats, top: int) -> None:
     """Harness and library functions by cumulative time, then the heaviest by own time."""
-    for sort, pattern in (("cumulative", "harness/|safetensors|triton/runtime|compiler|cuda/__init__"),
+    for sort, pattern in (("cumulative", "harness/|safetensors|triton/runtime|compiler|cuda/__init__|built-in method|method "),
                           ("tottime", "")):
         buf = io.StringIO()
         stats.stream = buf
         stats.sort_stats(sort).print_stats(pattern, top) if pattern else stats.sort_stats(sort).print_stats(top)
-        lines = [ln for ln in buf.getvalue().splitlines() if ln.strip() and "(" in ln and "/" in ln]
+        lines = [ln for ln in buf.getvalue().splitlines() if ln.strip() and ("(" in ln and "/" in ln or "{" in ln)]
         print(f"  -- by {sort}" + (f" ({pattern})" if pattern else ""))
         print("\n".join(lines[:top]), flush=True)
 
