@@ -10,6 +10,7 @@ by `graph.py`.
 from __future__ import annotations
 
 import operator
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,9 +92,12 @@ def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any]) -> 
             if dynamic:
                 ds = {"args": tuple(dims(a) for a in args), "kwargs": {k: dims(v) for k, v in kwargs.items()}}
                 ds = _match_signature(model, args, kwargs, ds)
-            with torch.no_grad():
+            with torch.no_grad(), warnings.catch_warnings():
+                # torch's own deprecation inside export's copy of the input spec: nothing a
+                # user can act on, and it was the one stray line in `kopt run`'s output
+                warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
                 ep = torch.export.export(model, tuple(args), kwargs, dynamic_shapes=ds)
-            return ep.run_decompositions(), dynamic
+                return ep.run_decompositions(), dynamic
         except Exception as err:  # noqa: BLE001 - any export failure: try static, then report
             errors.append(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
     raise EngineerError(f"torch.export could not capture the model ({errors[-1]})",
