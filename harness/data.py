@@ -99,8 +99,9 @@ def draw_tensor(spec: TensorSpec, seed: int) -> torch.Tensor:
         chunk_seed = (seed + (start // DRAW_CHUNK) * _GOLDEN) % (1 << 63) if start else seed
         flat[start:start + n].copy_(_draw_flat(spec, dtype, n, torch.Generator().manual_seed(chunk_seed)))
 
-    if len(chunks) == 1:
-        fill(0)
+    if len(chunks) <= 1:
+        for start in chunks:  # none for an empty tensor
+            fill(start)
     else:
         from concurrent.futures import ThreadPoolExecutor
 

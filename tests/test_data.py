@@ -198,3 +198,5 @@ def test_chunked_draws_depend_on_the_seed_only(init: str, monkeypatch: pytest.Mo
         assert int(chunked.min()) >= -5 and int(chunked.max()) < 7
     if init == "uniform":
         assert float(chunked.min()) >= 0.0 and float(chunked.max()) <= 1.0
+    empty = TensorSpec.model_validate({"shape": [0, 300], "dtype": "bfloat16", "init": init, **extra})
+    assert data.draw_tensor(empty, 123).shape == (0, 300)
