@@ -12,6 +12,8 @@ Nodes join greedily in graph order: a pointwise node joins the group of a produc
 reduction joins the group that computes its input (the prologue), a matmul anchors its own
 group that takes its pointwise epilogue. A join is refused when it would make the group
 graph cyclic or the dim maps disagree; the node then starts a group or stays in PyTorch.
+Afterwards, a matmul epilogue that only feeds another matmul's epilogue moves into it (the
+gated MLP's SiLU of the gate product runs where it meets the up product).
 """
 
 from __future__ import annotations
