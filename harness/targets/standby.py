@@ -20,6 +20,7 @@ another thread long after the one that finished the previous job is gone.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -27,7 +28,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-PARENT_ENV = "KOPT_WORKER_PARENT"
+from harness.worker import PARENT_ENV
 
 COLD_JOBS = frozenset({"reference"})
 """Jobs that always start a new process, after everything before them has exited."""
@@ -109,8 +110,6 @@ class Standby:
 def hand_over(proc: subprocess.Popen[str], job_dir: str, env: dict[str, str]) -> bool:
     """Give a waiting standby its job directory and the job's `KOPT_*` settings; False if it
     is gone."""
-    import json
-
     try:
         assert proc.stdin is not None
         proc.stdin.write(json.dumps({"job_dir": job_dir, "env": _late(env)}) + "\n")
