@@ -51,11 +51,14 @@ class LocalTarget:
     done (harness.targets.standby); the verifier's reference job always starts cold."""
 
     name = "local"
+    use_standby = True
+    """False inside a Ray task: its worker process is shared between tasks and may be killed
+    to re-queue one; a standby there would only hold memory on a cluster node. A class
+    default too, so that subclasses that set up their own state without calling
+    `__init__` (tests' flaky and gated targets) keep working."""
 
     def __init__(self, *, standby: bool = True) -> None:
         self.use_standby = standby
-        """False inside a Ray task: its worker process is shared between tasks and may be
-        killed to re-queue one; a standby there would only hold memory on a cluster node."""
 
     def run(self, job_dir: Path, *, timeout: float, env: dict[str, str] | None = None,
             on_line: LineSink | None = None) -> WorkerOutcome:
