@@ -109,6 +109,33 @@ def test_minus_inf_rows_and_lanes_match_pytorch(op: str, workspace: Path) -> Non
     assert torch.equal(got.isnan(), want.isnan())
 
 
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+def test_nan_and_plus_inf_propagate_like_pytorch(op: str, workspace: Path) -> None:
+    # the one-exp update never exponentiates the element against itself: a NaN or +inf
+    # element must still poison its row the way the two-pass form does
+    call = "torch.logsumexp(x, dim=-1, keepdim=True)" if op == "logsumexp" else f"torch.{op}(x, dim=-1)"
+    case = _case(workspace, f"nan_{op}", f"return {call}", [[6, 100]])
+    module = _load_candidate(generate_candidate(case).source, workspace, f"nan_{op}")
+    _force_loops(module)
+    torch.manual_seed(1)
+    x = torch.randn(6, 100)
+    x[0, 3] = float("nan")  # first block
+    x[1, 99] = float("nan")  # last, ragged block
+    x[2, 40] = float("inf")  # the new max is +inf: inf - inf is NaN in PyTorch
+    x[3, 0] = float("inf")
+    x[4, 50] = float("-inf")
+    got, want = _run_both(case, module, x)
+    assert torch.equal(got.isnan(), want.isnan()), (got, want)
+    torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
+
+
+def test_online_sum_takes_one_exp_per_element(workspace: Path) -> None:
+    result = generate_candidate(load_case("cross_entropy"))
+    looped = _looped(result.source, result.kernels[0]["name"])
+    loop = looped.split("for start in range(")[1].split("\n        r")[0]
+    assert loop.count("tl.exp(") == 1, loop
+
+
 def test_cross_entropy_with_minus_inf_logits(workspace: Path) -> None:
     case = load_case("cross_entropy")
     module = _load_candidate(generate_candidate(case, input_set="smoke").source, workspace, "ce_inf")

@@ -527,16 +527,21 @@ class _ReductionWriter(_Writer):
         inits += [f"acc_{o.total.name} = tl.zeros([BLOCK_SIZE], tl.float32)" for o in sums]
         e = self.fresh("e")
         self.emit(f"{e} = {self.masked_input(peak, scope)}")
-        self.emit("# online (single-pass) max/sum: per lane a running max, and a running sum rescaled")
-        self.emit("# by f(c * (old max - new max)) when the max grows; a lane that has seen only -inf")
-        self.emit("# shifts by 0 instead (no -inf - -inf = NaN)")
-        m_new, m_safe = self.fresh("m"), self.fresh("m")
+        self.emit("# online (single-pass) max/sum, one f per element: d = f(c * (min - max)) of the running")
+        self.emit("# max and the element; a new max rescales the lane's sum by d and adds f(0) = 1 (as")
+        self.emit("# 1 + (e - max): +inf gives NaN like the two-pass form), else the sum adds d. A lane that")
+        self.emit("# has seen only -inf shifts by 0 (no -inf - -inf = NaN); NaN propagates.")
+        m_new, m_safe, lo = self.fresh("m"), self.fresh("m"), self.fresh("m")
         self.emit(f"{m_new} = tl.maximum({acc_m}, {e})  # {peak.origin}: amax (running)")
         self.emit(f"{m_safe} = tl.where({m_new} == {_NEG_INF}, 0.0, {m_new})")
+        self.emit(f"{lo} = tl.minimum({acc_m}, {e}, propagate_nan=tl.PropagateNan.ALL)")
+        grew = self.fresh("g")
+        self.emit(f"{grew} = {e} > {acc_m}")
         for o in sums:
-            acc = f"acc_{o.total.name}"
-            self.emit(f"{acc} = {acc} * tl.{o.fn}({o.arg(f'{acc_m} - {m_safe}')}) + "
-                      f"tl.{o.fn}({o.arg(f'{e} - {m_safe}')})  # {o.total.origin}: sum (running)")
+            acc, d = f"acc_{o.total.name}", self.fresh("d")
+            self.emit(f"{d} = tl.{o.fn}({o.arg(f'{lo} - {m_safe}')})")
+            self.emit(f"{acc} = tl.where({grew}, {acc} * {d} + (1.0 + ({e} - {m_new})), {acc} + {d})"
+                      f"  # {o.total.origin}: sum (running)")
         self.emit(f"{acc_m} = {m_new}")
 
     def emit_select(self, sel: Node, idx: Operand, scope: _Scope,
@@ -710,9 +715,12 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
                 w.emit(f"{var} = tl.sum(acc_{red.name} * tl.{o.fn}({o.arg(f'{acc_m} - {ms}')}), axis=0)"
                        f"  # {red.origin}: the lanes' sums at the row's max")
                 g = w.value(o.shift, top).as_type("tl.float32")
-                total = w.fresh("r")
-                w.emit(f"{total} = {var} * tl.{o.fn}({o.arg(f'{ms} - {g}')})  # {red.origin}: sum, "
-                       "shifted by the model's own row value (1.0 where that is the max)")
+                shift, total = w.fresh("r"), w.fresh("r")
+                w.emit(f"{shift} = tl.{o.fn}({o.arg(f'{ms} - {g}')})  # {red.origin}: the shift to the "
+                       "model's own row value (1.0 where that is the max)")
+                # a +inf max: the sum is that one term, f(c * (inf - g)), +inf (logsumexp's g = 0)
+                # or NaN (g = the max, as in softmax), as PyTorch computes it
+                w.emit(f'{total} = tl.where({ms} == float("inf"), {shift}, {var} * {shift})  # {red.origin}: sum')
                 top.values[("val", red)] = Operand(total, compute_type(red.dtype))
                 continue
             w.emit(f"{var} = tl.{w.reduce_fn(red)}(acc_{red.name}, axis=0)")
