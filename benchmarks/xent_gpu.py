@@ -36,7 +36,7 @@ import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-_NEG_INF = -float("inf")
+_NEG_INF = tl.constexpr(-float("inf"))
 
 
 @triton.jit

@@ -527,21 +527,19 @@ class _ReductionWriter(_Writer):
         inits += [f"acc_{o.total.name} = tl.zeros([BLOCK_SIZE], tl.float32)" for o in sums]
         e = self.fresh("e")
         self.emit(f"{e} = {self.masked_input(peak, scope)}")
-        self.emit("# online (single-pass) max/sum, one f per element: d = f(c * (min - max)) of the running")
-        self.emit("# max and the element; a new max rescales the lane's sum by d and adds f(0) = 1 (as")
-        self.emit("# 1 + (e - max): +inf gives NaN like the two-pass form), else the sum adds d. A lane that")
-        self.emit("# has seen only -inf shifts by 0 (no -inf - -inf = NaN); NaN propagates.")
-        m_new, m_safe, lo = self.fresh("m"), self.fresh("m"), self.fresh("m")
+        self.emit("# online (single-pass) max/sum: per lane a running max, and a running sum rescaled")
+        self.emit("# by f(c * (old max - new max)) when the max grows; a lane that has seen only -inf")
+        self.emit("# shifts by 0 instead (no -inf - -inf = NaN)")
+        # Two f per element. One f (the smaller of running max and element through f against
+        # the larger, a select for which) was 9% slower on cross-entropy's 32000-wide rows: the
+        # loop is bound by its ALU work, not by the SFU (H100, 2026-11-23, BENCHMARKS.md 0.8).
+        m_new, m_safe = self.fresh("m"), self.fresh("m")
         self.emit(f"{m_new} = tl.maximum({acc_m}, {e})  # {peak.origin}: amax (running)")
         self.emit(f"{m_safe} = tl.where({m_new} == {_NEG_INF}, 0.0, {m_new})")
-        self.emit(f"{lo} = tl.minimum({acc_m}, {e}, propagate_nan=tl.PropagateNan.ALL)")
-        grew = self.fresh("g")
-        self.emit(f"{grew} = {e} > {acc_m}")
         for o in sums:
-            acc, d = f"acc_{o.total.name}", self.fresh("d")
-            self.emit(f"{d} = tl.{o.fn}({o.arg(f'{lo} - {m_safe}')})")
-            self.emit(f"{acc} = tl.where({grew}, {acc} * {d} + (1.0 + ({e} - {m_new})), {acc} + {d})"
-                      f"  # {o.total.origin}: sum (running)")
+            acc = f"acc_{o.total.name}"
+            self.emit(f"{acc} = {acc} * tl.{o.fn}({o.arg(f'{acc_m} - {m_safe}')}) + "
+                      f"tl.{o.fn}({o.arg(f'{e} - {m_safe}')})  # {o.total.origin}: sum (running)")
         self.emit(f"{acc_m} = {m_new}")
 
     def emit_select(self, sel: Node, idx: Operand, scope: _Scope,
