@@ -9,6 +9,7 @@ launcher clips KOPT_CONFIG; ONE_PASS is false for any row longer than the block)
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -52,8 +53,11 @@ def test_cross_entropy_reads_each_logit_once(workspace: Path) -> None:
     row_kernel = result.kernels[0]["name"]
     looped = _looped(result.source, row_kernel)
     assert ONLINE in looped
-    assert looped.count("tl.load(x0_ptr") == 1, looped  # the logits: one load, in one loop
     assert looped.count("for start in range(") == 1, looped  # no full-size output: no second pass
+    loop, after = looped.split("for start in range(")[1].split("\n        r", 1)
+    assert loop.count("tl.load(x0_ptr") == 1, loop  # the logits: one load, in one loop
+    assert "cr == " not in loop, loop  # the target's logit is not searched for element by element...
+    assert after.count("tl.load(x0_ptr") == 1, after  # ...but loaded once, after the loop
     module = _load_candidate(result.source, workspace, "ce_looped")
     _force_loops(module)
     _check_case(case, module, "smoke")  # 64 x 256: 16 blocks per row, then the mean kernel
@@ -180,3 +184,33 @@ def test_bf16_softmax_with_other_row_statistics(workspace: Path) -> None:
     module = _load_candidate(result.source, workspace, "bf16_soft")
     _force_loops(module)
     _check_case(case, module, "main")
+
+
+@pytest.mark.parametrize("body", [
+    # nll of log_softmax with ignored targets (targets draw from [-1, 40): -1 is ignored)
+    "return F.cross_entropy(x, t, ignore_index=-1, reduction='none')",
+    "return F.nll_loss(F.log_softmax(x * 0.5, dim=-1), t.clamp(min=0))",
+    # the selected column of a softmax (an exp of the input, picked by one load)
+    "return torch.softmax(x, dim=-1).gather(1, t.clamp(min=0)[:, None])",
+    # column-major logits: the selected column's load uses the row's own strides
+    "return F.cross_entropy(x.t().contiguous().t(), t.clamp(min=0))",
+    # the reduced dim is not the last one: classes along dim 0
+    "return torch.log_softmax(x.t(), dim=0).gather(0, t.clamp(min=0)[None, :])",
+])
+def test_selected_column_is_one_load_after_the_loop(body: str, workspace: Path) -> None:
+    d = workspace / f"pick{abs(hash(body)) % 10**6}"
+    d.mkdir()
+    (d / "model.py").write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                                "class Model(nn.Module):\n    def forward(self, x, t):\n        " + body + "\n")
+    (d / "manifest.yaml").write_text(
+        f"name: {d.name}\ninputs:\n  args:\n    - {{shape: [9, 40], dtype: float32, init: normal, std: 3.0}}\n"
+        "    - {shape: [9], dtype: int64, init: randint, low: -1, high: 40}\ndevice: cpu\n")
+    case = load_case_dir(d)
+    result = generate_candidate(case)
+    module = _load_candidate(result.source, workspace, d.name)
+    _force_loops(module)
+    for seed in (1, 2, 3):
+        _check_case(case, module, "main", seed)
+    looped = "".join(_looped(result.source, k["name"]) for k in result.kernels if k["kind"] == "reduction")
+    assert "cr == " not in looped, looped  # no per-element search for the selected column
+    assert re.search(r"tl\.load\(x0_ptr [^\n]*ci\d+", looped), looped  # one load at it

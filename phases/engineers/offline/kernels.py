@@ -36,6 +36,8 @@ from phases.engineers.offline.pointwise import (
 
 _NEUTRAL = {"sum": "0.0", "select": "0.0", "amax": '-float("inf")', "amin": 'float("inf")'}
 _NEG_INF = '-float("inf")'
+DIRECT = "direct"
+"""A select leaf read by one load at the selected column (see `emit_select`)."""
 
 
 @dataclass(frozen=True)
@@ -382,15 +384,17 @@ class _PointwiseWriter(_Writer):
 
 class _ReductionWriter(_Writer):
     one_pass = True
+    col, col_mask = "cr", "cmask"
+    """The reduced dim's coordinate and its mask in loads (a select's direct load swaps them)."""
 
     def coord(self, k: int) -> str:
         if k == self.g.rdim:
-            return "cr"
+            return self.col
         self.coords_needed.add(k)
         return f"c{k}"
 
     def load_mask(self, dm: DimMap) -> str | None:
-        return "cmask" if self.g.rdim in dm else None
+        return self.col_mask if self.g.rdim in dm else None
 
     def value(self, n: Node, scope: _Scope) -> Operand:
         if n.op not in REDUCTIONS:
@@ -545,13 +549,19 @@ class _ReductionWriter(_Writer):
     def emit_select(self, sel: Node, idx: Operand, scope: _Scope,
                     inits: list[str]) -> list[tuple[Any, str | None, Operand]]:
         """One loop step of a select: pick the elements its input is computed from at the
-        selected column `idx`. Returns (scope key, accumulator or None for a constant, operand)."""
-        hit = self.fresh("hit")
-        self.emit(f"{hit} = cmask & (cr == {idx.as_type('tl.int64')})  # {sel.origin}: the selected column")
+        selected column `idx`. Returns (scope key, accumulator, None for a constant or DIRECT
+        for an input loaded once after the loop, operand or the index)."""
         picked: list[tuple[Any, str | None, Operand]] = []
+        hit = ""
         for i, key in enumerate(self.select_leaves(sel)):
             kind, node, dm = key
-            op = self.load(node, dm, scope) if kind == "load" else self.generated(node, dm, scope)
+            if kind == "load":  # an input: one load at the selected column after the loop
+                picked.append((key, DIRECT, idx))
+                continue
+            if not hit:
+                hit = self.fresh("hit")
+                self.emit(f"{hit} = cmask & (cr == {idx.as_type('tl.int64')})  # {sel.origin}: the selected column")
+            op = self.generated(node, dm, scope)
             if op.ctype is None:
                 picked.append((key, None, op))
                 continue
@@ -569,6 +579,19 @@ class _ReductionWriter(_Writer):
         for key, acc, op in picked:
             if acc is None:
                 sub.values[key] = op
+                continue
+            if acc == DIRECT:
+                # one load at the selected column instead of a compare-select-add per element
+                # in the loop; an index outside the row reads 0, as no column matching would
+                _, node, dm = key
+                col, ok = self.fresh("ci"), self.fresh("cimask")
+                self.emit(f"{col} = {op.as_type('tl.int64')}  # {sel.origin}: the selected column")
+                self.emit(f"{ok} = ({col} >= 0) & ({col} < n_cols)")
+                self.col, self.col_mask = col, ok
+                try:
+                    sub.values[key] = self.load(node, dm, _Scope(top))
+                finally:
+                    self.col, self.col_mask = "cr", "cmask"
                 continue
             r = self.fresh("r")
             self.emit(f"{r} = tl.sum({acc}, axis=0)")
