@@ -525,25 +525,28 @@ class _ReductionWriter(_Writer):
         return eff
 
     def emit_online(self, peak: Node, sums: list[_OnlineSum], scope: _Scope, inits: list[str]) -> None:
-        """One loop step of an amax and the online sums that it stabilises."""
+        """One loop step of an amax and the online sums that it stabilises, per block: the
+        block's max first, then one f per element against the running max (scalars)."""
         acc_m = f"acc_{peak.name}"
-        inits.append(f"{acc_m} = tl.full([BLOCK_SIZE], {_NEG_INF}, tl.float32)")
-        inits += [f"acc_{o.total.name} = tl.zeros([BLOCK_SIZE], tl.float32)" for o in sums]
+        inits.append(f"{acc_m} = {_NEG_INF}")
+        inits += [f"acc_{o.total.name} = 0.0" for o in sums]
         e = self.fresh("e")
         self.emit(f"{e} = {self.masked_input(peak, scope)}")
-        self.emit("# online (single-pass) max/sum: per lane a running max, and a running sum rescaled")
-        self.emit("# by f(c * (old max - new max)) when the max grows; a lane that has seen only -inf")
-        self.emit("# shifts by 0 instead (no -inf - -inf = NaN)")
-        # Two f per element. One f (the smaller of running max and element through f against
-        # the larger, a select for which) was 9% slower on cross-entropy's 32000-wide rows: the
-        # loop is bound by its ALU work, not by the SFU (H100, 2026-11-23, BENCHMARKS.md 0.8).
+        self.emit("# online (single-pass) max/sum per block: the running max takes the block's max, the")
+        self.emit("# running sum is rescaled by f(c * (old max - new max)) and gains the block's terms;")
+        self.emit("# while the max is -inf it shifts by 0 instead (no -inf - -inf = NaN)")
+        # Per block, not per lane: cross-entropy's 32000-wide float32 rows ran 0.1924 ms (91.6%
+        # of the floor) with 4096-wide blocks and 8 warps vs 0.1957 ms for a running max and sum
+        # per lane (two f per element) at its best configuration (H100, 2026-11-23, call 18,
+        # benchmarks/xent_gpu.py). One f per lane and element, with a select for which side
+        # grew, was slower still (0.226 ms, call 16): the loop is bound by its ALU work.
         m_new, m_safe = self.fresh("m"), self.fresh("m")
-        self.emit(f"{m_new} = tl.maximum({acc_m}, {e})  # {peak.origin}: amax (running)")
+        self.emit(f"{m_new} = tl.maximum({acc_m}, tl.max({e}, axis=0))  # {peak.origin}: amax (running)")
         self.emit(f"{m_safe} = tl.where({m_new} == {_NEG_INF}, 0.0, {m_new})")
         for o in sums:
             acc = f"acc_{o.total.name}"
             self.emit(f"{acc} = {acc} * tl.{o.fn}({o.arg(f'{acc_m} - {m_safe}')}) + "
-                      f"tl.{o.fn}({o.arg(f'{e} - {m_safe}')})  # {o.total.origin}: sum (running)")
+                      f"tl.sum(tl.{o.fn}({o.arg(f'{e} - {m_safe}')}), axis=0)  # {o.total.origin}: sum (running)")
         self.emit(f"{acc_m} = {m_new}")
 
     def emit_select(self, sel: Node, idx: Operand, scope: _Scope,
@@ -732,9 +735,8 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
             var = w.fresh("r")
             if red in online:
                 o = online[red]
-                ms, acc_m = m_safe[o.peak], f"acc_{o.peak.name}"
-                w.emit(f"{var} = tl.sum(acc_{red.name} * tl.{o.fn}({o.arg(f'{acc_m} - {ms}')}), axis=0)"
-                       f"  # {red.origin}: the lanes' sums at the row's max")
+                ms = m_safe[o.peak]
+                w.emit(f"{var} = acc_{red.name}  # {red.origin}: the sum at the row's max")
                 g = w.value(o.shift, top).as_type("tl.float32")
                 shift, total = w.fresh("r"), w.fresh("r")
                 w.emit(f"{shift} = tl.{o.fn}({o.arg(f'{ms} - {g}')})  # {red.origin}: the shift to the "
@@ -744,7 +746,10 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
                 w.emit(f'{total} = tl.where({ms} == float("inf"), {shift}, {var} * {shift})  # {red.origin}: sum')
                 top.values[("val", red)] = Operand(total, compute_type(red.dtype))
                 continue
-            w.emit(f"{var} = tl.{w.reduce_fn(red)}(acc_{red.name}, axis=0)")
+            if red in sums_of:  # the running max is a scalar already
+                w.emit(f"{var} = acc_{red.name}  # {red.origin}: the row's max")
+            else:
+                w.emit(f"{var} = tl.{w.reduce_fn(red)}(acc_{red.name}, axis=0)")
             top.values[("val", red)] = Operand(var, compute_type(red.dtype))
             if red in sums_of:
                 ms = w.fresh("m")
@@ -779,10 +784,10 @@ ROW_BLOCK = 16384
 """The longest row a reduction keeps in registers in one block (the generated file's
 MAX_ROW_BLOCK); longer rows loop."""
 
-LOOP_DEFAULT = {"BLOCK_SIZE": 1024, "num_warps": 8}
-"""Rows longer than one block (ROW_BLOCK) loop: cross_entropy's 32000-wide float32 rows ran 0.206
-ms with 1024-wide blocks and 8 warps vs 0.320 ms with 16384 and 16 (H100, 2026-11-23,
-accelerator trials; 4096: 0.236 ms)."""
+LOOP_DEFAULT = {"BLOCK_SIZE": 4096, "num_warps": 8}
+"""Rows longer than one block (ROW_BLOCK) loop: cross_entropy's 32000-wide float32 rows ran
+0.1924 ms with 4096-wide blocks and 8 warps (block-wise online max/sum; 2048 x 8: 0.1928,
+1024 x 8: 0.2138, 1024 x 16: 0.3415; H100, 2026-11-23, call 18, benchmarks/xent_gpu.py)."""
 
 
 def _reduction_default(group: Group) -> dict[str, int]:
