@@ -101,12 +101,18 @@ def _inf_rows() -> torch.Tensor:
     return x
 
 
+def _row_op_case(workspace: Path, name: str, op: str):
+    """A softmax-family op over rows of 100, and its candidate forced onto the looped path."""
+    call = "torch.logsumexp(x, dim=-1, keepdim=True)" if op == "logsumexp" else f"torch.{op}(x, dim=-1)"
+    case = _case(workspace, name, f"return {call}", [[6, 100]])
+    module = _load_candidate(generate_candidate(case).source, workspace, name)
+    _force_loops(module)
+    return case, module
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
 def test_minus_inf_rows_and_lanes_match_pytorch(op: str, workspace: Path) -> None:
-    call = "torch.logsumexp(x, dim=-1, keepdim=True)" if op == "logsumexp" else f"torch.{op}(x, dim=-1)"
-    case = _case(workspace, f"inf_{op}", f"return {call}", [[6, 100]])
-    module = _load_candidate(generate_candidate(case).source, workspace, f"inf_{op}")
-    _force_loops(module)
+    case, module = _row_op_case(workspace, f"inf_{op}", op)
     got, want = _run_both(case, module, _inf_rows())
     # PyTorch: softmax/log_softmax of an all -inf row are NaN, its logsumexp is -inf
     torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
@@ -116,10 +122,7 @@ def test_minus_inf_rows_and_lanes_match_pytorch(op: str, workspace: Path) -> Non
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
 def test_nan_and_plus_inf_propagate_like_pytorch(op: str, workspace: Path) -> None:
     # a NaN or +inf element poisons its row as in PyTorch; logsumexp of a row with +inf is +inf
-    call = "torch.logsumexp(x, dim=-1, keepdim=True)" if op == "logsumexp" else f"torch.{op}(x, dim=-1)"
-    case = _case(workspace, f"nan_{op}", f"return {call}", [[6, 100]])
-    module = _load_candidate(generate_candidate(case).source, workspace, f"nan_{op}")
-    _force_loops(module)
+    case, module = _row_op_case(workspace, f"nan_{op}", op)
     torch.manual_seed(1)
     x = torch.randn(6, 100)
     x[0, 3] = float("nan")  # first block
