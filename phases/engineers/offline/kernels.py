@@ -537,7 +537,8 @@ class _ReductionWriter(_Writer):
         self.emit("# while the max is -inf it shifts by 0 instead (no -inf - -inf = NaN)")
         # Per block, not per lane: cross-entropy's 32000-wide float32 rows ran 0.1924 ms (91.6%
         # of the floor) with 4096-wide blocks and 8 warps vs 0.1957 ms for a running max and sum
-        # per lane (two f per element) at its best configuration (H100, 2026-11-23, call 18,
+        # per lane (two f per element) at its best configuration, both with the selected column's
+        # one load (H100, 2026-11-23, call 18,
         # benchmarks/xent_gpu.py). One f per lane and element, with a select for which side
         # grew, was slower still (0.226 ms, call 16): the loop is bound by its ALU work.
         m_new, m_safe = self.fresh("m"), self.fresh("m")
