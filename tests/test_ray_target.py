@@ -126,6 +126,8 @@ def test_output_lines_stream_while_the_task_runs(runtime: RayTarget, workspace: 
                           on_line=lambda line: arrived.append((time.time(), line)))
     assert outcome.ok, outcome.output_tail
     assert [line for _, line in arrived] == ["echo: tick"] * 3  # each once, in order
-    # the first line came back while the worker still had 3 s of sleeping to do
+    # the first line came back while the worker still had 3 s of sleeping to do, and the lines
+    # did not arrive together at the end (printed 3 s apart; under a loaded CI machine the
+    # first one's delivery has been seen 1.5 s late, so the spread asked for is 1 s)
     assert arrived[0][0] < outcome.extra["ended_at"] - 2.0
-    assert arrived[-1][0] - arrived[0][0] > 2.0
+    assert arrived[-1][0] - arrived[0][0] > 1.0
