@@ -5,6 +5,8 @@ cross-entropy fusion. Speed itself is measured by benchmarks/offline_gpu.py on a
 
 from __future__ import annotations
 
+import itertools
+import math
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,23 @@ def test_cross_entropy_is_a_row_kernel_and_a_mean_kernel(workspace: Path) -> Non
     module = _load_candidate(result.source, workspace, "ce")
     _check_case(case, module, "smoke")
     _check_case(case, module, "shape0")
+
+
+@pytest.mark.parametrize("name, n_cols", [("layernorm_gelu", 4096), ("softmax", 8192),
+                                          ("causal_softmax", 2048), ("cross_entropy", 32000)])
+def test_every_declared_reduction_config_launches_a_different_kernel(
+        name: str, n_cols: int, workspace: Path) -> None:
+    # the accelerator times what KOPT_TUNABLES declares: at the traced row width each
+    # configuration must reach the launch as written (2026-11-23's runs "tried" 12 settings
+    # of layernorm_gelu that the launcher clipped to one 4-warp kernel)
+    module = _load_candidate(generate_candidate(load_case(name)).source, workspace, f"{name}_space")
+    kernel = next(k for k in module.KOPT_CONFIG if k.startswith("_g0_"))
+    default, space = dict(module.KOPT_CONFIG[kernel]), module.KOPT_TUNABLES[kernel]
+    assert all(default[p] in values for p, values in space.items())
+    launched = set()
+    for values in itertools.product(*space.values()):
+        module.KOPT_CONFIG[kernel] = {**default, **dict(zip(space, values, strict=True))}
+        cfg = module._launch_config(kernel, "reduction", n_cols)
+        assert {p: cfg[p] for p in space} == dict(zip(space, values, strict=True))
+        launched.add(tuple(sorted(cfg.items())))
+    assert len(launched) == math.prod(len(v) for v in space.values()) > 1
