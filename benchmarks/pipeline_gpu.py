@@ -15,6 +15,7 @@ the run is cancelled cleanly) and its row says so. Timings are CUDA events on th
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -89,6 +90,16 @@ class _PartTimer:
         return out
 
 
+def _print_failure(details: dict) -> None:
+    """The integrator's failed checks and timing errors, for a run that did not verify."""
+    for check in details["verification"].get("checks") or []:
+        if not check.get("passed", check.get("ok", True)):
+            print(f"  failed check: {json.dumps(check, default=str)[:600]}", flush=True)
+    for key, value in details["timing"].items():
+        if key.endswith("_error") and value:
+            print(f"  {key}: {value}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--iterations", type=int, default=1)
@@ -110,7 +121,7 @@ def main() -> int:
     import torch
 
     from harness.case import Case, list_cases
-    from phases.events import ITERATION, PHASE_FAILED, PHASE_FINISHED, PHASE_STARTED, Event
+    from phases.events import ITERATION, LOG, PHASE_FAILED, PHASE_FINISHED, PHASE_STARTED, Event
     from phases.history import get_run, init_workspace
     from phases.manifest import read_manifest
     from phases.pipeline import run_pipeline
@@ -135,7 +146,9 @@ def main() -> int:
             phase_t0[e.phase] = now
         if e.kind in (PHASE_FINISHED, PHASE_FAILED) and e.phase in phase_t0:
             phase_s[e.phase] = now - phase_t0.pop(e.phase)
-        if e.kind in (ITERATION, PHASE_FINISHED, PHASE_FAILED):
+        # a phase's failure lines ("failed: ...", "... was not timed: ...") say why
+        why = e.kind == LOG and (e.message.startswith("failed") or "not timed" in e.message)
+        if e.kind in (ITERATION, PHASE_FINISHED, PHASE_FAILED) or why:
             print(f"  [{now - started:6.1f}s] {e.phase}: {e.message}", flush=True)
 
     def phases_col() -> str:
@@ -175,6 +188,8 @@ def main() -> int:
             p = m.details["timing"].get("pct_of_floor")
             pct = "-" if p is None else f"{p:.1f}%"
             commit = str(m.details["approval"].get("commit") or "-")[:10]
+            if m.status != "verified":
+                _print_failure(m.details)
         acc = home / "manifests" / r.run_id / "accelerator.json"
         if acc.is_file():
             details = read_manifest(acc).details
