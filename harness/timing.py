@@ -80,8 +80,14 @@ GPU_LONG_MIN_SECONDS = 3.0
 CPU_MIN_ITERS, CPU_MAX_ITERS, CPU_MAX_SECONDS, CPU_WARMUP = 3, 30, 3.0, 1
 # Samples are read back in batches: fewer device-wide syncs, queue never runs dry.
 BATCH = 10
-# Calls timed by wall clock around fn(); synchronize() for the deferred-work check.
+# Calls timed by wall clock around fn(); synchronize() for the deferred-work check...
 WALL_CHECK_CALLS = 5
+# ...and the calls added before a suspicion becomes a refusal: host jitter (a busy VM, a
+# garbage collection, a worker importing torch beside this one) slows some calls, work left
+# on a side stream slows every one. 2026-11-24, H100: an honest torch.compile of rmsnorm,
+# 0.0975 ms by events, was refused in a pipeline run at a fastest-of-5 wall time of 0.3884 ms
+# (and a layernorm_gelu kernel, likely the same way, in another run).
+WALL_RECHECK_CALLS = 50
 # Flush buffer floor when the GPU does not report its L2 size (H100: 50 MiB L2).
 FALLBACK_L2_BYTES = 128 * 2**20
 # 95% two-sided normal quantile, for the order-statistics interval of the median.
@@ -129,10 +135,25 @@ class Timing:
         """
         if self.sync_wall_ms is None:
             return None
-        if self.sync_wall_ms > 2.0 * self.median_ms + 0.05:
+        if _misses_work(self.sync_wall_ms, self.median_ms):
             return (f"events saw {self.median_ms:.4f} ms but fn + device-wide synchronize took "
                     f"{self.sync_wall_ms:.4f} ms: work on a side stream or left unfinished")
         return None
+
+
+def _misses_work(sync_wall_ms: float, median_ms: float) -> bool:
+    """The events' median is too fast for the synchronized wall clock."""
+    return sync_wall_ms > 2.0 * median_ms + 0.05
+
+
+def fastest_sync_wall_ms(wall_call: Callable[[], float], median_ms: float) -> float:
+    """The fastest of WALL_CHECK_CALLS `fn(); synchronize()` wall times, taken over
+    WALL_RECHECK_CALLS more when those look like work the events missed: the fastest call
+    shows what every call costs, so a refusal needs every call of the larger sample slow."""
+    walls = [wall_call() for _ in range(WALL_CHECK_CALLS)]
+    if _misses_work(min(walls), median_ms):
+        walls += [wall_call() for _ in range(WALL_RECHECK_CALLS)]
+    return min(walls)
 
 
 def clock_identities() -> dict[str, int]:
@@ -322,15 +343,15 @@ def _time_cuda(fn: Callable[[], Any], *, rotate: Callable[[int], None] | None, f
                        max_iters=max_iters, rel_err_target=rel_err_target,
                        max_seconds=max_seconds, min_seconds=min_seconds)
 
-    walls: list[float] = []
-    for _ in range(WALL_CHECK_CALLS):
+    def wall_call() -> float:
+        nonlocal i
         prepare(i)
+        i += 1
         _cuda_synchronize()
         t0 = _perf_counter()
         fn()
         _cuda_synchronize()
-        walls.append((_perf_counter() - t0) * 1e3)
-        i += 1
-    # The fastest of the wall-clock calls: work left on a side stream or after the end event
-    # shows in every call, while host jitter (a busy VM) only inflates some of them.
-    return _summarize(times, timing_label("cuda"), calls, reason, sync_wall_ms=min(walls))
+        return (_perf_counter() - t0) * 1e3
+
+    return _summarize(times, timing_label("cuda"), calls, reason,
+                      sync_wall_ms=fastest_sync_wall_ms(wall_call, quantile(sorted(times), 0.5)))

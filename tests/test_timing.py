@@ -124,6 +124,34 @@ def test_deferred_work_check_flags_events_that_miss_the_work() -> None:
     assert "side stream" in (side_stream.deferred_work_suspected() or "")
 
 
+def test_host_jitter_in_the_wall_check_is_not_a_refusal() -> None:
+    # 2026-11-24, H100: an honest torch.compile (0.0975 ms by events) was refused when all
+    # five wall-clock calls of the check ran slow; work the events miss slows every call
+    def walls(values: list[float]):
+        it = iter(values)
+        taken: list[float] = []
+
+        def call() -> float:
+            taken.append(next(it))
+            return taken[-1]
+        return call, taken
+
+    jitter, taken = walls([0.39] * timing.WALL_CHECK_CALLS + [0.11] * timing.WALL_RECHECK_CALLS)
+    fastest = timing.fastest_sync_wall_ms(jitter, 0.0975)
+    assert fastest == 0.11 and len(taken) == timing.WALL_CHECK_CALLS + timing.WALL_RECHECK_CALLS
+    assert Timing(0.0975, 0.097, 0.098, 100, 0.001, "cuda-events",
+                  sync_wall_ms=fastest).deferred_work_suspected() is None
+
+    side_stream, _ = walls([0.39] * (timing.WALL_CHECK_CALLS + timing.WALL_RECHECK_CALLS))
+    fastest = timing.fastest_sync_wall_ms(side_stream, 0.0975)
+    assert "side stream" in (Timing(0.0975, 0.097, 0.098, 100, 0.001, "cuda-events",
+                                    sync_wall_ms=fastest).deferred_work_suspected() or "")
+
+    quiet, taken = walls([0.12] * timing.WALL_CHECK_CALLS)
+    assert timing.fastest_sync_wall_ms(quiet, 0.0975) == 0.12
+    assert len(taken) == timing.WALL_CHECK_CALLS  # no recheck when nothing looks wrong
+
+
 @pytest.mark.gpu
 def test_gpu_timer_and_side_stream_detection() -> None:
     a = torch.randn(4096, 4096, device="cuda")
@@ -182,7 +210,9 @@ def test_gpu_loop_logic_with_fake_events(monkeypatch: pytest.MonkeyPatch) -> Non
     assert t.stop_reason == "converged" and t.samples in (10, 20)
     assert 0.4 <= t.median_ms < 20
     assert t.sync_wall_ms is not None and t.deferred_work_suspected() is None
-    assert log.count("call") == t.warmup + t.samples + timing.WALL_CHECK_CALLS
+    # the wall-clock check's five calls, and fifty more only when those look slow
+    assert log.count("call") - t.warmup - t.samples in (
+        timing.WALL_CHECK_CALLS, timing.WALL_CHECK_CALLS + timing.WALL_RECHECK_CALLS)
     calls = [k for k, entry in enumerate(log) if entry == "call"]
     last_warm, first_timed = calls[t.warmup - 1], calls[t.warmup]
     assert "sync" in log[last_warm:first_timed]  # warm-up finished before timing began
