@@ -127,7 +127,7 @@ def test_output_lines_stream_while_the_task_runs(runtime: RayTarget, workspace: 
     assert outcome.ok, outcome.output_tail
     assert [line for _, line in arrived] == ["echo: tick"] * 3  # each once, in order
     # the first line came back while the worker still had 3 s of sleeping to do, and the lines
-    # did not arrive together at the end (printed 3 s apart; under a loaded CI machine the
-    # first one's delivery has been seen 1.5 s late, so the spread asked for is 1 s)
+    # did not arrive in one batch at the end (printed 3 s apart; on a loaded 2-core machine the
+    # first one's delivery has been seen 1.5 s and 2.5 s late: spreads of 1.5 s and 0.5 s)
     assert arrived[0][0] < outcome.extra["ended_at"] - 2.0
-    assert arrived[-1][0] - arrived[0][0] > 1.0
+    assert arrived[-1][0] - arrived[0][0] > 0.25

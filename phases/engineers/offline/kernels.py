@@ -821,12 +821,13 @@ def _reduction_tunables(group: Group) -> dict[str, list[int]]:
     """The accelerator's search space at the traced row width, holding only values that
     launch different kernels there. A row in one block has nothing to gain from a smaller
     block (it would loop, reading the row up to three times), so only its warps vary:
-    those giving each thread 4 to 64 of the row's elements."""
+    those giving each thread 1 to 64 of the row's elements (a 64-wide row: 1 or 2 warps
+    besides the default 4)."""
     n_cols = _row_width(group)
     if n_cols > ROW_BLOCK:
         return {"BLOCK_SIZE": [1024, 2048, 4096, 8192, 16384], "num_warps": [4, 8, 16]}
     block = max(16, _next_pow2(n_cols))
-    warps = [w for w in (1, 2, 4, 8, 16, 32) if 4 <= block // (32 * w) <= 64]
+    warps = [w for w in (1, 2, 4, 8, 16, 32) if 1 <= block // (32 * w) <= 64]
     default = _one_pass_warps(n_cols)
     return {"num_warps": sorted(set(warps) | {default})}
 
