@@ -90,11 +90,11 @@ class _PartTimer:
         return out
 
 
-def _print_failure(details: dict) -> None:
+def _print_why(details: dict) -> None:
     """The integrator's failed checks and the reason any variant has no median (a verified
     run can still lack torch.compile's figure)."""
     for check in details["verification"].get("checks") or []:
-        if not check.get("passed", check.get("ok", True)):
+        if not check["passed"]:
             print(f"  failed check: {json.dumps(check, default=str)[:600]}", flush=True)
     for key, value in details["timing"].items():
         if key.endswith("_error") and value:
@@ -189,7 +189,7 @@ def main() -> int:
             p = m.details["timing"].get("pct_of_floor")
             pct = "-" if p is None else f"{p:.1f}%"
             commit = str(m.details["approval"].get("commit") or "-")[:10]
-            _print_failure(m.details)
+            _print_why(m.details)
         acc = home / "manifests" / r.run_id / "accelerator.json"
         if acc.is_file():
             details = read_manifest(acc).details
