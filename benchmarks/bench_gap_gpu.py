@@ -23,12 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> int:
     import torch
 
-    from harness.case import load_case
-    from harness.data import agent_provide_inputs, agent_provide_weights, instantiate
-    from harness.jobs.candidate import _load_candidate
-    from harness.timing import time_callable
-    from harness.verification import guards
-    from phases.engineers.offline.engineer import generate_candidate
+    from kopt.harness.case import load_case
+    from kopt.harness.data import agent_provide_inputs, agent_provide_weights, instantiate
+    from kopt.harness.jobs.candidate import _load_candidate
+    from kopt.harness.timing import time_callable
+    from kopt.harness.verification import guards
+    from kopt.phases.engineers.offline.engineer import generate_candidate
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", default="layernorm_gelu")
@@ -84,9 +84,9 @@ def main() -> int:
     guards.take_baseline()  # imports torch._dynamo
     row("+ torch._dynamo imported")
 
-    from harness.bench import bench_case
-    from harness.runner import measure_variant
-    from harness.tune import time_trials
+    from kopt.harness.bench import bench_case
+    from kopt.harness.runner import measure_variant
+    from kopt.harness.tune import time_trials
 
     m = measure_variant(case, path, device="cuda")
     tr = time_trials(case, [path], device="cuda", input_set="main")

@@ -60,8 +60,8 @@ def _within(out: Any, ref: Any, tol: Any) -> bool:
 def check_case(case: Any, input_set: str) -> dict[str, Any]:
     import torch
 
-    from harness.data import agent_provide_inputs, build_model
-    from harness.tolerance import tolerance_for
+    from kopt.harness.data import agent_provide_inputs, build_model
+    from kopt.harness.tolerance import tolerance_for
 
     _set_precision(case.manifest.precision)
     torch._dynamo.reset()
@@ -102,9 +102,9 @@ def check_case(case: Any, input_set: str) -> dict[str, Any]:
 def check_kernelbench(file: Path, workspace: Path) -> dict[str, Any]:
     import torch
 
-    from harness.case import load_case_dir
-    from harness.data import agent_provide_inputs, build_model
-    from harness.kernelbench import import_kernelbench
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.data import agent_provide_inputs, build_model
+    from kopt.harness.kernelbench import import_kernelbench
 
     case = load_case_dir(import_kernelbench(file, out=workspace / "cases" / file.stem))
     model = build_model(case, "main", device="cuda")
@@ -127,7 +127,7 @@ def main() -> int:
 
     import torch
 
-    from harness.case import list_cases
+    from kopt.harness.case import list_cases
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)

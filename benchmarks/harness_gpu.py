@@ -36,8 +36,8 @@ MAX_SPREAD_PCT = 1.0
 def _noise(case: Any, repeats: int, device: str) -> dict[str, Any]:
     import torch
 
-    from harness.runner import make_case_forward
-    from harness.timing import time_callable
+    from kopt.harness.runner import make_case_forward
+    from kopt.harness.timing import time_callable
 
     fwd = make_case_forward(case, device=device)
     fwd.attach_buffer_sets()
@@ -64,7 +64,7 @@ def _timer_selfcheck() -> dict[str, Any]:
     without (the flush works); matmuls on a side stream are flagged, on the current stream not."""
     import torch
 
-    from harness.timing import time_callable
+    from kopt.harness.timing import time_callable
 
     src = torch.randn(2 * 2**20, device="cuda")  # 8 MiB: fits in L2 when not flushed
     dst = torch.empty_like(src)
@@ -115,10 +115,10 @@ def main() -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("harness_gpu.py needs a CUDA GPU (torch sees none)", file=sys.stderr)
         return 2
-    from harness.case import Case, list_cases
-    from harness.environment import describe_environment
-    from harness.roofline import ceilings
-    from harness.runner import measure_variant
+    from kopt.harness.case import Case, list_cases
+    from kopt.harness.environment import describe_environment
+    from kopt.harness.roofline import ceilings
+    from kopt.harness.runner import measure_variant
 
     started = time.monotonic()
     env = describe_environment()

@@ -23,8 +23,8 @@ import triton
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.case import load_case  # noqa: E402
-from phases.engineers.offline import generate_candidate  # noqa: E402
+from kopt.harness.case import load_case  # noqa: E402
+from kopt.phases.engineers.offline import generate_candidate  # noqa: E402
 
 GELU = re.compile(r"\((0\.5 \* (v\d+) \* \(1\.0 \+ _erf\(\2 \* 0\.7071067811865476\)\))\)")
 STORE = re.compile(r"_to_bf16\((v\d+)\), mask=cmask\)")

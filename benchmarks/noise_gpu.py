@@ -71,9 +71,9 @@ def main() -> int:
 
     import torch
 
-    from harness.case import load_case
-    from harness.runner import make_case_forward
-    from harness.timing import time_callable
+    from kopt.harness.case import load_case
+    from kopt.harness.runner import make_case_forward
+    from kopt.harness.timing import time_callable
 
     if not torch.cuda.is_available():
         print("no CUDA GPU: this benchmark needs one", file=sys.stderr)

@@ -34,12 +34,12 @@ import triton
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.case import load_case  # noqa: E402
-from harness.compare import compare_outputs  # noqa: E402
-from harness.data import agent_provide_inputs, build_model  # noqa: E402
-from harness.runner import apply_precision  # noqa: E402
-from harness.tolerance import tolerance_for  # noqa: E402
-from phases.engineers.offline import generate_candidate  # noqa: E402
+from kopt.harness.case import load_case  # noqa: E402
+from kopt.harness.compare import compare_outputs  # noqa: E402
+from kopt.harness.data import agent_provide_inputs, build_model  # noqa: E402
+from kopt.harness.runner import apply_precision  # noqa: E402
+from kopt.harness.tolerance import tolerance_for  # noqa: E402
+from kopt.phases.engineers.offline import generate_candidate  # noqa: E402
 
 COPY_GBPS = 3000.0  # H100 SXM device copy, unless harness.roofline measured it
 BF16_TFLOPS = 790.0
@@ -73,7 +73,7 @@ def _floor_ms(nbytes: float, flops: float, dtype: torch.dtype) -> float:
 def _measured_floor_ms(case) -> float | None:
     """The floor at this GPU's measured ceilings (harness.roofline), or None."""
     try:
-        from harness import roofline
+        from kopt.harness import roofline
 
         ceil = roofline.ceilings("cuda")
         cost = roofline.case_cost(case, "main")

@@ -92,11 +92,11 @@ def main() -> int:
 
     import torch
 
-    from harness import verify
-    from harness.case import load_case
-    from harness.job import stage_job
-    from harness.targets.local import LocalTarget
-    from phases.engineers.offline import generate_candidate
+    from kopt.harness import verify
+    from kopt.harness.case import load_case
+    from kopt.harness.job import stage_job
+    from kopt.harness.targets.local import LocalTarget
+    from kopt.phases.engineers.offline import generate_candidate
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     target = LocalTarget()
@@ -144,7 +144,7 @@ def main() -> int:
         print(f"== verify_candidate {name} run {rep}: {total:.2f} s, accepted={report.accepted}")
         for k, v in sorted(parts.items(), key=lambda kv: -sum(kv[1])):
             print(f"  {k:24s} {sum(v):6.2f} s / {len(v)}", flush=True)
-    from harness.runner import measure_variant
+    from kopt.harness.runner import measure_variant
 
     t0 = time.monotonic()
     m = measure_variant(case, cand, device=dev, keep_job=True)
@@ -153,7 +153,7 @@ def main() -> int:
 
     jobs = sorted((home / ".kopt" / "jobs").glob("*")) if (home / ".kopt" / "jobs").is_dir() else []
     if not jobs:
-        from harness.paths import kopt_dir
+        from kopt.harness.paths import kopt_dir
         jobs = sorted((kopt_dir() / "jobs").glob("*"))
     sizes = {j.name: sum(f.stat().st_size for f in j.rglob("*") if f.is_file()) for j in jobs}
     for j in jobs:

@@ -38,20 +38,20 @@ class _PartTimer:
     verification's seconds include its worker jobs)."""
 
     PARTS = {
-        "harness.verify": ["plan_draws", "verify_candidates"],
-        "harness.job": ["stage_job"],
-        "harness.runner": ["measure_variant"],
-        "harness.tune": ["time_trials"],
-        "harness.data": ["agent_provide_weights", "agent_provide_inputs"],
-        "phases.engineers.offline.engineer": ["generate_candidate"],
+        "kopt.harness.verify": ["plan_draws", "verify_candidates"],
+        "kopt.harness.job": ["stage_job"],
+        "kopt.harness.runner": ["measure_variant"],
+        "kopt.harness.tune": ["time_trials"],
+        "kopt.harness.data": ["agent_provide_weights", "agent_provide_inputs"],
+        "kopt.phases.engineers.offline.engineer": ["generate_candidate"],
     }
 
     def __init__(self) -> None:
         import importlib
         import json
 
-        from harness.targets.local import LocalTarget
-        from harness.verify import _Judge
+        from kopt.harness.targets.local import LocalTarget
+        from kopt.harness.verify import _Judge
 
         self.totals: dict[str, list[float]] = {}
         for mod_name, names in self.PARTS.items():
@@ -121,11 +121,11 @@ def main() -> int:
 
     import torch
 
-    from harness.case import Case, list_cases
-    from phases.events import ITERATION, LOG, PHASE_FAILED, PHASE_FINISHED, PHASE_STARTED, Event
-    from phases.history import get_run, init_workspace
-    from phases.manifest import read_manifest
-    from phases.pipeline import run_pipeline
+    from kopt.harness.case import Case, list_cases
+    from kopt.phases.events import ITERATION, LOG, PHASE_FAILED, PHASE_FINISHED, PHASE_STARTED, Event
+    from kopt.phases.history import get_run, init_workspace
+    from kopt.phases.manifest import read_manifest
+    from kopt.phases.pipeline import run_pipeline
 
     if not torch.cuda.is_available():
         print("no CUDA GPU: this benchmark needs one", file=sys.stderr)

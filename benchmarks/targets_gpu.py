@@ -26,7 +26,7 @@ os.environ.setdefault("KOPT_HOME", tempfile.mkdtemp(prefix="kopt-targets-bench-"
 
 
 def echo(slot: Any) -> dict[str, Any]:
-    from harness.job import stage_job
+    from kopt.harness.job import stage_job
 
     t0 = time.perf_counter()
     outcome = slot.run(stage_job("echo", {"message": "gpu?"}), timeout=300)
@@ -39,9 +39,9 @@ def echo(slot: Any) -> dict[str, Any]:
 def main() -> int:
     import torch
 
-    from harness.parallel import evaluate_many, slots_of
-    from harness.targets.local import LocalTarget
-    from workbench.commands.targets import check_target
+    from kopt.harness.parallel import evaluate_many, slots_of
+    from kopt.harness.targets.local import LocalTarget
+    from kopt.workbench.commands.targets import check_target
 
     rows: list[tuple[str, str, str]] = []
     failed = False
@@ -71,7 +71,7 @@ def main() -> int:
     try:
         import ray  # noqa: F401
 
-        from harness.targets.ray import RayTarget
+        from kopt.harness.targets.ray import RayTarget
     except ImportError:
         rows.append(("ray://local", "skipped", "ray is not installed (pip install 'kopt[ray]')"))
     else:

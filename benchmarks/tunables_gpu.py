@@ -27,12 +27,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from offline_gpu import _measured_floor_ms  # noqa: E402
 
-from harness.case import load_case  # noqa: E402
-from harness.compare import compare_outputs  # noqa: E402
-from harness.data import agent_provide_inputs, build_model  # noqa: E402
-from harness.runner import apply_precision  # noqa: E402
-from harness.tolerance import tolerance_for  # noqa: E402
-from phases.engineers.offline import generate_candidate  # noqa: E402
+from kopt.harness.case import load_case  # noqa: E402
+from kopt.harness.compare import compare_outputs  # noqa: E402
+from kopt.harness.data import agent_provide_inputs, build_model  # noqa: E402
+from kopt.harness.runner import apply_precision  # noqa: E402
+from kopt.harness.tolerance import tolerance_for  # noqa: E402
+from kopt.phases.engineers.offline import generate_candidate  # noqa: E402
 
 
 def configs(tunables: dict, default: dict, cap: int) -> list[dict]:

@@ -112,8 +112,8 @@ def _fmt(v: object, spec: str) -> str:
 
 
 def part_verify(tmp: Path, lines: list[str], device: str = "cuda", case: str = "layernorm_gelu") -> None:
-    from harness.bench import bench_case
-    from harness.verify import verify_candidate
+    from kopt.harness.bench import bench_case
+    from kopt.harness.verify import verify_candidate
 
     lines += ["", "### GPU cheats (layernorm_gelu, 16384x4096 bf16)", "",
               "| candidate | verify | failed checks | first failure | bench --unverified | verify s |",
@@ -140,7 +140,7 @@ def part_verify(tmp: Path, lines: list[str], device: str = "cuda", case: str = "
 
 def part_bench(lines: list[str], compile_row: bool, device: str = "cuda",
                benches: list[tuple[str, list[str]]] = BENCHES) -> None:
-    from harness.bench import bench_case
+    from kopt.harness.bench import bench_case
 
     for case, names in benches:
         t0 = time.monotonic()

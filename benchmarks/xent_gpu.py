@@ -266,7 +266,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU: run with --smoke on a CPU", file=sys.stderr)
         return 2
-    from harness import roofline
+    from kopt.harness import roofline
 
     n, v = args.rows, args.cols
     xs = [torch.randn(n, v, device="cuda") * 2.0 for _ in range(3)]

@@ -17,16 +17,16 @@ from typing import Any
 
 import torch
 
-from harness.case import Case, TensorSpec, load_case
-from harness.compare import compare_outputs
-from harness.data import agent_provide_weights, draw_tensor
-from harness.device import default_input_set, resolve_device, timing_label, worker_env
-from harness.errors import BadInputError
-from harness.job import as_target, candidate_files, cleanup, stage_job
-from harness.targets.base import LineSink, Target
-from harness.tolerance import tolerance_for
-from harness.verification.tensors import input_keys, load_outputs
-from harness.verify import DEFAULT_TIMEOUT_S, verify_candidates
+from kopt.harness.case import Case, TensorSpec, load_case
+from kopt.harness.compare import compare_outputs
+from kopt.harness.data import agent_provide_weights, draw_tensor
+from kopt.harness.device import default_input_set, resolve_device, timing_label, worker_env
+from kopt.harness.errors import BadInputError
+from kopt.harness.job import as_target, candidate_files, cleanup, stage_job
+from kopt.harness.targets.base import LineSink, Target
+from kopt.harness.tolerance import tolerance_for
+from kopt.harness.verification.tensors import input_keys, load_outputs
+from kopt.harness.verify import DEFAULT_TIMEOUT_S, verify_candidates
 
 POOL = 4
 """Input value sets rotated through the timed calls (each written in place)."""

@@ -19,8 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harness.errors import CaseError, UnknownCaseError
-from harness.paths import bundled_cases_dir, user_cases_dir
+from kopt.harness.errors import CaseError, UnknownCaseError
+from kopt.harness.paths import bundled_cases_dir, user_cases_dir
 
 MANIFEST_NAME = "manifest.yaml"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.tolerance import Tolerance
+from kopt.harness.tolerance import Tolerance
 
 FIRST_BAD = 5
 """How many bad elements a report lists (enough to see a pattern, short enough to read)."""
@@ -195,7 +195,7 @@ def compare_outputs(out: list[torch.Tensor], ref: list[torch.Tensor],
     `tol` is one tolerance for all, or a tolerance per reference dtype (see
     `harness.tolerance.tolerance_for`); None means SPEC.md's defaults under strict precision.
     """
-    from harness.tolerance import default_tolerance
+    from kopt.harness.tolerance import default_tolerance
 
     if len(out) != len(ref):
         return Comparison(False, [], f"{len(out)} outputs, expected {len(ref)}")

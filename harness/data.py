@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.case import Case, ResolvedInputSet, ScalarSpec, TensorSpec
-from harness.errors import CaseError
-from harness.paths import cache_dir
+from kopt.harness.case import Case, ResolvedInputSet, ScalarSpec, TensorSpec
+from kopt.harness.errors import CaseError
+from kopt.harness.paths import cache_dir
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

@@ -8,8 +8,8 @@ never presented as GPU figures.
 
 from __future__ import annotations
 
-from harness.case import Case
-from harness.errors import DeviceError
+from kopt.harness.case import Case
+from kopt.harness.errors import DeviceError
 
 DEVICES = ("cuda", "cpu", "auto")
 GPU_TIMING_LABEL = "cuda-events"

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.case import Case
-from harness.errors import BadInputError
-from harness.paths import kopt_dir
-from harness.targets.base import LineSink, Target, WorkerOutcome, resolve_target
+from kopt.harness.case import Case
+from kopt.harness.errors import BadInputError
+from kopt.harness.paths import kopt_dir
+from kopt.harness.targets.base import LineSink, Target, WorkerOutcome, resolve_target
 
 
 def new_job_dir(job: str, root: Path | None = None) -> Path:

@@ -36,9 +36,9 @@ from typing import Any
 
 import yaml
 
-from harness.case import DTYPES, MANIFEST_NAME, load_case_dir
-from harness.errors import BadInputError, CaseError
-from harness.paths import PACKAGE_ROOT, user_cases_dir
+from kopt.harness.case import DTYPES, MANIFEST_NAME, load_case_dir
+from kopt.harness.errors import BadInputError, CaseError
+from kopt.harness.paths import import_root, user_cases_dir
 
 # Sizes above this shrink in the smoke set: 64 keeps a row or a matmul tile non-trivial while
 # the Triton interpreter runs a whole smoke forward in about a second.
@@ -58,7 +58,7 @@ TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 
 
 # ---------------------------------------------------------------------------------------------
-# The probe: runs inside a subprocess (`python -m harness.kernelbench FILE`).
+# The probe: runs inside a subprocess (`python -m kopt.harness.kernelbench FILE`).
 
 
 def _jsonable(value: Any) -> Any:
@@ -182,9 +182,9 @@ def probe(file: Path) -> dict[str, Any]:
 
 def _run_probe(file: Path) -> dict[str, Any]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(import_root()), env.get("PYTHONPATH", "")])
     try:
-        proc = subprocess.run([sys.executable, "-m", "harness.kernelbench", str(file)],
+        proc = subprocess.run([sys.executable, "-m", "kopt.harness.kernelbench", str(file)],
                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env,
                               cwd=str(file.parent))
     except subprocess.TimeoutExpired:

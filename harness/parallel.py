@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.errors import TargetLost
-from harness.targets.base import LineSink, Target, WorkerOutcome
+from kopt.harness.errors import TargetLost
+from kopt.harness.targets.base import LineSink, Target, WorkerOutcome
 
 T = TypeVar("T")
 

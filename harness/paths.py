@@ -10,6 +10,15 @@ import os
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+"""The folder holding `harness/`, `phases/`, `workbench/` and the bundled `cases/`: a source
+checkout's root, or `site-packages/kopt` for an installed wheel."""
+
+
+def import_root() -> Path:
+    """The folder a worker's PYTHONPATH needs for `import kopt` to find this copy of kopt."""
+    import kopt
+
+    return Path(kopt.__file__).resolve().parent.parent
 
 
 def workspace_root() -> Path:

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
-from harness.case import Case, TensorSpec
-from harness.data import TORCH_DTYPES, instantiate, model_class
-from harness.paths import cache_dir
+from kopt.harness.case import Case, TensorSpec
+from kopt.harness.data import TORCH_DTYPES, instantiate, model_class
+from kopt.harness.paths import cache_dir
 
 # Ceiling measurement sizes: 512 MiB copies and 8192^3 matmuls saturate an H100/H200
 # (smaller sizes read 10-20% low); each figure is the median of the timer's samples.
@@ -111,7 +111,7 @@ def case_cost(case: Case, input_set: str = "main") -> Cost:
         args, kwargs = _meta_inputs(case, input_set)
         out, flops = _count(model, args, kwargs)
     except Exception:  # data-dependent model (e.g. .item()): run it for real on the CPU
-        from harness.data import agent_provide_inputs, build_model
+        from kopt.harness.data import agent_provide_inputs, build_model
 
         model = build_model(case, input_set)
         inputs = agent_provide_inputs(case, input_set)
@@ -186,7 +186,7 @@ def ceilings(device: str = "cuda", *, refresh: bool = False) -> Ceilings:
 
 def measure_ceilings() -> Ceilings:
     """Measure this GPU's copy bandwidth and matmul rates (a few seconds)."""
-    from harness.timing import time_callable
+    from kopt.harness.timing import time_callable
 
     def timed(fn: Any) -> float:
         return time_callable(fn, device="cuda", flush_l2=False, min_iters=10, max_iters=100,

@@ -30,17 +30,17 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
-from harness.case import Case, load_case
-from harness.data import Inputs, agent_provide_inputs, build_model
-from harness.device import (
+from kopt.harness.case import Case, load_case
+from kopt.harness.data import Inputs, agent_provide_inputs, build_model
+from kopt.harness.device import (
     default_input_set,
     is_interpreter,
     resolve_device,
     timing_label,
     worker_env,
 )
-from harness.errors import BadInputError
-from harness.paths import cache_dir, kopt_dir
+from kopt.harness.errors import BadInputError
+from kopt.harness.paths import cache_dir, kopt_dir
 
 VARIANTS = ("eager", "compile")
 # A worker gets this long for load + warm-up + compile + timing + profile before it is killed.
@@ -157,7 +157,7 @@ def _parity(case: Case, out: list[torch.Tensor], ref: list[torch.Tensor] | None)
     if ref is None:
         return {"checked": False, "passed": None, "max_abs_err": None, "rel_err": None,
                 "detail": "no reference given"}
-    from harness.tolerance import tolerance_for
+    from kopt.harness.tolerance import tolerance_for
 
     if len(out) != len(ref):
         return {"checked": True, "passed": False, "max_abs_err": None, "rel_err": None,
@@ -198,7 +198,7 @@ def _peak_memory(forward: CaseForward) -> int | None:
     """Memory one forward needs at its peak: one input set, the weights, and the most the
     call allocated on top (outputs, intermediates; on the GPU also workspaces). Other buffer
     sets, the reference and the L2 flush buffer are not counted (harness.memory)."""
-    from harness.memory import cpu_peak_bytes, cuda_peak_bytes
+    from kopt.harness.memory import cpu_peak_bytes, cuda_peak_bytes
 
     resident = forward.inputs.tensors() + [
         t for t in forward.model.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor)]
@@ -220,9 +220,9 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
 
     Returns the metrics dict (ARCHITECTURE.md's keys, plus `timing`, `profile`, `seed`).
     """
-    from harness.environment import describe_environment
-    from harness.roofline import roofline_summary
-    from harness.timing import time_callable
+    from kopt.harness.environment import describe_environment
+    from kopt.harness.roofline import roofline_summary
+    from kopt.harness.timing import time_callable
 
     fwd = forward_impl
     case, device = fwd.case, fwd.device
@@ -247,7 +247,7 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
              "tflops": roofline["flops"] / seconds / 1e12 if seconds > 0 else None}
     profile = None
     if use_profiler:
-        from harness.profiling import profile_callable
+        from kopt.harness.profiling import profile_callable
 
         profile = profile_callable(fwd, device=device, out_dir=label_dir / "profiler",
                                    rotate=fwd.rotate).to_dict()
@@ -300,8 +300,8 @@ def measure_variant(case: Case | str | Path, variant: str | Path, *, device: str
 
     Raises `CaseError` when the baseline itself cannot load or run (bad input, exit 2).
     """
-    from harness.job import cleanup, run_job, stage_job
-    from harness.targets.base import resolve_target
+    from kopt.harness.job import cleanup, run_job, stage_job
+    from kopt.harness.targets.base import resolve_target
 
     if not isinstance(case, Case):
         case = load_case(case)

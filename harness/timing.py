@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from harness.device import timing_label
+from kopt.harness.device import timing_label
 
 # -- clocks, captured at import -------------------------------------------------------------
 _perf_counter = time.perf_counter

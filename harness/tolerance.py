@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.case import Case
+from kopt.harness.case import Case
 
 # SPEC.md's defaults: (atol = rtol, rel) by dtype and precision.
 _FLOAT32_STRICT = (1e-4, 1e-5)

@@ -19,14 +19,14 @@ from typing import Any
 
 import torch
 
-from harness.case import Case, TensorSpec
-from harness.compare import compare_outputs
-from harness.data import agent_provide_weights, draw_tensor
-from harness.device import worker_env
-from harness.job import cleanup, stage_job
-from harness.targets.base import LineSink, Target, resolve_target
-from harness.tolerance import tolerance_for
-from harness.verification.tensors import input_keys, load_outputs
+from kopt.harness.case import Case, TensorSpec
+from kopt.harness.compare import compare_outputs
+from kopt.harness.data import agent_provide_weights, draw_tensor
+from kopt.harness.device import worker_env
+from kopt.harness.job import cleanup, stage_job
+from kopt.harness.targets.base import LineSink, Target, resolve_target
+from kopt.harness.tolerance import tolerance_for
+from kopt.harness.verification.tensors import input_keys, load_outputs
 
 POOL = 3
 """Input value sets rotated through the timed calls (each written in place)."""

@@ -22,16 +22,16 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from harness.case import Case, TensorSpec, load_case
-from harness.compare import compare_outputs
-from harness.data import agent_provide_weights, draw_tensor
-from harness.device import resolve_device, worker_env
-from harness.errors import BadInputError
-from harness.job import as_target, candidate_files, cleanup, stage_job
-from harness.paths import PACKAGE_ROOT
-from harness.targets.base import LineSink, Target, WorkerOutcome
-from harness.tolerance import tolerance_for
-from harness.verification.tensors import differing_elements, input_keys, load_outputs
+from kopt.harness.case import Case, TensorSpec, load_case
+from kopt.harness.compare import compare_outputs
+from kopt.harness.data import agent_provide_weights, draw_tensor
+from kopt.harness.device import resolve_device, worker_env
+from kopt.harness.errors import BadInputError
+from kopt.harness.job import as_target, candidate_files, cleanup, stage_job
+from kopt.harness.paths import PACKAGE_ROOT
+from kopt.harness.targets.base import LineSink, Target, WorkerOutcome
+from kopt.harness.tolerance import tolerance_for
+from kopt.harness.verification.tensors import differing_elements, input_keys, load_outputs
 
 CHECK_NAMES = (
     "loads", "correct", "finite", "isolated_reference", "no_tampering",

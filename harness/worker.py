@@ -1,4 +1,4 @@
-"""The worker process: `python -m harness.worker JOB_DIR`.
+"""The worker process: `python -m kopt.harness.worker JOB_DIR`.
 
 Runs one job from `JOB_DIR/request.json` and writes `JOB_DIR/out/response.json`. Jobs are
 the functions in `JOBS` (one module each under `harness/jobs/`); each takes the job
@@ -18,13 +18,13 @@ from typing import Any
 
 # job name -> "module:function"; imported lazily so a job pays only for what it uses.
 JOBS: dict[str, str] = {
-    "echo": "harness.jobs.echo:run",
-    "measure": "harness.jobs.measure:run",
-    "reference": "harness.jobs.reference:run",
-    "candidate": "harness.jobs.candidate:run",
-    "bench": "harness.jobs.bench:run",
-    "tune": "harness.jobs.tune:run",
-    "ceilings": "harness.jobs.ceilings:run",
+    "echo": "kopt.harness.jobs.echo:run",
+    "measure": "kopt.harness.jobs.measure:run",
+    "reference": "kopt.harness.jobs.reference:run",
+    "candidate": "kopt.harness.jobs.candidate:run",
+    "bench": "kopt.harness.jobs.bench:run",
+    "tune": "kopt.harness.jobs.tune:run",
+    "ceilings": "kopt.harness.jobs.ceilings:run",
 }
 
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(0)
         argv, started = [str(given)], "standby"
     if len(argv) != 1:
-        print("usage: python -m harness.worker JOB_DIR", file=sys.stderr)
+        print("usage: python -m kopt.harness.worker JOB_DIR", file=sys.stderr)
         return 2
     job_dir = Path(argv[0]).resolve()
     _die_with_parent()

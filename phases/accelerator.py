@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ManifestError
-from phases.events import LOG, Event, EventSink
-from phases.history import tip_commit
-from phases.manifest import FileRef, Manifest, check_handoff, sha256_file
-from phases.optimizer import IterationRecorder, checks_summary, speedup_of
-from phases.run import RunContext
+from kopt.harness.errors import ManifestError
+from kopt.phases.events import LOG, Event, EventSink
+from kopt.phases.history import tip_commit
+from kopt.phases.manifest import FileRef, Manifest, check_handoff, sha256_file
+from kopt.phases.optimizer import IterationRecorder, checks_summary, speedup_of
+from kopt.phases.run import RunContext
 
 PHASE = "accelerator"
 MAX_TRIALS = 12
@@ -156,7 +156,7 @@ def trial_configs(space: dict[str, list[Any]], default: dict[str, Any],
 
 
 def _memory_file(ctx: RunContext) -> Path:
-    from harness.paths import cache_dir
+    from kopt.harness.paths import cache_dir
 
     name = "cpu"
     if ctx.device == "cuda":
@@ -395,7 +395,7 @@ def _gpu_name() -> str:
 def _timing_gpu(ctx: RunContext) -> str:
     """The GPU model that timed the trials: the run's timing slots' (a remote GPU through
     ssh or ray), else this machine's."""
-    from harness.parallel import gpu_model
+    from kopt.harness.parallel import gpu_model
 
     return gpu_model(ctx.timing_slots()[0]) or _gpu_name()
 

@@ -18,17 +18,17 @@ from typing import Any
 
 import jsonschema
 
-from harness.errors import EngineerError
-from harness.paths import kopt_dir
-from phases.engineers.llm_client import AnthropicClient, CallCancelled, ModelClient, Usage
-from phases.engineers.prompts import (
+from kopt.harness.errors import EngineerError
+from kopt.harness.paths import kopt_dir
+from kopt.phases.engineers.llm_client import AnthropicClient, CallCancelled, ModelClient, Usage
+from kopt.phases.engineers.prompts import (
     ANALYST_SYSTEM,
     analyst_retry_message,
     analyst_user_message,
 )
-from phases.engineers.settings import load_settings
-from phases.engineers.transcript import Transcript
-from phases.events import LOG, TEXT_DELTA, USAGE, Event, EventSink, null_sink
+from kopt.phases.engineers.settings import load_settings
+from kopt.phases.engineers.transcript import Transcript
+from kopt.phases.events import LOG, TEXT_DELTA, USAGE, Event, EventSink, null_sink
 
 PLAN_SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "plan.json"
 

@@ -21,21 +21,21 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
-from harness.case import Case
-from harness.errors import BadInputError
-from phases.events import LOG, Event, EventSink
-from phases.history import commit_iteration
-from phases.manifest import FileRef, Manifest
-from phases.plan import PlanInputs, make_analyst, make_plan
-from phases.run import RunContext
+from kopt.harness.case import Case
+from kopt.harness.errors import BadInputError
+from kopt.phases.events import LOG, Event, EventSink
+from kopt.phases.history import commit_iteration
+from kopt.phases.manifest import FileRef, Manifest
+from kopt.phases.plan import PlanInputs, make_analyst, make_plan
+from kopt.phases.run import RunContext
 
 PHASE = "architect"
 
 
 def model_summary(case: Case, input_set: str = "main") -> dict[str, Any]:
     """Parameters, FLOPs and every leaf module's output shape (forward hooks)."""
-    from harness.data import agent_provide_inputs, build_model, instantiate, model_class
-    from harness.roofline import _meta_inputs, case_cost
+    from kopt.harness.data import agent_provide_inputs, build_model, instantiate, model_class
+    from kopt.harness.roofline import _meta_inputs, case_cost
 
     resolved = case.input_set(input_set)
     used = input_set

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.case import Case, load_case
-from phases.events import LOG, Event, EventSink, null_sink
-from phases.history import list_runs, show_file
+from kopt.harness.case import Case, load_case
+from kopt.phases.events import LOG, Event, EventSink, null_sink
+from kopt.phases.history import list_runs, show_file
 
 REGRESSION_TOLERANCE = 0.05
 """A speedup 5% below the best earlier run's is a regression (beyond timing noise)."""
@@ -57,7 +57,7 @@ def run_history(case: Case | str, *, device: str | None = None, target: str | No
     """Re-time every run's best iteration of `case`; flag regressions across commits."""
     case = case if isinstance(case, Case) else load_case(case)
     if measure is None:
-        from harness.runner import measure_variant
+        from kopt.harness.runner import measure_variant
 
         def measure(c: Case, variant: Any, **kw: Any) -> dict[str, Any]:
             return measure_variant(c, variant, device=device, target=target, **kw)

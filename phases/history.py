@@ -26,8 +26,8 @@ from typing import Any
 
 import git
 
-from harness.errors import BadInputError, GitError
-from harness.paths import workspace_root
+from kopt.harness.errors import BadInputError, GitError
+from kopt.harness.paths import workspace_root
 
 BRANCH_PREFIX = "kopt/"
 IGNORED = (".kopt/", "manifests/", "archive/")
@@ -371,7 +371,7 @@ def _decide(run_id: str, decision: str, ref: str | None, reason: str | None,
 
 def _record_in_manifest(run_id: str, root: Path | None, decision_commit: str) -> None:
     """Mirror the decision (as git now reads it) into the run's integrator manifest."""
-    from phases.integrator import record_decision
+    from kopt.phases.integrator import record_decision
 
     run_dir = Path(root or workspace_root()).resolve() / "manifests" / run_id
     if not (run_dir / "integrator.json").is_file():

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ManifestError
-from harness.paths import archive_dir
-from phases.archive import ArchiveContents, archive_name, reproduce_text, write_archive
-from phases.events import LOG, VERIFICATION, Event, EventSink
-from phases.history import tip_commit
-from phases.manifest import (
+from kopt.harness.errors import ManifestError
+from kopt.harness.paths import archive_dir
+from kopt.phases.archive import ArchiveContents, archive_name, reproduce_text, write_archive
+from kopt.phases.events import LOG, VERIFICATION, Event, EventSink
+from kopt.phases.history import tip_commit
+from kopt.phases.manifest import (
     FileRef,
     Manifest,
     check_handoff,
@@ -28,9 +28,9 @@ from phases.manifest import (
     read_manifest,
     write_manifest,
 )
-from phases.optimizer import load_records, speedup_of
-from phases.report import render, write_chart
-from phases.run import RunContext
+from kopt.phases.optimizer import load_records, speedup_of
+from kopt.phases.report import render, write_chart
+from kopt.phases.run import RunContext
 
 PHASE = "integrator"
 
@@ -61,7 +61,7 @@ def _time_side_by_side(ctx: RunContext, kernel: Path, accepted: bool,
                 continue
             measured[label] = ctx.measure_variant(variant, label=label)
         return measured
-    from harness.bench import bench_case
+    from kopt.harness.bench import bench_case
 
     events(Event(LOG, PHASE, f"timing eager, torch.compile and the kernel side by side "
                              f"({ctx.timing_label})"))
@@ -81,7 +81,7 @@ def _time_side_by_side(ctx: RunContext, kernel: Path, accepted: bool,
                       "throughput": {"gbps": row.get("gbps"), "tflops": row.get("tflops")},
                       "roofline": {"pct_of_floor": pct,
                                    "floor_ms": pct * median / 100 if pct and median else None},
-                      "source": "harness.bench.bench_case (side by side)"}
+                      "source": "kopt.harness.bench.bench_case (side by side)"}
     return out
 
 

@@ -22,8 +22,8 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
-from harness.errors import ManifestError
-from harness.paths import workspace_root
+from kopt.harness.errors import ManifestError
+from kopt.harness.paths import workspace_root
 
 SCHEMA_ID = "kopt.manifest/v1"
 PHASES = ("architect", "optimizer", "accelerator", "integrator")

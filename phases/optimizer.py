@@ -21,12 +21,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from harness.errors import BadInputError, EngineerError
-from phases.engineers.base import EngineerRequest, Proposal, Toolbox, VerifyResult
-from phases.events import ITERATION, LOG, VERIFICATION, Event, EventSink
-from phases.history import commit_iteration, get_run, list_runs, tip_commit
-from phases.manifest import FileRef, Manifest, check_handoff, sha256_file
-from phases.run import RunContext
+from kopt.harness.errors import BadInputError, EngineerError
+from kopt.phases.engineers.base import EngineerRequest, Proposal, Toolbox, VerifyResult
+from kopt.phases.events import ITERATION, LOG, VERIFICATION, Event, EventSink
+from kopt.phases.history import commit_iteration, get_run, list_runs, tip_commit
+from kopt.phases.manifest import FileRef, Manifest, check_handoff, sha256_file
+from kopt.phases.run import RunContext
 
 PHASE = "optimizer"
 AUTHORS = ("offline", "anthropic", "replay", "user")

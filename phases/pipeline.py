@@ -16,11 +16,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.case import load_case
-from harness.errors import BadInputError, KoptError, ManifestError
-from harness.paths import workspace_root
-from phases import accelerator, architect, integrator, optimizer
-from phases.events import (
+from kopt.harness.case import load_case
+from kopt.harness.errors import BadInputError, KoptError, ManifestError
+from kopt.harness.paths import workspace_root
+from kopt.phases import accelerator, architect, integrator, optimizer
+from kopt.phases.events import (
     LOG,
     PHASE_FAILED,
     PHASE_FINISHED,
@@ -29,10 +29,10 @@ from phases.events import (
     EventSink,
     null_sink,
 )
-from phases.history import create_run_branch, ensure_worktree, open_repo
-from phases.manifest import PHASES, check_handoff, manifest_path, read_manifest, write_manifest
-from phases.optimizer import format_speedup
-from phases.run import RunCancelled, RunConfig, RunContext, new_run_id, open_context
+from kopt.phases.history import create_run_branch, ensure_worktree, open_repo
+from kopt.phases.manifest import PHASES, check_handoff, manifest_path, read_manifest, write_manifest
+from kopt.phases.optimizer import format_speedup
+from kopt.phases.run import RunCancelled, RunConfig, RunContext, new_run_id, open_context
 
 PHASE_MODULES: dict[str, ModuleType] = {"architect": architect, "optimizer": optimizer,
                                         "accelerator": accelerator, "integrator": integrator}
@@ -199,7 +199,7 @@ def result_of(run_dir: Path, root: Path | None = None) -> RunResult:
         m = read_manifest(paths[-1])
         eager = m.speedup
         verified = m.status == "verified" and m.phase in ("optimizer", "accelerator")
-    from phases.history import branch_name
+    from kopt.phases.history import branch_name
 
     return RunResult(run_id=config.run_id, case=case, branch=branch_name(case, config.run_id),
                      manifests=rel, archive=archive, speedup_vs_eager=eager,

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.errors import BadInputError, EngineerError
-from phases.events import EventSink, null_sink
-from phases.manifest import plan_errors
+from kopt.harness.errors import BadInputError, EngineerError
+from kopt.phases.events import EventSink, null_sink
+from kopt.phases.manifest import plan_errors
 
 # Ops that cost time but are not computation a fusion removes (allocation, views, copies
 # the profiler lists on the CPU).
@@ -119,7 +119,7 @@ def make_analyst(spec: str | Analyst | None, *, events: EventSink = null_sink,
     if not isinstance(spec, str):
         return spec
     if spec == "anthropic":
-        from phases.analyst import AnthropicAnalyst
+        from kopt.phases.analyst import AnthropicAnalyst
 
         return AnthropicAnalyst(options, events=events, run_dir=run_dir, cancel=cancel)
     raise BadInputError(f"unknown analyst {spec!r}", fix="expected one of 'offline', 'anthropic'")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from phases.manifest import Manifest
+from kopt.phases.manifest import Manifest
 
 
 def _ms(v: float | None) -> str:
@@ -17,7 +17,7 @@ def _ms(v: float | None) -> str:
 
 
 def _x(v: float | None) -> str:
-    from phases.optimizer import format_speedup
+    from kopt.phases.optimizer import format_speedup
 
     return format_speedup(v)
 

@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.case import Case, load_case
-from harness.device import default_input_set, resolve_device, timing_label
-from harness.errors import BadInputError, KoptError
-from harness.paths import manifests_dir, workspace_root
-from phases.history import branch_name, worktree_path
+from kopt.harness.case import Case, load_case
+from kopt.harness.device import default_input_set, resolve_device, timing_label
+from kopt.harness.errors import BadInputError, KoptError
+from kopt.harness.paths import manifests_dir, workspace_root
+from kopt.phases.history import branch_name, worktree_path
 
 # A CPU-interpreter candidate takes ~0.4 s a call at smoke size: a few seconds of samples
 # is all the precision such a figure deserves (it is never a GPU number).
@@ -173,8 +173,8 @@ class RunContext:
         """The run's slots (`harness.parallel`): one per GPU of its targets, at most
         `config.parallel`, the primary target's first. Resolved once per run."""
         if self._slots is None:
-            from harness.parallel import slots_for
-            from harness.targets.base import resolve_target
+            from kopt.harness.parallel import slots_for
+            from kopt.harness.targets.base import resolve_target
 
             targets = self.targets if self.targets is not None else \
                 [resolve_target(spec) for spec in self.config.target_specs]
@@ -191,7 +191,7 @@ class RunContext:
         """The slots whose timings compare with the baseline's: the primary slot's GPU model
         (on a CPU-only target: the primary target itself). Timings from other GPUs are never
         read as one series with these."""
-        from harness.parallel import gpu_model
+        from kopt.harness.parallel import gpu_model
 
         slots = self.slots()
         model = gpu_model(slots[0])
@@ -212,7 +212,7 @@ class RunContext:
     def check_timing_gpu(self) -> None:
         """Refuse to time candidates on another GPU model than the baseline's: their
         speedups would read two GPUs as one series."""
-        from harness.parallel import gpu_model
+        from kopt.harness.parallel import gpu_model
 
         if self.device != "cuda":
             return
@@ -231,8 +231,8 @@ class RunContext:
         `config.target` (`target=None`)."""
         if self.serial:
             return [task(None) for task in tasks]
-        from harness.errors import TargetLost
-        from harness.parallel import evaluate_many
+        from kopt.harness.errors import TargetLost
+        from kopt.harness.parallel import evaluate_many
 
         slots = [s for s in (self.timing_slots() if timing else self.slots())
                  if id(s.target) not in self._lost]
@@ -265,7 +265,7 @@ class RunContext:
             kw["target"] = target
         if self.measure is not None:
             return self.measure(self.case, variant, **kw)
-        from harness.runner import measure_variant
+        from kopt.harness.runner import measure_variant
 
         kw.setdefault("timing_options", self.timing_options)
         kw.setdefault("target", self.config.target)
@@ -287,7 +287,7 @@ class RunContext:
             kw["target"] = target
         if self.verify is not None:
             return self.verify(self.case, path, **kw)
-        from harness.verify import verify_candidate
+        from kopt.harness.verify import verify_candidate
 
         kw.setdefault("target", self.config.target)
         return verify_candidate(self.case, path, device=self.device, **kw)
@@ -305,7 +305,7 @@ class RunContext:
             return self.verify_many(self.case, paths, **kw)
         if self.verify is not None:
             return [self.verify(self.case, p, **kw) for p in paths]
-        from harness.verify import verify_candidates
+        from kopt.harness.verify import verify_candidates
 
         kw.setdefault("target", self.config.target)
         return verify_candidates(self.case, paths, device=self.device, **kw)
@@ -333,7 +333,7 @@ class RunContext:
                              "p20_ms": lat.get("p20"), "p80_ms": lat.get("p80"),
                              "detail": "output matches" if lat else str(m.get("error"))})
         else:
-            from harness.tune import time_trials
+            from kopt.harness.tune import time_trials
 
             rows = time_trials(self.case, paths, device=self.device, input_set=self.input_set,
                                target=target if target is not None else self.config.target,
@@ -347,7 +347,7 @@ class RunContext:
     def make_engineer(self) -> Any:
         if self.engineer_factory is not None:
             return self.engineer_factory(self.config.engineer, self.config.engineer_options)
-        from phases.engineers.base import make_engineer
+        from kopt.phases.engineers.base import make_engineer
 
         return make_engineer(self.config.engineer, self.config.engineer_options)
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.case import case_directories, load_case
-from harness.verify import verify_candidate
-from phases.engineers.offline import generate_candidate
+from kopt.harness.case import case_directories, load_case
+from kopt.harness.verify import verify_candidate
+from kopt.phases.engineers.offline import generate_candidate
 
 BUNDLED = sorted(d.name for d in case_directories())
 
@@ -43,7 +43,7 @@ KERNELBENCH = sorted((Path(__file__).parent / "kernelbench").glob("*.py"))
 def test_imported_kernelbench_problem_is_accepted(problem: Path, workspace: Path) -> None:
     """Issue 5: a KernelBench-style problem imported with `kopt import-kernelbench` whose ops
     fall in the offline engineer's families gets a candidate the verifier accepts."""
-    from harness.kernelbench import import_kernelbench
+    from kopt.harness.kernelbench import import_kernelbench
 
     case = load_case(import_kernelbench(problem, out=workspace / "cases" / problem.stem))
     file = workspace / f"{problem.stem}_candidate.py"

@@ -27,12 +27,12 @@ from fake_anthropic_server import (
     tool_use,
 )
 
-from harness.case import Case, load_case
-from harness.errors import EngineerError
-from phases.engineers.base import EngineerRequest, Toolbox, VerifyResult, make_engineer
-from phases.engineers.llm_client import StreamLostError
-from phases.engineers.transcript import read_transcript
-from phases.events import TEXT_DELTA, TOOL_CALL, TOOL_RESULT, USAGE, Event
+from kopt.harness.case import Case, load_case
+from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.base import EngineerRequest, Toolbox, VerifyResult, make_engineer
+from kopt.phases.engineers.llm_client import StreamLostError
+from kopt.phases.engineers.transcript import read_transcript
+from kopt.phases.events import TEXT_DELTA, TOOL_CALL, TOOL_RESULT, USAGE, Event
 
 CASE = "layernorm_gelu"
 KERNEL = f"kernels/{CASE}.py"
@@ -107,7 +107,7 @@ def _git(repo: Path, *args: str) -> str:
 
 def check_candidate(case: Case, file: Path) -> tuple[bool, str]:
     """Load the candidate and compare it with the baseline on the smoke inputs."""
-    from harness.data import agent_provide_inputs, build_model
+    from kopt.harness.data import agent_provide_inputs, build_model
 
     try:
         spec = importlib.util.spec_from_file_location(f"cand_{uuid.uuid4().hex}", file)
@@ -132,8 +132,8 @@ def check_candidate(case: Case, file: Path) -> tuple[bool, str]:
 
 
 def real_verifier(case: Case, file: Path) -> tuple[bool, str]:
-    """harness.verify.verify_candidate: the verifier the optimizer uses."""
-    from harness.verify import verify_candidate
+    """kopt.harness.verify.verify_candidate: the verifier the optimizer uses."""
+    from kopt.harness.verify import verify_candidate
 
     report = verify_candidate(case, file)
     return report.accepted, report.to_text()
@@ -333,7 +333,7 @@ def test_the_real_verifier_rejects_then_accepts_and_each_verdict_is_a_commit(wor
 
 
 def test_offline_candidate_and_knowledge_go_into_the_system_prompt(workspace, api, monkeypatch):
-    import phases.engineers.anthropic as mod
+    import kopt.phases.engineers.anthropic as mod
 
     monkeypatch.setattr(mod, "offline_starting_point",
                         lambda case, events, phase: "class ModelNew:  # offline draft\n    pass")

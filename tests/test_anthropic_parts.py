@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from fake_anthropic_server import FakeAnthropic, message, text
 
-from harness.errors import BadInputError, EngineerError
-from phases.analyst import LOCAL_PLAN_SCHEMA, AnthropicAnalyst, extract_json, validation_error
-from phases.engineers.anthropic import target_speedup, tunables_of
-from phases.engineers.llm_client import price_for, usage_from
-from phases.engineers.settings import DEFAULT_MODEL, load_settings
-from phases.engineers.transcript import Transcript, read_transcript, scrub
-from phases.knowledge_base import load_snippets, retrieve
+from kopt.harness.errors import BadInputError, EngineerError
+from kopt.phases.analyst import LOCAL_PLAN_SCHEMA, AnthropicAnalyst, extract_json, validation_error
+from kopt.phases.engineers.anthropic import target_speedup, tunables_of
+from kopt.phases.engineers.llm_client import price_for, usage_from
+from kopt.phases.engineers.settings import DEFAULT_MODEL, load_settings
+from kopt.phases.engineers.transcript import Transcript, read_transcript, scrub
+from kopt.phases.knowledge_base import load_snippets, retrieve
 
 PLAN = {"summary": "one fused row kernel", "target_speedup": 2.0,
         "targets": [{"rank": 1, "region": "norm+gelu", "ops": ["layer_norm", "gelu"],
@@ -136,7 +136,7 @@ def test_scrub_removes_secrets_and_key_shaped_strings(tmp_path):
 
 
 def test_target_and_tunables_for_the_accelerator():
-    from phases.engineers.settings import EngineerSettings
+    from kopt.phases.engineers.settings import EngineerSettings
 
     assert target_speedup(PLAN, EngineerSettings()) == 2.0
     assert target_speedup({}, EngineerSettings()) is None

@@ -16,11 +16,11 @@ import pytest
 from fake_anthropic_server import FakeAnthropic, message, text, tool_use
 from test_anthropic import CASE, KERNEL, last_tool_results
 
-from phases.engineers.transcript import read_transcript
-from phases.events import TEXT_DELTA, TOOL_CALL, USAGE, Event
-from phases.history import init_workspace
+from kopt.phases.engineers.transcript import read_transcript
+from kopt.phases.events import TEXT_DELTA, TOOL_CALL, USAGE, Event
+from kopt.phases.history import init_workspace
 
-pipeline = pytest.importorskip("phases.pipeline")
+pipeline = pytest.importorskip("kopt.phases.pipeline")
 pipeline_fakes = pytest.importorskip("test_pipeline_fakes")
 
 PLAN = {"summary": "fuse LayerNorm and GELU", "target_speedup": 1.5,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from phases.archive import ArchiveContents, archive_name, redact_tree, write_archive
+from kopt.phases.archive import ArchiveContents, archive_name, redact_tree, write_archive
 
 
 def _contents(tmp: Path, kernel: Path) -> ArchiveContents:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from harness.bench import ROW_KEYS, bench_case
-from workbench.cli import main
+from kopt.harness.bench import ROW_KEYS, bench_case
+from kopt.workbench.cli import main
 
 CORPUS = Path(__file__).parent / "corpus"
 CASE = CORPUS / "cases" / "ln_gelu_small"
@@ -78,7 +78,7 @@ def test_missing_candidate_is_bad_input(workspace: Path, capsys: pytest.CaptureF
 
 def test_history_dispatches_to_autobench(workspace: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    import phases.autobench as autobench
+    import kopt.phases.autobench as autobench
 
     seen: dict[str, Any] = {}
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.case import load_case
-from harness.errors import CaseError, UnknownCaseError
+from kopt.harness.case import load_case
+from kopt.harness.errors import CaseError, UnknownCaseError
 
 SPEC_EXAMPLE = """\
 name: layernorm_gelu

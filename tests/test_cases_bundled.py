@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.case import Case, TensorSpec, load_case_dir
-from harness.data import TORCH_DTYPES, agent_provide_inputs, build_model, instantiate, model_class
-from harness.paths import bundled_cases_dir
+from kopt.harness.case import Case, TensorSpec, load_case_dir
+from kopt.harness.data import (TORCH_DTYPES, agent_provide_inputs, build_model, instantiate,
+                               load_model_module, model_class)
+from kopt.harness.paths import bundled_cases_dir
 
 REQUIRED = ["softmax", "layernorm_gelu", "rmsnorm", "swiglu", "causal_softmax",
             "linear_bias_gelu", "matmul_scale_residual", "conv2d_relu_bias", "cross_entropy",
@@ -53,7 +54,7 @@ def test_case_is_described_realistic_and_has_small_and_odd_sets(name: str) -> No
            for d in s.shape if d > 16 and d % 16]
     assert odd, f"{name}: no `shapes` entry with an odd size"
     if m.weights is not None:
-        assert callable(getattr(__import__("harness.data").data.load_model_module(case),
+        assert callable(getattr(load_model_module(case),
                                 m.weights.function, None))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import has_gpu
-from workbench.cli import main
+from kopt.workbench.cli import main
 
 
 def _last_json(out: str) -> dict:
@@ -37,7 +37,7 @@ def test_baseline_table_labels_cpu_figures(workspace: Path, capsys: pytest.Captu
 
 
 def test_baseline_times_torch_compile(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.runner import measure_variant
+    from kopt.harness.runner import measure_variant
 
     m = measure_variant("layernorm_gelu", "compile", timing_options={"min_iters": 3, "max_iters": 3})
     assert m["ok"], m.get("error")  # inductor's C++ backend works on this machine

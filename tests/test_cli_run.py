@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from test_pipeline_fakes import DRIVER, fakes
 
-from phases import history
-from phases.manifest import read_manifest
-from phases.pipeline import resume_pipeline
+from kopt.phases import history
+from kopt.phases.manifest import read_manifest
+from kopt.phases.pipeline import resume_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from harness.compare import compare_outputs, compare_tensor
-from harness.tolerance import Tolerance, default_tolerance
+from kopt.harness.compare import compare_outputs, compare_tensor
+from kopt.harness.tolerance import Tolerance, default_tolerance
 
 
 @pytest.mark.parametrize("dtype, precision, atol, rel", [
@@ -92,8 +92,8 @@ def test_all_finite_fast_path_gives_the_general_paths_figures(monkeypatch, dtype
     """The chunked all-finite comparison (the usual case, much faster at full size) reports
     exactly what the NaN/Inf-aware general path reports: verdict, mismatch count, first bad
     indices with values, max abs error, relative error, the problem text."""
-    from harness import compare
-    from harness.tolerance import Tolerance
+    from kopt.harness import compare
+    from kopt.harness.tolerance import Tolerance
 
     monkeypatch.setattr(compare, "CHUNK", 37)  # many chunks, bad elements across boundaries
     general = lambda *a: False  # noqa: E731
@@ -117,8 +117,8 @@ def test_all_finite_fast_path_gives_the_general_paths_figures(monkeypatch, dtype
 
 
 def test_nan_or_inf_takes_the_general_path() -> None:
-    from harness import compare
-    from harness.tolerance import Tolerance
+    from kopt.harness import compare
+    from kopt.harness.tolerance import Tolerance
 
     tol = Tolerance(atol=1e-3, rtol=1e-3, rel=1e-3)
     ref = torch.ones(10)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import harness.data as data
-from harness.case import Case, load_case, load_case_dir
-from harness.data import agent_provide_inputs, agent_provide_weights
+import kopt.harness.data as data
+from kopt.harness.case import Case, load_case, load_case_dir
+from kopt.harness.data import agent_provide_inputs, agent_provide_weights
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,8 +79,8 @@ def test_same_bytes_in_another_process(case: Case) -> None:
     here = digest(agent_provide_inputs(case, "main", seed=7, cache=False).tensors())
     script = textwrap.dedent(f"""
         import hashlib, torch
-        from harness.case import load_case
-        from harness.data import agent_provide_inputs
+        from kopt.harness.case import load_case
+        from kopt.harness.data import agent_provide_inputs
         case = load_case({str(case.directory)!r})
         h = hashlib.sha256()
         for t in agent_provide_inputs(case, "main", seed=7, cache=False).tensors():
@@ -180,7 +180,7 @@ def test_inputs_move_to_the_requested_device_and_dtype_survives_the_cache(case: 
 
 @pytest.mark.parametrize("init", ["normal", "uniform", "randint", "bernoulli"])
 def test_chunked_draws_depend_on_the_seed_only(init: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.case import TensorSpec
+    from kopt.harness.case import TensorSpec
 
     extra = {"randint": {"low": -5, "high": 7, "dtype": "int32"}, "bernoulli": {"p": 0.3}}.get(init, {})
     spec = TensorSpec.model_validate({"shape": [7, 300], "dtype": "bfloat16", "init": init, **extra})

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.cli import main
-from workbench.commands import doctor
+from kopt.workbench.cli import main
+from kopt.workbench.commands import doctor
 
 
 def test_doctor_json_reports_every_check(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:

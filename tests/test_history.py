@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from test_pipeline_fakes import fakes
 
-from harness.errors import BadInputError, GitError
-from phases import history
-from phases.pipeline import run_pipeline
+from kopt.harness.errors import BadInputError, GitError
+from kopt.phases import history
+from kopt.phases.pipeline import run_pipeline
 
 
 def git(root: Path, *args: str) -> str:

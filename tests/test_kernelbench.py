@@ -16,10 +16,10 @@ import pytest
 import torch
 import yaml
 
-from harness.case import Case, ScalarSpec, TensorSpec, load_case_dir
-from harness.data import agent_provide_inputs, build_model
-from harness.errors import BadInputError
-from harness.kernelbench import (
+from kopt.harness.case import Case, ScalarSpec, TensorSpec, load_case_dir
+from kopt.harness.data import agent_provide_inputs, build_model
+from kopt.harness.errors import BadInputError
+from kopt.harness.kernelbench import (
     SMOKE_MAX_NUMEL,
     derive_manifest,
     import_kernelbench,
@@ -27,7 +27,7 @@ from harness.kernelbench import (
     scaffold_case,
     write_case,
 )
-from workbench.cli import main as kopt
+from kopt.workbench.cli import main as kopt
 
 PROBLEMS = Path(__file__).resolve().parent / "kernelbench"
 FILES = sorted(PROBLEMS.glob("*.py"))

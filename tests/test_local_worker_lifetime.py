@@ -49,14 +49,14 @@ def test_a_killed_parent_takes_its_local_worker_with_it(workspace: Path, tmp_pat
     pid_file = tmp_path / "worker.pid"
     parent = textwrap.dedent(f"""
         import os, sys
-        from harness.job import stage_job
-        from harness.targets.local import LocalTarget
+        from kopt.harness.job import stage_job
+        from kopt.harness.targets.local import LocalTarget
         # one line, then 30 s of silence (a printing worker would die of SIGPIPE anyway)
         job = stage_job("echo", {{"message": "x", "repeat": 2, "interval_s": 30}})
         def on_line(line):
             if not os.path.exists({str(pid_file)!r}):
                 import subprocess
-                out = subprocess.run(["pgrep", "-f", "harness.worker " + str(job)],
+                out = subprocess.run(["pgrep", "-f", "kopt.harness.worker " + str(job)],
                                      capture_output=True, text=True).stdout.split()
                 if out:
                     open({str(pid_file)!r}, "w").write(out[0])
@@ -67,13 +67,13 @@ def test_a_killed_parent_takes_its_local_worker_with_it(workspace: Path, tmp_pat
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
 def test_a_waiting_standby_dies_with_its_kopt_process(workspace: Path, tmp_path: Path) -> None:
-    """harness.targets.standby: the worker started ahead of the next job."""
+    """kopt.harness.targets.standby: the worker started ahead of the next job."""
     pid_file = tmp_path / "standby.pid"
     parent = textwrap.dedent(f"""
         import time
-        from harness.job import stage_job
-        from harness.targets import standby
-        from harness.targets.local import LocalTarget
+        from kopt.harness.job import stage_job
+        from kopt.harness.targets import standby
+        from kopt.harness.targets.local import LocalTarget
         LocalTarget().run(stage_job("echo", {{"message": "x"}}), timeout=120)
         open({str(pid_file)!r}, "w").write(str(standby.STANDBY._proc.pid))
         time.sleep(120)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ManifestError
-from phases.manifest import (
+from kopt.harness.errors import ManifestError
+from kopt.phases.manifest import (
     FileRef,
     Manifest,
     check_handoff,
@@ -17,7 +17,7 @@ from phases.manifest import (
     validation_errors,
     write_manifest,
 )
-from workbench.cli import main
+from kopt.workbench.cli import main
 
 SHA = "a" * 40
 

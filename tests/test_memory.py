@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.memory import cpu_peak_bytes, resident_bytes
+from kopt.harness.memory import cpu_peak_bytes, resident_bytes
 
 MB = 1 << 20
 

@@ -20,11 +20,11 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from harness.case import load_case, load_case_dir
-from harness.compare import compare_outputs
-from harness.data import agent_provide_inputs, build_model
-from harness.tolerance import tolerance_for
-from phases.engineers.offline import generate_candidate
+from kopt.harness.case import load_case, load_case_dir
+from kopt.harness.compare import compare_outputs
+from kopt.harness.data import agent_provide_inputs, build_model
+from kopt.harness.tolerance import tolerance_for
+from kopt.phases.engineers.offline import generate_candidate
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELBENCH = sorted((ROOT / "tests" / "kernelbench").glob("*.py"))
@@ -101,7 +101,7 @@ def test_layernorm_is_one_kernel(workspace: Path) -> None:
 
 @pytest.mark.parametrize("file", KERNELBENCH, ids=[f.stem for f in KERNELBENCH])
 def test_kernelbench_problem_gets_matching_candidate(file: Path, workspace: Path) -> None:
-    from harness.kernelbench import import_kernelbench
+    from kopt.harness.kernelbench import import_kernelbench
 
     case_dir = import_kernelbench(file, out=workspace / "kb" / file.stem)
     case = load_case_dir(case_dir)
@@ -111,7 +111,7 @@ def test_kernelbench_problem_gets_matching_candidate(file: Path, workspace: Path
 
 
 def test_verifier_accepts_offline_candidate(workspace: Path) -> None:
-    from harness.verify import verify_candidate
+    from kopt.harness.verify import verify_candidate
 
     case = load_case("rmsnorm")
     path = workspace / "rmsnorm.py"
@@ -121,7 +121,7 @@ def test_verifier_accepts_offline_candidate(workspace: Path) -> None:
 
 
 def test_engineer_writes_candidate_and_backs_off(workspace: Path) -> None:
-    from phases.engineers.base import EngineerRequest, Toolbox, make_engineer
+    from kopt.phases.engineers.base import EngineerRequest, Toolbox, make_engineer
 
     engineer = make_engineer("offline")
     events = []
@@ -316,7 +316,7 @@ def test_pointwise_bf16_chain_within_one_ulp_and_a_wrong_sigmoid_fails(
 
     # sigmoid 0.4% too big (half a bf16 ulp at 1.0): eager under the harness's bf16 bound
     # (the old check) let this through; the float64 reference does not
-    from phases.engineers.offline import kernels
+    from kopt.phases.engineers.offline import kernels
 
     emit = kernels.emit_pointwise
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from harness.case import load_case, load_case_dir
-from harness.data import agent_provide_inputs, build_model
-from phases.engineers.offline import generate_candidate
+from kopt.harness.case import load_case, load_case_dir
+from kopt.harness.data import agent_provide_inputs, build_model
+from kopt.phases.engineers.offline import generate_candidate
 from tests.test_offline import _check_case, _load_candidate
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.case import load_case, load_case_dir
-from phases.engineers.offline import generate_candidate
-from phases.engineers.offline.pointwise import HELPERS
+from kopt.harness.case import load_case, load_case_dir
+from kopt.phases.engineers.offline import generate_candidate
+from kopt.phases.engineers.offline.pointwise import HELPERS
 from tests.test_offline import _check_case, _load_candidate
 
 # The bound documented in the helper's comment (8.9e-8 measured through the interpreter).

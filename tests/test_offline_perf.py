@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.case import load_case, load_case_dir
-from phases.accelerator import trial_configs
-from phases.engineers.offline import generate_candidate
+from kopt.harness.case import load_case, load_case_dir
+from kopt.phases.accelerator import trial_configs
+from kopt.phases.engineers.offline import generate_candidate
 from tests.test_offline import KERNELBENCH, _check_case, _load_candidate
 
 
@@ -82,7 +82,7 @@ def test_bare_single_product_never_goes_to_torch(workspace: Path) -> None:
 
 
 def test_bmm_cublas_backend_matches_model(workspace: Path) -> None:
-    from harness.kernelbench import import_kernelbench
+    from kopt.harness.kernelbench import import_kernelbench
 
     file = next(f for f in KERNELBENCH if f.stem == "bmm_scale")
     case = load_case_dir(import_kernelbench(file, out=workspace / "kb" / file.stem))

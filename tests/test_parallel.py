@@ -1,4 +1,4 @@
-"""harness.parallel.evaluate_many: slots, task order, re-queue of lost targets only."""
+"""kopt.harness.parallel.evaluate_many: slots, task order, re-queue of lost targets only."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from harness.errors import TargetLost
-from harness.parallel import Slot, evaluate_many
-from harness.targets.base import WorkerOutcome
+from kopt.harness.errors import TargetLost
+from kopt.harness.parallel import Slot, evaluate_many
+from kopt.harness.targets.base import WorkerOutcome
 
 
 class FakeTarget:

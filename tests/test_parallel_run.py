@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from test_pipeline_fakes import BROKEN_KERNEL, GOOD_KERNEL, fake_measure, fake_verify, fakes
 
-from harness.errors import TargetLost
-from harness.parallel import Slot
-from harness.targets.base import WorkerOutcome
-from harness.targets.local import LocalTarget
-from phases import history
-from phases.engineers.base import EngineerRequest, Proposal
-from phases.pipeline import run_pipeline
-from phases.run import RunConfig, open_context
+from kopt.harness.errors import TargetLost
+from kopt.harness.parallel import Slot
+from kopt.harness.targets.base import WorkerOutcome
+from kopt.harness.targets.local import LocalTarget
+from kopt.phases import history
+from kopt.phases.engineers.base import EngineerRequest, Proposal
+from kopt.phases.pipeline import run_pipeline
+from kopt.phases.run import RunConfig, open_context
 
 
 class FakeHost:
@@ -169,7 +169,7 @@ def test_config_takes_several_targets_and_a_parallel_cap(repo: Path) -> None:
     ctx = context(repo, [FakeHost("a", gpus=4), FakeHost("b", gpus=4)])
     ctx.config.parallel = 3
     assert [s.name for s in ctx.slots()] == ["a", "b", "a"]
-    from harness.errors import BadInputError
+    from kopt.harness.errors import BadInputError
 
     with pytest.raises(BadInputError, match="--parallel 0"):
         RunConfig(run_id="p1", case="x", parallel=0)
@@ -233,7 +233,7 @@ def test_optimizer_commits_several_candidates_a_round_in_task_order(repo: Path,
 
 def test_accelerator_search_spread_over_gpus_with_a_lost_host(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from phases import accelerator
+    from kopt.phases import accelerator
 
     run_pipeline("layernorm_gelu", iterations=2, run_id="r1", phases="architect,optimizer",
                  fakes=fakes())
@@ -256,8 +256,8 @@ def test_accelerator_search_spread_over_gpus_with_a_lost_host(
 
 
 def test_a_run_never_times_on_another_gpu_model_than_its_baseline(repo: Path) -> None:
-    from harness.errors import BadInputError
-    from phases import optimizer
+    from kopt.harness.errors import BadInputError
+    from kopt.phases import optimizer
 
     def measure_h100(case: Any, variant: Any, **kw: Any) -> dict[str, Any]:
         return {**fake_measure(case, variant, **kw),
@@ -288,7 +288,7 @@ def test_run_records_its_targets_and_parallel_cap(repo: Path) -> None:
 
 def test_kopt_run_rejects_a_parallel_count_below_one(repo: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from workbench.cli import main as kopt
+    from kopt.workbench.cli import main as kopt
 
     assert kopt(["run", "layernorm_gelu", "--parallel", "0", "--yes"]) == 2
     err = capsys.readouterr().err.strip()

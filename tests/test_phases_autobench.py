@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from phases import history
-from phases.autobench import run_history
+from kopt.phases import history
+from kopt.phases.autobench import run_history
 
 
 def _run(run_id: str, ms: float) -> None:

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from test_pipeline_fakes import GOOD_KERNEL, FakeEngineer, fake_measure, fakes
 
-from harness.errors import BadInputError, ManifestError
-from phases import history
-from phases.accelerator import apply_config, literal, search_space, trial_configs
-from phases.engineers.base import Proposal
-from phases.manifest import read_manifest, validation_errors
-from phases.pipeline import parse_phases, run_pipeline
+from kopt.harness.errors import BadInputError, ManifestError
+from kopt.phases import history
+from kopt.phases.accelerator import apply_config, literal, search_space, trial_configs
+from kopt.phases.engineers.base import Proposal
+from kopt.phases.manifest import read_manifest, validation_errors
+from kopt.phases.pipeline import parse_phases, run_pipeline
 
 
 @pytest.fixture
@@ -189,8 +189,8 @@ def test_accelerator_on_a_gpu_searches_verifies_commits_and_remembers(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from phases import accelerator
-    from phases.run import RunConfig, open_context
+    from kopt.phases import accelerator
+    from kopt.phases.run import RunConfig, open_context
 
     run_pipeline("layernorm_gelu", iterations=2, run_id="r1", phases="architect,optimizer",
                  fakes=fakes())
@@ -239,8 +239,8 @@ def test_accelerator_falls_back_to_the_next_fastest_when_the_winner_is_rejected(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from phases import accelerator
-    from phases.run import RunConfig, open_context
+    from kopt.phases import accelerator
+    from kopt.phases.run import RunConfig, open_context
 
     run_pipeline("layernorm_gelu", iterations=2, run_id="r1", phases="architect,optimizer",
                  fakes=fakes())
@@ -280,7 +280,7 @@ def test_accelerator_falls_back_to_the_next_fastest_when_the_winner_is_rejected(
 
 
 def test_a_cancelled_round_is_kept_as_a_commit_marked_cancelled(repo: Path) -> None:
-    from phases.run import RunCancelled
+    from kopt.phases.run import RunCancelled
 
     class CancellingEngineer(FakeEngineer):
         def propose(self, request, events):  # type: ignore[no-untyped-def]

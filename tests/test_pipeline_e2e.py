@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.paths import bundled_cases_dir
-from phases import history
-from phases.manifest import read_manifest, validation_errors
-from workbench.cli import main
+from kopt.harness.paths import bundled_cases_dir
+from kopt.phases import history
+from kopt.phases.manifest import read_manifest, validation_errors
+from kopt.workbench.cli import main
 
 
 def tiny_case(workspace: Path) -> Path:

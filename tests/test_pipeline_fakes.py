@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phases.engineers.base import EngineerRequest, Proposal
+from kopt.phases.engineers.base import EngineerRequest, Proposal
 
 GOOD_KERNEL = '''"""A fake candidate (never run: the fake verifier reads its markers)."""
 import torch.nn as nn
@@ -135,14 +135,14 @@ def fakes(engineers: list[FakeEngineer] | None = None) -> dict[str, Any]:
 def install() -> None:
     """Swap the harness's measure/verify and the `offline` engineer for the fakes, process-wide
     (for a `kopt` subprocess driven by `DRIVER`)."""
-    import harness.runner
-    import harness.verify
-    from phases.engineers.base import register_engineer
+    import kopt.harness.bench as bench
+    import kopt.harness.runner as runner
+    import kopt.harness.verify as verify
+    from kopt.phases.engineers.base import register_engineer
 
-    harness.runner.measure_variant = lambda case, variant, **kw: fake_measure(case, variant, **kw)
-    harness.verify.verify_candidate = lambda case, path, **kw: fake_verify(case, path)
-    harness.verify.verify_candidates = lambda case, paths, **kw: [fake_verify(case, p) for p in paths]
-    import harness.bench
+    runner.measure_variant = lambda case, variant, **kw: fake_measure(case, variant, **kw)
+    verify.verify_candidate = lambda case, path, **kw: fake_verify(case, path)
+    verify.verify_candidates = lambda case, paths, **kw: [fake_verify(case, p) for p in paths]
 
     def bench_case(case: Any, candidates: Any, **kw: Any) -> list[dict[str, Any]]:
         rows = []
@@ -153,7 +153,7 @@ def install() -> None:
                          "verified": True, "timing_label": "cpu-interpreter", "note": ""})
         return rows
 
-    harness.bench.bench_case = bench_case
+    bench.bench_case = bench_case
     register_engineer("offline", FakeEngineer)
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from harness.case import load_case
-from harness.paths import bundled_cases_dir
-from harness.tune import time_trials
-from phases.accelerator import apply_config, search_space, trial_configs
-from phases.engineers.offline import generate_candidate
+from kopt.harness.case import load_case
+from kopt.harness.paths import bundled_cases_dir
+from kopt.harness.tune import time_trials
+from kopt.phases.accelerator import apply_config, search_space, trial_configs
+from kopt.phases.engineers.offline import generate_candidate
 
 WRONG = """
 class ModelNew(_Right):

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from harness.job import stage_job
-from harness.parallel import Slot, evaluate_many
-from harness.targets.base import resolve_target
-from harness.targets.local import LocalTarget
+from kopt.harness.job import stage_job
+from kopt.harness.parallel import Slot, evaluate_many
+from kopt.harness.targets.base import resolve_target
+from kopt.harness.targets.local import LocalTarget
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'kopt[ray]')")
 
-from harness.targets.ray import RayTarget  # noqa: E402
+from kopt.harness.targets.ray import RayTarget  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def _worker_processes() -> list[tuple[int, int]]:
             continue
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-            if b"harness.worker" in cmd and b"kopt-ray-" in cmd:
+            if b"kopt.harness.worker" in cmd and b"kopt-ray-" in cmd:
                 ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
                 found.append((int(entry.name), ppid))
         except (OSError, ValueError, IndexError):

@@ -17,10 +17,10 @@ from test_anthropic import (
     wrong_then_right_script,
 )
 
-from harness.errors import BadInputError
-from phases.engineers.base import make_engineer
-from phases.engineers.transcript import read_transcript
-from phases.events import TEXT_DELTA, TOOL_CALL
+from kopt.harness.errors import BadInputError
+from kopt.phases.engineers.base import make_engineer
+from kopt.phases.engineers.transcript import read_transcript
+from kopt.phases.events import TEXT_DELTA, TOOL_CALL
 
 api = test_anthropic.api  # the fake-server fixture, shared
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.case import load_case
-from harness.roofline import (
+from kopt.harness.case import load_case
+from kopt.harness.roofline import (
     Ceilings,
     Cost,
     bound,
@@ -114,7 +114,7 @@ def test_cpu_has_no_ceilings_and_no_floor() -> None:
 def test_gpu_ceilings_are_measured_once_and_cached(workspace: Path) -> None:
     first = ceilings("cuda")
     assert first.source == "measured" and first.copy_gbps and first.copy_gbps > 100
-    from harness.paths import cache_dir
+    from kopt.harness.paths import cache_dir
 
     assert list((cache_dir() / "ceilings").glob("*.json"))
     assert ceilings("cuda") == first

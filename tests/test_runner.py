@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.errors import BadInputError
-from harness.runner import execute_variant, make_case_forward, measure_variant, reference_outputs
+from kopt.harness.errors import BadInputError
+from kopt.harness.runner import execute_variant, make_case_forward, measure_variant, reference_outputs
 
 METRICS_KEYS = {"label", "case", "variant", "input_set", "device", "timing_label", "latency_ms",
                 "samples", "throughput", "peak_memory_bytes", "roofline", "correctness",

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from sshd import Sshd, find_sshd, keygen, start_sshd
 
-from harness.errors import BadInputError, TargetError
-from harness.job import stage_job
-from harness.targets import jobs as job_records
-from harness.targets.base import resolve_target
-from harness.targets.ssh import SshTarget, parse_spec
-from workbench.cli import main as kopt
+from kopt.harness.errors import BadInputError, TargetError
+from kopt.harness.job import stage_job
+from kopt.harness.targets import jobs as job_records
+from kopt.harness.targets.base import resolve_target
+from kopt.harness.targets.ssh import SshTarget, parse_spec
+from kopt.workbench.cli import main as kopt
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,7 +114,7 @@ def test_detached_job_survives_a_dropped_attach(spec: str, workspace: Path,
     job_id = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["id"]
 
     # attach from another process, then drop it after the first line
-    attach = subprocess.Popen([sys.executable, "-m", "workbench.cli", "jobs", "attach", job_id],
+    attach = subprocess.Popen([sys.executable, "-m", "kopt.workbench.cli", "jobs", "attach", job_id],
                               stdout=subprocess.PIPE, text=True, cwd=str(workspace),
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert attach.stdout is not None
@@ -268,7 +268,7 @@ def test_full_run_through_the_ssh_target(spec: str, workspace: Path) -> None:
     case.mkdir(parents=True)
     shutil.copyfile(ROOT / "cases" / "softmax" / "model.py", case / "model.py")
     (case / "manifest.yaml").write_text(TINY_SOFTMAX)
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "run", str(case),
+    proc = subprocess.run([sys.executable, "-m", "kopt.workbench.cli", "run", str(case),
                            "--iterations", "1", "--yes", "--json", "--device", "cpu",
                            "--target", spec],
                           cwd=str(workspace), capture_output=True, text=True, timeout=600,
@@ -303,7 +303,7 @@ def test_metrics_through_ssh_record_the_remote_host(spec: str, workspace: Path) 
     loopback "remote" pretends to be another host through a sitecustomize)."""
     import platform
 
-    from harness.runner import measure_variant
+    from kopt.harness.runner import measure_variant
 
     site = workspace / "remote-site"
     site.mkdir()
@@ -330,7 +330,7 @@ def test_metrics_through_ssh_record_the_remote_host(spec: str, workspace: Path) 
 def test_slots_of_one_remote_run_jobs_at_once(spec: str, workspace: Path) -> None:
     """Two slots of one ssh target on a fresh remote workspace (as a 2-GPU host gives): the
     first pushes race for the same source tree; every job still runs, results in task order."""
-    from harness.parallel import Slot, evaluate_many
+    from kopt.harness.parallel import Slot, evaluate_many
 
     target = resolve_target(spec.replace("/remote?", "/remote-parallel?"))
     assert isinstance(target, SshTarget)

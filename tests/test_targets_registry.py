@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import BadInputError, TargetError
-from harness.targets import jobs as job_records
-from harness.targets.base import resolve_target
-from harness.targets.local import LocalTarget
-from harness.targets.registry import load_targets
-from harness.targets.ssh import SshTarget
+from kopt.harness.errors import BadInputError, TargetError
+from kopt.harness.targets import jobs as job_records
+from kopt.harness.targets.base import resolve_target
+from kopt.harness.targets.local import LocalTarget
+from kopt.harness.targets.registry import load_targets
+from kopt.harness.targets.ssh import SshTarget
 
 
 def test_names_resolve_to_configured_targets(workspace: Path) -> None:

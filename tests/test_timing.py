@@ -8,8 +8,8 @@ import time
 import pytest
 import torch
 
-from harness import timing
-from harness.timing import Timing, median_rel_err, quantile, tampered_clocks, time_callable
+from kopt.harness import timing
+from kopt.harness.timing import Timing, median_rel_err, quantile, tampered_clocks, time_callable
 
 
 def _busy(ms: float) -> None:
@@ -223,7 +223,7 @@ def test_gpu_loop_logic_with_fake_events(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_profile_summary_ranks_device_kernels() -> None:
     from types import SimpleNamespace
 
-    from harness.profiling import summarize
+    from kopt.harness.profiling import summarize
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     rows = [SimpleNamespace(key="aten::mm", count=5, device_type=cpu, self_device_time_total=0.0,

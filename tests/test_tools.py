@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from harness.errors import WorkerError
-from phases.engineers.base import Toolbox, VerifyResult
-from phases.engineers.tools import TOOL_NAMES, TOOL_SPECS, WorktreeTools, format_profile
+from kopt.harness.errors import WorkerError
+from kopt.phases.engineers.base import Toolbox, VerifyResult
+from kopt.phases.engineers.tools import TOOL_NAMES, TOOL_SPECS, WorktreeTools, format_profile
 
 
 class StubToolbox:

@@ -12,20 +12,20 @@ import pytest
 from test_tui_fakes import FakeBackend, kernel_source
 from textual import events
 
-from harness.errors import BadInputError
-from workbench.app import KoptApp
-from workbench.config import TuiConfig, load_config
-from workbench.screens.branches import BranchesScreen
-from workbench.screens.confirm import ConfirmScreen
-from workbench.screens.feedback import FeedbackScreen
-from workbench.screens.help import HelpScreen
-from workbench.screens.home import HomeScreen
-from workbench.screens.new_run import NewRunScreen
-from workbench.screens.run import RunScreen
-from workbench.widgets.diff_view import DiffView
-from workbench.widgets.iteration_table import IterationTable
-from workbench.widgets.phase_strip import PhaseStrip
-from workbench.widgets.verification_view import VerificationView
+from kopt.harness.errors import BadInputError
+from kopt.workbench.app import KoptApp
+from kopt.workbench.config import TuiConfig, load_config
+from kopt.workbench.screens.branches import BranchesScreen
+from kopt.workbench.screens.confirm import ConfirmScreen
+from kopt.workbench.screens.feedback import FeedbackScreen
+from kopt.workbench.screens.help import HelpScreen
+from kopt.workbench.screens.home import HomeScreen
+from kopt.workbench.screens.new_run import NewRunScreen
+from kopt.workbench.screens.run import RunScreen
+from kopt.workbench.widgets.diff_view import DiffView
+from kopt.workbench.widgets.iteration_table import IterationTable
+from kopt.workbench.widgets.phase_strip import PhaseStrip
+from kopt.workbench.widgets.verification_view import VerificationView
 
 pytestmark = pytest.mark.anyio
 
@@ -282,7 +282,7 @@ async def test_diff_is_unified_on_narrow_terminals(backend: FakeBackend) -> None
 
 
 def test_split_rows_pair_removed_and_added_lines() -> None:
-    from workbench.widgets.diff_view import has_removals, split_rows
+    from kopt.workbench.widgets.diff_view import has_removals, split_rows
 
     diff = "--- a/k.py\n+++ b/k.py\n@@ -1,3 +1,4 @@\n a\n-b\n+c\n d\n+e\n"
     rows = [(r.old, r.new, r.kind) for r in split_rows(diff)]
@@ -299,7 +299,7 @@ async def test_metrics_chart_shows_slower_than_eager_iterations(workspace: Path)
     from rich.console import Console
     from test_tui_fakes import FakeIteration
 
-    from workbench.widgets.metrics_chart import MetricsChart
+    from kopt.workbench.widgets.metrics_chart import MetricsChart
 
     app = KoptApp(backend=FakeBackend(workspace))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -365,8 +365,8 @@ async def test_esc_cancels_a_running_pipeline(workspace: Path) -> None:
 
 
 async def test_log_follows_the_tail_until_scrolled_up(backend: FakeBackend) -> None:
-    from phases.events import LOG, Event
-    from workbench.widgets.agent_log import AgentLog
+    from kopt.phases.events import LOG, Event
+    from kopt.workbench.widgets.agent_log import AgentLog
 
     app = KoptApp(backend=backend, case="layernorm_gelu")
     async with app.run_test(size=(120, 40)) as pilot:

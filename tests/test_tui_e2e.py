@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from test_pipeline_fakes import fakes
 
-from phases import history
-from workbench.app import KoptApp
-from workbench.backend import Backend
-from workbench.cli import main as kopt
-from workbench.screens.home import HomeScreen
-from workbench.screens.run import RunScreen
-from workbench.widgets.diff_view import DiffView
-from workbench.widgets.iteration_table import IterationTable
-from workbench.widgets.phase_strip import PhaseStrip
+from kopt.phases import history
+from kopt.workbench.app import KoptApp
+from kopt.workbench.backend import Backend
+from kopt.workbench.cli import main as kopt
+from kopt.workbench.screens.home import HomeScreen
+from kopt.workbench.screens.run import RunScreen
+from kopt.workbench.widgets.diff_view import DiffView
+from kopt.workbench.widgets.iteration_table import IterationTable
+from kopt.workbench.widgets.phase_strip import PhaseStrip
 
 pytestmark = pytest.mark.anyio
 
@@ -95,7 +95,7 @@ async def test_run_to_an_approved_kernel_in_git(workspace: Path, capsys) -> None
 
 
 async def test_a_new_folder_is_offered_kopt_init(workspace: Path) -> None:
-    from workbench.screens.confirm import ConfirmScreen
+    from kopt.workbench.screens.confirm import ConfirmScreen
 
     app = KoptApp(backend=Backend())
     async with app.run_test(size=(120, 40)) as pilot:

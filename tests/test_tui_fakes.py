@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phases import events as ev
-from workbench.backend import (
+from kopt.phases import events as ev
+from kopt.workbench.backend import (
     PHASES,
     Backend,
     CaseRow,

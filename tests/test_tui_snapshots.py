@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from test_tui_fakes import FakeBackend
 
-from workbench.app import KoptApp
-from workbench.screens.run import RunScreen
+from kopt.workbench.app import KoptApp
+from kopt.workbench.screens.run import RunScreen
 
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
 

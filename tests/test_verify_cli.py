@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.verify import CHECK_NAMES
-from workbench.cli import main
+from kopt.harness.verify import CHECK_NAMES
+from kopt.workbench.cli import main
 
 CORPUS = Path(__file__).parent / "corpus"
 

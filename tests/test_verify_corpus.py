@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.verify import CHECK_NAMES, VerificationReport, verify_candidates
+from kopt.harness.verify import CHECK_NAMES, VerificationReport, verify_candidates
 
 CORPUS = Path(__file__).parent / "corpus"
 CASES = CORPUS / "cases"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from watchfiles import Change
 
-from workbench.watch import KernelWatcher, collapse, is_kernel_file
+from kopt.workbench.watch import KernelWatcher, collapse, is_kernel_file
 
 
 class Calls:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.job import stage_job
-from harness.targets import standby
-from harness.targets.local import LocalTarget
+from kopt.harness.job import stage_job
+from kopt.harness.targets import standby
+from kopt.harness.targets.local import LocalTarget
 
 
 @pytest.fixture(autouse=True)

@@ -18,12 +18,12 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from harness.errors import KoptError
-from workbench.backend import Backend, RunRequest
-from workbench.config import TuiConfig, load_config
-from workbench.screens.branches import BranchesScreen
-from workbench.screens.home import HomeScreen
-from workbench.screens.run import RunScreen
+from kopt.harness.errors import KoptError
+from kopt.workbench.backend import Backend, RunRequest
+from kopt.workbench.config import TuiConfig, load_config
+from kopt.workbench.screens.branches import BranchesScreen
+from kopt.workbench.screens.home import HomeScreen
+from kopt.workbench.screens.run import RunScreen
 
 SCREENS_WITH_KEYS: tuple[type[Screen], ...] = (HomeScreen, RunScreen, BranchesScreen)
 
@@ -68,7 +68,7 @@ class KoptApp(App[None]):
         self.push_screen(RunScreen(case=case, run_id=run_id))
 
     def new_run(self, case: str) -> None:
-        from workbench.screens.new_run import NewRunScreen
+        from kopt.workbench.screens.new_run import NewRunScreen
 
         def start(request: RunRequest | None) -> None:
             if request is None:
@@ -100,7 +100,7 @@ class KoptApp(App[None]):
         return rows
 
     def action_help(self) -> None:
-        from workbench.screens.help import HelpScreen
+        from kopt.workbench.screens.help import HelpScreen
 
         if isinstance(self.screen, HelpScreen):
             return

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import BadInputError, KoptError
-from phases.events import EventSink
+from kopt.harness.errors import BadInputError, KoptError
+from kopt.phases.events import EventSink
 
 PHASES = ("architect", "optimizer", "accelerator", "integrator")
 
@@ -110,7 +110,7 @@ class Backend:
 
     def workspace_problem(self) -> str | None:
         """Why runs cannot be recorded here (not a git repository), or None."""
-        from phases import history
+        from kopt.phases import history
 
         try:
             with history.open_repo():
@@ -120,14 +120,14 @@ class Backend:
 
     def init_workspace(self) -> str:
         """`kopt init`: make the workspace a git repository; returns what was done."""
-        from phases import history
+        from kopt.phases import history
 
         top, created = history.init_workspace()
         return f"created a git repository in {top}" if created else f"using {top}"
 
     def cases(self) -> list[CaseRow]:
-        from harness.case import list_cases
-        from harness.paths import bundled_cases_dir
+        from kopt.harness.case import list_cases
+        from kopt.harness.paths import bundled_cases_dir
 
         rows: list[CaseRow] = []
         runs = self._runs_or_empty(None)
@@ -146,7 +146,7 @@ class Backend:
 
     def _runs_or_empty(self, case: str | None) -> list[Any]:
         try:
-            from phases import history
+            from kopt.phases import history
         except ModuleNotFoundError:
             return []
         try:
@@ -156,7 +156,7 @@ class Backend:
 
     def run_pipeline(self, request: RunRequest, *, events: EventSink,
                      cancel: threading.Event) -> RunOutcome:
-        from phases.pipeline import run_pipeline
+        from kopt.phases.pipeline import run_pipeline
 
         result = run_pipeline(request.case, engineer=request.engineer, analyst=request.analyst,
                               phases=request.phases, iterations=request.iterations,
@@ -172,28 +172,28 @@ class Backend:
         """The run's worktree, recreated from its branch when it was removed."""
         if run.worktree and Path(run.worktree).is_dir():
             return Path(run.worktree)
-        from phases import history
+        from kopt.phases import history
 
         return Path(history.ensure_worktree(run.case, run.run_id))
 
     def approve(self, run_id: str, commit: str | None) -> None:
-        from phases import history
+        from kopt.phases import history
 
         history.approve(run_id, commit)
 
     def reject(self, run_id: str, commit: str | None, reason: str) -> None:
-        from phases import history
+        from kopt.phases import history
 
         history.reject(run_id, commit, reason=reason)
 
     def undo(self, run_id: str) -> None:
-        from phases import history
+        from kopt.phases import history
 
         history.undo_decision(run_id)
 
     def diff(self, run_id: str, a: str | None, b: str | None) -> str:
         """Kernel diff of iteration `b` against iteration `a` (None: the one before `b`)."""
-        from phases import history
+        from kopt.phases import history
 
         return history.diff(run_id, a, b)
 
@@ -203,7 +203,7 @@ class Backend:
             return self.diff(run_a.run_id, a, b)
         import git
 
-        from phases import history
+        from kopt.phases import history
 
         with history.open_repo() as repo:
             try:
@@ -217,7 +217,7 @@ class Backend:
         """The verification and metrics files committed with the iteration."""
         import git
 
-        from phases import history
+        from kopt.phases import history
 
         detail = IterationDetail()
         for attr in ("verification", "metrics"):
@@ -229,7 +229,7 @@ class Backend:
         return detail
 
     def manifests(self, run_id: str) -> list[ManifestView]:
-        from harness.paths import manifests_dir
+        from kopt.harness.paths import manifests_dir
 
         out: list[ManifestView] = []
         for phase in PHASES:
@@ -241,7 +241,7 @@ class Backend:
             except json.JSONDecodeError as err:
                 out.append(ManifestView(phase, {}, False, f"{path}: not JSON ({err})"))
                 continue
-            from phases.manifest import validation_errors
+            from kopt.phases.manifest import validation_errors
 
             errors = validation_errors(data)
             out.append(ManifestView(phase, data, not errors,
@@ -250,17 +250,17 @@ class Backend:
         return out
 
     def verify(self, case: str, candidate: Path) -> dict[str, Any]:
-        from harness.verify import verify_candidate
+        from kopt.harness.verify import verify_candidate
 
         return verify_candidate(case, candidate).to_dict()
 
     def bench(self, case: str, candidate: Path) -> list[dict[str, Any]]:
-        from harness.bench import bench_case
+        from kopt.harness.bench import bench_case
 
         return list(bench_case(case, [candidate]))
 
     def import_kernelbench(self, path: Path, name: str | None = None) -> str:
-        from harness.kernelbench import import_kernelbench
+        from kopt.harness.kernelbench import import_kernelbench
 
         if not path.is_file():
             raise BadInputError(f"no KernelBench file at {str(path)!r}",
@@ -271,7 +271,7 @@ class Backend:
                          bench: list[dict[str, Any]] | None) -> str:
         """Record the user's edit of the kernel as an iteration authored by `user`, with its
         verification report and timing beside it (the worktree layout of ARCHITECTURE.md)."""
-        from phases import history
+        from kopt.phases import history
 
         worktree = Path(run.worktree)
         rel = candidate.resolve().relative_to(worktree.resolve()).as_posix()

@@ -12,25 +12,25 @@ import argparse
 import importlib
 import sys
 
-from harness.errors import KoptError
+from kopt.harness.errors import KoptError
 
 # Order is the order of `kopt --help`.
 COMMAND_MODULES = [
-    "workbench.commands.cases",
-    "workbench.commands.new",
-    "workbench.commands.import_kernelbench",
-    "workbench.commands.baseline",
-    "workbench.commands.doctor",
-    "workbench.commands.verify",
-    "workbench.commands.bench",
-    "workbench.commands.run",
-    "workbench.commands.manifest",
-    "workbench.commands.history",
-    "workbench.commands.decide",
-    "workbench.commands.diff",
-    "workbench.commands.init",
-    "workbench.commands.targets",
-    "workbench.commands.jobs",
+    "kopt.workbench.commands.cases",
+    "kopt.workbench.commands.new",
+    "kopt.workbench.commands.import_kernelbench",
+    "kopt.workbench.commands.baseline",
+    "kopt.workbench.commands.doctor",
+    "kopt.workbench.commands.verify",
+    "kopt.workbench.commands.bench",
+    "kopt.workbench.commands.run",
+    "kopt.workbench.commands.manifest",
+    "kopt.workbench.commands.history",
+    "kopt.workbench.commands.decide",
+    "kopt.workbench.commands.diff",
+    "kopt.workbench.commands.init",
+    "kopt.workbench.commands.targets",
+    "kopt.workbench.commands.jobs",
 ]
 
 

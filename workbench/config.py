@@ -24,8 +24,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.errors import BadInputError
-from harness.paths import kopt_dir
+from kopt.harness.errors import BadInputError
+from kopt.harness.paths import kopt_dir
 
 
 class TuiSettings(BaseModel):

@@ -24,10 +24,10 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    from harness import timing
-    from harness.case import load_case_dir
-    from harness.data import instantiate, model_class
-    from harness.verification import guards, tensors
+    from kopt.harness import timing
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.data import instantiate, model_class
+    from kopt.harness.verification import guards, tensors
 
     device = request["device"]
     if device == "cpu":
@@ -53,7 +53,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
 
     variants = request["variants"]
     if variants == ["candidate"]:
-        from harness.jobs.candidate import _load_candidate
+        from kopt.harness.jobs.candidate import _load_candidate
 
         cls = _load_candidate(job_dir / request["candidate"])
     else:
@@ -117,7 +117,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
         "leftovers": guards.leftovers(base),
     }
     if "eager" in variants and results.get("eager", {}).get("ok"):
-        from harness.roofline import roofline_summary
+        from kopt.harness.roofline import roofline_summary
 
         try:
             response["roofline"] = roofline_summary(

@@ -33,9 +33,9 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     import triton.language  # noqa: F401
     from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: F401
 
-    from harness.case import load_case_dir
-    from harness.data import instantiate
-    from harness.verification import guards, tensors
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.data import instantiate
+    from kopt.harness.verification import guards, tensors
 
     device = request["device"]
     guards.set_precision(request.get("precision", "strict"))
@@ -133,7 +133,7 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
              out_file: Path, post_file: Path | None) -> None:
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-    from harness.verification import guards, tensors
+    from kopt.harness.verification import guards, tensors
 
     inputs = tensors.materialize(resolved, bases, device)
     guards.poison_free_device_memory(device)
@@ -173,7 +173,7 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
 
 
 def _observations(audit: Any, base: Any, counter: Any) -> dict[str, Any]:
-    from harness.verification import guards
+    from kopt.harness.verification import guards
 
     return {
         "tampering": guards.tampering(base, counter),

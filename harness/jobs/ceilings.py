@@ -9,8 +9,8 @@ from typing import Any
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from harness.environment import describe_environment
-    from harness.roofline import ceilings
+    from kopt.harness.environment import describe_environment
+    from kopt.harness.roofline import ceilings
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     measured = ceilings(device, refresh=bool(request.get("refresh")))

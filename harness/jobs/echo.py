@@ -9,7 +9,7 @@ from typing import Any
 
 
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
-    from harness.environment import describe_environment
+    from kopt.harness.environment import describe_environment
 
     # `repeat`/`interval_s`: a job that streams output over time (targets' streaming tests)
     for i in range(int(request.get("repeat", 1))):

@@ -49,9 +49,9 @@ def load_candidate_class(path: Path) -> type:
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from harness.case import load_case_dir
-    from harness.errors import KoptError
-    from harness.runner import execute_variant, make_case_forward, reference_outputs
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.errors import KoptError
+    from kopt.harness.runner import execute_variant, make_case_forward, reference_outputs
 
     device = request["device"]
     variant = request["variant"]

@@ -17,9 +17,9 @@ import torch
 
 
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
-    from harness.case import load_case_dir
-    from harness.data import instantiate, model_class
-    from harness.verification import guards, tensors
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.data import instantiate, model_class
+    from kopt.harness.verification import guards, tensors
 
     if any(name.startswith("kopt_candidate") for name in sys.modules) or "candidate" in request:
         raise RuntimeError("the reference worker must never see candidate code")

@@ -29,11 +29,11 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    from harness import timing
-    from harness.case import load_case_dir
-    from harness.data import instantiate, model_class
-    from harness.jobs.candidate import _load_candidate
-    from harness.verification import guards, tensors
+    from kopt.harness import timing
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.data import instantiate, model_class
+    from kopt.harness.jobs.candidate import _load_candidate
+    from kopt.harness.verification import guards, tensors
 
     device = request["device"]
     if device == "cpu":

@@ -1,5 +1,5 @@
 """Execution targets: where a worker job runs (`local`, `ssh://...`, `ray://...`)."""
 
-from harness.targets.base import Target, WorkerOutcome, resolve_target
+from kopt.harness.targets.base import Target, WorkerOutcome, resolve_target
 
 __all__ = ["Target", "WorkerOutcome", "resolve_target"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.errors import TargetError
+from kopt.harness.errors import TargetError
 
 LineSink = Callable[[str], None]
 
@@ -94,13 +94,13 @@ def register_scheme(scheme: str, factory: Callable[[str], Target]) -> None:
 def resolve_target(spec: str | None = None) -> Target:
     """`local` (default), `ssh://[user@]host[:port][/path]`, `ray://host:port`, or a name
     from `targets.yaml`."""
-    from harness.targets.local import LocalTarget
+    from kopt.harness.targets.local import LocalTarget
 
     if not spec or spec == "local":
         return LocalTarget()
     scheme = spec.split("://", 1)[0] if "://" in spec else None
     if scheme is None:
-        from harness.targets import registry
+        from kopt.harness.targets import registry
 
         return registry.named_target(spec)
     if scheme not in _REGISTRY:
@@ -114,7 +114,7 @@ def resolve_target(spec: str | None = None) -> Target:
 def _load_builtin_schemes() -> None:
     import importlib
 
-    for mod in ("harness.targets.ssh", "harness.targets.ray"):
+    for mod in ("kopt.harness.targets.ssh", "kopt.harness.targets.ray"):
         try:
             importlib.import_module(mod)
         except ImportError:

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import BadInputError
-from harness.paths import kopt_dir
+from kopt.harness.errors import BadInputError
+from kopt.harness.paths import kopt_dir
 
 JobState = Literal["running", "done", "timed_out", "cancelled", "lost", "fetched"]
 

@@ -13,9 +13,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from harness.targets import standby
-from harness.targets.base import LineSink, WorkerOutcome, read_response
-from harness.worker import PARENT_ENV
+from kopt.harness.targets import standby
+from kopt.harness.targets.base import LineSink, WorkerOutcome, read_response
+from kopt.harness.worker import PARENT_ENV
 
 
 def _job_kind(job_dir: Path) -> str:
@@ -26,7 +26,7 @@ def _job_kind(job_dir: Path) -> str:
 
 
 def worker_command(job_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "harness.worker", str(job_dir)]
+    return [sys.executable, "-m", "kopt.harness.worker", str(job_dir)]
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -34,10 +34,10 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     for secret in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
         env.pop(secret, None)
-    from harness.paths import PACKAGE_ROOT
+    from kopt.harness.paths import import_root
 
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
+        p for p in (str(import_root()), env.get("PYTHONPATH", "")) if p
     )
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
@@ -45,7 +45,7 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class LocalTarget:
-    """Runs each job in a fresh `python -m harness.worker` process, in its own session so
+    """Runs each job in a fresh `python -m kopt.harness.worker` process, in its own session so
     that a timeout kills the whole process group (threads, children, everything). The process
     may have been started ahead of the job with torch and triton imported and nothing else
     done (harness.targets.standby); the verifier's reference job always starts cold."""
@@ -109,6 +109,6 @@ class LocalTarget:
         )
 
     def describe(self) -> dict[str, Any]:
-        from harness.environment import describe_environment
+        from kopt.harness.environment import describe_environment
 
         return describe_environment()

@@ -1,7 +1,7 @@
 """The `ray://host:port` target (a Ray cluster) and `ray://local` (a Ray runtime started here).
 
 Each job is one Ray task running the same worker the local target runs: the job directory
-travels as a tar in the task's arguments, the task runs `python -m harness.worker` in a
+travels as a tar in the task's arguments, the task runs `python -m kopt.harness.worker` in a
 temporary directory with the timeout enforced on its process group, and `out/` comes back
 in the result. A task asks for one GPU when the cluster has GPUs; on a CPU-only runtime (CI)
 it asks for one CPU instead and `describe()` says so.
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from harness.errors import BadInputError, TargetError, TargetLost
-from harness.targets.base import LineSink, WorkerOutcome, read_response, register_scheme
+from kopt.harness.errors import BadInputError, TargetError, TargetLost
+from kopt.harness.targets.base import LineSink, WorkerOutcome, read_response, register_scheme
 
 RESULT_GRACE_S = 120.0
 """Wait beyond the job's timeout for a task's result (scheduling, transfer)."""
@@ -46,6 +46,22 @@ def _ray() -> Any:
     except ImportError as err:
         raise TargetError("ray is not installed", fix="pip install 'kopt[ray]'") from err
     return ray
+
+
+def _importable_harness() -> Path:
+    """A `kopt` package holding `harness` (its __init__ and the harness source), staged once
+    per process, for a remote cluster's `py_modules` (which ships one folder per module)."""
+    import shutil
+    import tempfile
+
+    import kopt
+    from kopt.harness.paths import PACKAGE_ROOT
+
+    stage = Path(tempfile.mkdtemp(prefix="kopt-ray-")) / "kopt"
+    shutil.copytree(PACKAGE_ROOT / "harness", stage / "harness",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(kopt.__file__, stage / "__init__.py")
+    return stage
 
 
 class RayTarget:
@@ -72,17 +88,17 @@ class RayTarget:
         with _INIT_LOCK:
             if ray.is_initialized():
                 return ray
-            from harness.paths import PACKAGE_ROOT
+            from kopt.harness.paths import import_root
 
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                       "ignore_reinit_error": True}
             if self.address == "local":
                 kwargs["num_cpus"] = self.num_cpus
                 # the workers are this machine's processes: make `harness` importable there
-                kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": str(PACKAGE_ROOT)}}
+                kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": str(import_root())}}
             else:
                 kwargs["address"] = "auto" if self.address == "auto" else f"ray://{self.address}"
-                kwargs["runtime_env"] = {"py_modules": [str(PACKAGE_ROOT / "harness")]}
+                kwargs["runtime_env"] = {"py_modules": [str(_importable_harness())]}
             try:
                 ray.init(**kwargs)
             except Exception as err:  # connection refused, version mismatch, ...
@@ -102,7 +118,7 @@ class RayTarget:
         """One slot per GPU in the cluster (CPUs without GPUs); Ray places the tasks, so a
         slot's GPU model is not known before its task runs (`gpu` None: each metrics file's
         environment names the GPU that produced it)."""
-        from harness.parallel import Slot
+        from kopt.harness.parallel import Slot
 
         res = self.resources()
         count = int(res.get("GPU", 0)) or max(1, int(res.get("CPU", 1)))
@@ -188,7 +204,7 @@ class RayTarget:
                     nodes=len(self.connect().nodes()), task_resources=self.task_resources())
         if not res.get("GPU"):
             info["resources_note"] = "no GPUs in the Ray cluster: each task asks for 1 CPU"
-        from harness.environment import describe_environment
+        from kopt.harness.environment import describe_environment
 
         info.update({k: v for k, v in describe_environment().items()
                      if k in ("python", "torch", "triton", "host")})
@@ -245,7 +261,7 @@ def _run_job_task(packed: bytes, timeout: float, env: dict[str, str], relay: Any
     import platform
     import tempfile
 
-    from harness.targets.local import LocalTarget
+    from kopt.harness.targets.local import LocalTarget
 
     began = time.time()
     token = secrets.token_hex(4)

@@ -22,9 +22,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from harness.errors import BadInputError, TargetError
-from harness.paths import kopt_dir, workspace_root
-from harness.targets.base import Target
+from kopt.harness.errors import BadInputError, TargetError
+from kopt.harness.paths import kopt_dir, workspace_root
+from kopt.harness.targets.base import Target
 
 
 class TargetEntry(BaseModel):
@@ -88,10 +88,10 @@ def load_targets() -> dict[str, TargetEntry]:
 
 def build_target(entry: TargetEntry, *, name: str | None = None) -> Target:
     """The `Target` an entry describes; `name` is what job records refer to it by."""
-    from harness.targets.base import resolve_target
+    from kopt.harness.targets.base import resolve_target
 
     if entry.spec.startswith("ssh://"):
-        from harness.targets.ssh import SshOptions, SshTarget
+        from kopt.harness.targets.ssh import SshOptions, SshTarget
 
         options = SshOptions(
             ssh_config=_expand(entry.ssh_config), identity_file=_expand(entry.identity_file),

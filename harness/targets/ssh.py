@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from harness.errors import BadInputError, TargetError, TargetLost
-from harness.targets import jobs as job_records
-from harness.targets.base import LineSink, WorkerOutcome, read_response, register_scheme
+from kopt.harness.errors import BadInputError, TargetError, TargetLost
+from kopt.harness.targets import jobs as job_records
+from kopt.harness.targets.base import LineSink, WorkerOutcome, read_response, register_scheme
 
 SECRET_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 CONNECT_TIMEOUT_S = 10
@@ -163,7 +163,7 @@ class SshTarget:
 
     def parallel_slots(self) -> list[Any]:
         """One slot per remote GPU (pinned with CUDA_VISIBLE_DEVICES), or one without a GPU."""
-        from harness.parallel import Slot
+        from kopt.harness.parallel import Slot
 
         gpu = self.probe().get("gpu") or {}
         count = int(gpu.get("count") or 0)
@@ -560,14 +560,21 @@ _SOURCE_CACHE: dict[tuple[Any, ...], dict[str, _Entry]] = {}
 
 
 def _source_manifest() -> dict[str, _Entry]:
-    """The `harness` package the remote worker imports, keyed by path under src/<hash>/."""
-    from harness.paths import PACKAGE_ROOT
+    """What the remote worker imports (`kopt/__init__.py` and the `harness` package beside it,
+    as in a source checkout), keyed by path under src/<hash>/."""
+    import kopt
+    from kopt.harness.paths import PACKAGE_ROOT
 
     root = PACKAGE_ROOT / "harness"
-    stamp = tuple(sorted((str(p), p.stat().st_mtime_ns) for p in root.rglob("*.py")))
+    init = Path(kopt.__file__).resolve()
+    files = [init, *root.rglob("*.py")]
+    stamp = tuple(sorted((str(p), p.stat().st_mtime_ns) for p in files))
     if stamp not in _SOURCE_CACHE:
         _SOURCE_CACHE.clear()
-        _SOURCE_CACHE[stamp] = {f"harness/{rel}": e for rel, e in _manifest(root).items()}
+        tree = {f"harness/{rel}": e for rel, e in _manifest(root).items()}
+        st = init.stat()
+        tree["kopt/__init__.py"] = _Entry(init, _file_sha(init), st.st_size, st.st_mode & 0o777)
+        _SOURCE_CACHE[stamp] = tree
     return _SOURCE_CACHE[stamp]
 
 
@@ -579,7 +586,7 @@ def _tree_hash(tree: dict[str, _Entry]) -> str:
 
 
 def _probe_cache_file(spec: str) -> Path:
-    from harness.paths import cache_dir
+    from kopt.harness.paths import cache_dir
 
     return cache_dir() / "targets" / (hashlib.sha256(spec.encode()).hexdigest()[:16] + ".json")
 
@@ -691,8 +698,8 @@ def probe(args):
         info["triton"] = None
         info["triton_error"] = "%s: %s" % (type(err).__name__, err)
     try:
-        import harness
-        info["kopt_installed"] = os.path.dirname(os.path.dirname(harness.__file__))
+        import kopt
+        info["kopt_installed"] = os.path.dirname(os.path.dirname(kopt.__file__))
     except Exception:
         info["kopt_installed"] = None
     print(json.dumps(info))
@@ -790,7 +797,7 @@ def supervise(args):
     env["PYTHONUNBUFFERED"] = "1"
     log = open(os.path.join(job, "worker.log"), "ab")
     began = time.time()
-    proc = subprocess.Popen([launch["python"], "-m", "harness.worker", job], cwd=job, env=env,
+    proc = subprocess.Popen([launch["python"], "-m", "kopt.harness.worker", job], cwd=job, env=env,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     with open(os.path.join(job, "worker.pid"), "w") as handle:

@@ -2,7 +2,7 @@
 
 Importing torch and triton is most of a worker's fixed cost: on the H100 machine
 (2026-11-23, benchmarks/overhead_gpu.py) 4.3-4.9 s of a 14 s candidate job and of a 13 s
-reference job; 1.5 s on a 2-core CPU. When a local job ends, one `python -m harness.worker
+reference job; 1.5 s on a 2-core CPU. When a local job ends, one `python -m kopt.harness.worker
 --standby` is started with the same environment; it imports torch and triton and waits for a
 job directory on stdin. The next job with that environment takes it (kopt's own `KOPT_*`
 settings may differ: they travel with the job directory); any other starts cold.
@@ -28,7 +28,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from harness.worker import PARENT_ENV
+from kopt.harness.worker import PARENT_ENV
 
 COLD_JOBS = frozenset({"reference"})
 """Jobs that always start a new process, after everything before them has exited."""
@@ -41,7 +41,7 @@ def enabled() -> bool:
 
 
 def standby_command() -> list[str]:
-    return [sys.executable, "-m", "harness.worker", "--standby"]
+    return [sys.executable, "-m", "kopt.harness.worker", "--standby"]
 
 
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kopt-standby-spawner")

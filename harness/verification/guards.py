@@ -154,7 +154,7 @@ def _watched_namespaces() -> dict[str, Any]:
     for name, mod in list(sys.modules.items()):
         # triton.language is re-pointed at interpreted versions by Triton's own interpreter
         # around every launch; the launch path itself (triton.runtime) stays watched.
-        if (name.split(".")[0] in ("harness", "triton", "safetensors") and mod is not None
+        if (name.split(".")[0] in ("kopt", "triton", "safetensors") and mod is not None
                 and not name.startswith("triton.language")):
             spaces[name] = mod
     return {k: v for k, v in spaces.items() if v is not None}
@@ -183,7 +183,7 @@ class IdentitySnapshot:
         snap.code = {f"{space}.{attr}": obj.__code__ for space, attrs in snap.attributes.items()
                      for attr, obj in attrs.items() if isinstance(obj, types.FunctionType)}
         snap.modules = {k: v for k, v in sys.modules.items()
-                        if k.split(".")[0] in ("torch", "harness", "triton", "time", "safetensors")}
+                        if k.split(".")[0] in ("torch", "kopt", "triton", "time", "safetensors")}
         return snap
 
     def changes(self) -> list[str]:

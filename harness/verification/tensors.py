@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch.utils._pytree import tree_flatten
 
-from harness.case import ResolvedInputSet, ScalarSpec, TensorSpec
-from harness.data import Inputs
+from kopt.harness.case import ResolvedInputSet, ScalarSpec, TensorSpec
+from kopt.harness.data import Inputs
 
 
 def input_keys(resolved: ResolvedInputSet) -> dict[str, TensorSpec | ScalarSpec]:

@@ -21,27 +21,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.case import Case
-from harness.paths import kopt_dir
-from phases.engineers.base import (
+from kopt.harness.case import Case
+from kopt.harness.paths import kopt_dir
+from kopt.phases.engineers.base import (
     EngineerRequest,
     Proposal,
     VerifyResult,
     register_engineer,
 )
-from phases.engineers.llm_client import (
+from kopt.phases.engineers.llm_client import (
     AnthropicClient,
     CallCancelled,
     ModelClient,
     ReplayExhausted,
     Usage,
 )
-from phases.engineers.prompts import engineer_first_message, engineer_system
-from phases.engineers.settings import EngineerSettings, load_settings
-from phases.engineers.tools import TOOL_SPECS, WorktreeTools, file_digest
-from phases.engineers.transcript import Transcript
-from phases.events import LOG, TEXT_DELTA, TOOL_CALL, TOOL_RESULT, USAGE, Event, EventSink
-from phases.knowledge_base import retrieve
+from kopt.phases.engineers.prompts import engineer_first_message, engineer_system
+from kopt.phases.engineers.settings import EngineerSettings, load_settings
+from kopt.phases.engineers.tools import TOOL_SPECS, WorktreeTools, file_digest
+from kopt.phases.engineers.transcript import Transcript
+from kopt.phases.events import LOG, TEXT_DELTA, TOOL_CALL, TOOL_RESULT, USAGE, Event, EventSink
+from kopt.phases.knowledge_base import retrieve
 
 TRANSCRIPT_NAME = "optimizer.jsonl"
 _TUNABLE_PREFIXES = ("BLOCK", "NUM_WARPS", "NUM_STAGES", "GROUP_SIZE")
@@ -98,7 +98,7 @@ def tunables_of(source: str) -> dict[str, list[int]]:
 def offline_starting_point(case: Case, events: EventSink, phase: str) -> str | None:
     """The offline engineer's candidate source, when that engineer is installed and succeeds."""
     try:
-        from phases.engineers.offline import generate_candidate
+        from kopt.phases.engineers.offline import generate_candidate
     except ImportError:
         return None
     input_set = "smoke" if "smoke" in case.input_set_names() else "main"

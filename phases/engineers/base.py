@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.case import Case
-from phases.events import EventSink
+from kopt.harness.case import Case
+from kopt.phases.events import EventSink
 
 
 @dataclass
@@ -112,11 +112,11 @@ def make_engineer(spec: str, options: dict[str, Any] | None = None) -> Engineer:
     """`offline`, `anthropic`, or `replay:PATH`."""
     import importlib
 
-    from harness.errors import BadInputError
+    from kopt.harness.errors import BadInputError
 
     name, _, arg = spec.partition(":")
     if name not in ENGINEERS:
-        for mod in (f"phases.engineers.{name}", f"phases.engineers.{name}.engineer"):
+        for mod in (f"kopt.phases.engineers.{name}", f"kopt.phases.engineers.{name}.engineer"):
             try:
                 importlib.import_module(mod)
                 break

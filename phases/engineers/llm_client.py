@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
-from harness.errors import EngineerError
-from phases.engineers.settings import EngineerSettings
-from phases.engineers.transcript import Transcript
-from phases.events import LOG, Event, EventSink, null_sink
+from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.settings import EngineerSettings
+from kopt.phases.engineers.transcript import Transcript
+from kopt.phases.events import LOG, Event, EventSink, null_sink
 
 # USD per million tokens (input, output), from Anthropic's model pages (platform.claude.com,
 # November 2026). Cache writes (5-minute TTL) cost 1.25x input, cache reads 0.1x input.

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.case import Case
-from phases.knowledge_base import Snippet
+from kopt.harness.case import Case
+from kopt.phases.knowledge_base import Snippet
 
 ENGINEER_ROLE = """\
 You are kopt's Triton Code Engineer. You make a PyTorch model faster by writing one candidate

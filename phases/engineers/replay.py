@@ -13,19 +13,19 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from harness.errors import BadInputError
-from phases.engineers.anthropic import run_tool_loop, transcript_file
-from phases.engineers.base import EngineerRequest, Proposal, register_engineer
-from phases.engineers.llm_client import (
+from kopt.harness.errors import BadInputError
+from kopt.phases.engineers.anthropic import run_tool_loop, transcript_file
+from kopt.phases.engineers.base import EngineerRequest, Proposal, register_engineer
+from kopt.phases.engineers.llm_client import (
     ModelReply,
     ReplayExhausted,
     TextCallback,
     ToolCallback,
     Usage,
 )
-from phases.engineers.settings import EngineerSettings, load_settings
-from phases.engineers.transcript import Transcript, find_transcript, read_transcript, sessions
-from phases.events import EventSink
+from kopt.phases.engineers.settings import EngineerSettings, load_settings
+from kopt.phases.engineers.transcript import Transcript, find_transcript, read_transcript, sessions
+from kopt.phases.events import EventSink
 
 UNLIMITED = 10**9
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from harness.errors import BadInputError
-from harness.paths import kopt_dir
+from kopt.harness.errors import BadInputError
+from kopt.harness.paths import kopt_dir
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 """The current Sonnet (November 2026): the best balance of speed, cost and coding skill."""

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from harness.errors import KoptError
-from phases.engineers.base import Toolbox, VerifyResult
+from kopt.harness.errors import KoptError
+from kopt.phases.engineers.base import Toolbox, VerifyResult
 
 MAX_READ_CHARS = 200_000
 """A kernel file is a few KB; more than this is not something the model should read whole."""

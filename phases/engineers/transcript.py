@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.errors import BadInputError
+from kopt.harness.errors import BadInputError
 
 REDACTED = "[redacted]"
 # Anthropic keys look like sk-ant-api03-...; scrub anything of that shape whatever its origin.

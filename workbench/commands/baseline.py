@@ -12,10 +12,10 @@ from typing import Any
 
 from rich.table import Table
 
-from harness.case import load_case
-from harness.device import resolve_device, timing_label
-from harness.runner import DEFAULT_TIMEOUT, measure_variant
-from workbench.output import console, err_console, print_json_line
+from kopt.harness.case import load_case
+from kopt.harness.device import resolve_device, timing_label
+from kopt.harness.runner import DEFAULT_TIMEOUT, measure_variant
+from kopt.workbench.output import console, err_console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:

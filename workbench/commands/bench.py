@@ -13,12 +13,12 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from harness.bench import bench_case
-from harness.case import load_case
-from harness.device import default_input_set, resolve_device
-from harness.errors import KoptError
-from harness.verify import DEFAULT_TIMEOUT_S
-from workbench.output import console, print_json_line
+from kopt.harness.bench import bench_case
+from kopt.harness.case import load_case
+from kopt.harness.device import default_input_set, resolve_device
+from kopt.harness.errors import KoptError
+from kopt.harness.verify import DEFAULT_TIMEOUT_S
+from kopt.workbench.output import console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -79,7 +79,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def _history(args: argparse.Namespace, case: Any) -> int:
     try:
-        from phases.autobench import run_history
+        from kopt.phases.autobench import run_history
     except ImportError as err:
         raise KoptError(f"`kopt bench --history` needs phases.autobench ({err})",
                         fix="update kopt; the history bench is part of the pipeline") from err

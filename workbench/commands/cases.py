@@ -6,8 +6,8 @@ import argparse
 
 from rich.table import Table
 
-from harness.case import Case, list_cases
-from workbench.output import console, print_json_line
+from kopt.harness.case import Case, list_cases
+from kopt.workbench.output import console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:

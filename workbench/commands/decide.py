@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from harness.paths import manifests_dir
-from phases import history
-from workbench.output import console, print_json_line
+from kopt.harness.paths import manifests_dir
+from kopt.phases import history
+from kopt.workbench.output import console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:

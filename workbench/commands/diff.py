@@ -10,8 +10,8 @@ import argparse
 
 from rich.syntax import Syntax
 
-from phases.history import diff
-from workbench.output import console, print_json_line
+from kopt.phases.history import diff
+from kopt.workbench.output import console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:

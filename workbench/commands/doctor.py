@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from rich.table import Table
 
-from workbench.output import console, print_json_line
+from kopt.workbench.output import console, print_json_line
 
 MIN_PYTHON = (3, 11)
 # The interpreter check compiles nothing but imports torch+triton: 60 s covers a cold disk.
@@ -105,7 +105,7 @@ def check_gpu(measure_ceilings: bool) -> tuple[Finding, dict[str, Any] | None]:
     detail = f"{props.name}, {props.total_memory / 2**30:.0f} GiB, sm_{props.major}{props.minor}"
     if not measure_ceilings:
         return Finding("gpu", "ok", detail + " (ceilings not measured)"), None
-    from harness.roofline import ceilings
+    from kopt.harness.roofline import ceilings
 
     try:
         ceil = ceilings("cuda")
@@ -147,7 +147,7 @@ def check_git() -> Finding:
         return Finding("git", "fail", "git is not installed or not on PATH",
                        fix="install git (runs are git branches and worktrees)")
     version = done.stdout.strip().removeprefix("git version ")
-    from harness.paths import workspace_root
+    from kopt.harness.paths import workspace_root
 
     root = workspace_root()
     inside = subprocess.run(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
@@ -182,7 +182,7 @@ def handle(args: argparse.Namespace) -> int:
     findings, ceilings = diagnose(measure_ceilings=not args.no_ceilings)
     ok = all(f.status != "fail" for f in findings)
     if args.json:
-        from harness.environment import describe_environment
+        from kopt.harness.environment import describe_environment
 
         print_json_line({"ok": ok, "checks": [asdict(f) for f in findings],
                          "ceilings": ceilings, "environment": describe_environment()})

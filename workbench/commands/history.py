@@ -8,10 +8,10 @@ import datetime as dt
 from rich.markup import escape
 from rich.table import Table
 
-from harness.case import load_case
-from harness.errors import UnknownCaseError
-from phases.history import list_runs
-from workbench.output import console, print_json_line
+from kopt.harness.case import load_case
+from kopt.harness.errors import UnknownCaseError
+from kopt.phases.history import list_runs
+from kopt.workbench.output import console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:

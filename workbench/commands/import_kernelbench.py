@@ -7,9 +7,9 @@ import argparse
 import yaml
 from rich.table import Table
 
-from harness.case import ScalarSpec, load_case_dir
-from harness.kernelbench import import_kernelbench
-from workbench.output import console, print_json_line
+from kopt.harness.case import ScalarSpec, load_case_dir
+from kopt.harness.kernelbench import import_kernelbench
+from kopt.workbench.output import console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from phases.history import init_workspace
-from workbench.output import console, print_json_line
+from kopt.phases.history import init_workspace
+from kopt.workbench.output import console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:

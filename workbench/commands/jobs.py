@@ -15,10 +15,10 @@ from typing import Any
 
 from rich.table import Table
 
-from harness.errors import BadInputError, KoptError, TargetError
-from harness.targets import jobs as job_records
-from harness.targets.base import resolve_target
-from workbench.output import console, print_json_line
+from kopt.harness.errors import BadInputError, KoptError, TargetError
+from kopt.harness.targets import jobs as job_records
+from kopt.harness.targets.base import resolve_target
+from kopt.workbench.output import console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -149,7 +149,7 @@ def handle_cancel(args: argparse.Namespace) -> int:
 
 
 def handle_submit(args: argparse.Namespace) -> int:
-    from harness.job import stage_job
+    from kopt.harness.job import stage_job
 
     if (args.job_dir is None) == (args.echo is None):
         raise BadInputError("give either a JOB_DIR or --echo MESSAGE",

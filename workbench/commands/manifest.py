@@ -11,10 +11,10 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from harness.errors import ManifestError
-from harness.paths import manifests_dir
-from phases.manifest import PHASES, changed_files, load_json, validation_errors
-from workbench.output import console, print_json_line
+from kopt.harness.errors import ManifestError
+from kopt.harness.paths import manifests_dir
+from kopt.phases.manifest import PHASES, changed_files, load_json, validation_errors
+from kopt.workbench.output import console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,7 +41,7 @@ def validate(args: argparse.Namespace) -> int:
     else:
         errors = validation_errors(data)
         if not errors and args.files:
-            from phases.manifest import Manifest
+            from kopt.phases.manifest import Manifest
 
             errors = changed_files(Manifest.from_dict(data))
     for e in errors:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from harness.kernelbench import scaffold_case
-from workbench.output import console, print_json_line
+from kopt.harness.kernelbench import scaffold_case
+from kopt.workbench.output import console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:

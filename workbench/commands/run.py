@@ -15,8 +15,8 @@ from typing import Any
 
 from rich.markup import escape
 
-from harness.errors import BadInputError, GitError, KoptError
-from phases.events import (
+from kopt.harness.errors import BadInputError, GitError, KoptError
+from kopt.phases.events import (
     ITERATION,
     LOG,
     PHASE_FAILED,
@@ -27,7 +27,7 @@ from phases.events import (
     USAGE,
     Event,
 )
-from workbench.output import console, err_console, print_json_line
+from kopt.workbench.output import console, err_console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -112,7 +112,7 @@ def _confirm(question: str) -> bool:
 
 
 def _prepare_repo(args: argparse.Namespace) -> None:
-    from phases.history import init_workspace, open_repo
+    from kopt.phases.history import init_workspace, open_repo
 
     try:
         with open_repo():
@@ -125,8 +125,8 @@ def _prepare_repo(args: argparse.Namespace) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from phases.optimizer import format_speedup
-    from phases.pipeline import resume_pipeline, run_pipeline
+    from kopt.phases.optimizer import format_speedup
+    from kopt.phases.pipeline import resume_pipeline, run_pipeline
 
     if not args.case and not args.resume:
         raise BadInputError("kopt run needs a CASE or --resume RUN_ID",

@@ -7,9 +7,9 @@ from typing import Any
 
 from rich.table import Table
 
-from harness.errors import KoptError
-from harness.targets.base import resolve_target
-from workbench.output import console, print_json_line
+from kopt.harness.errors import KoptError
+from kopt.harness.targets.base import resolve_target
+from kopt.workbench.output import console, print_json_line
 
 CEILINGS_TIMEOUT_S = 180.0
 
@@ -40,7 +40,7 @@ def check_target(name: str, spec: str, *, ceilings: bool = True) -> dict[str, An
 
 
 def _measure_ceilings(target: Any) -> dict[str, Any] | None:
-    from harness.job import cleanup, run_job, stage_job
+    from kopt.harness.job import cleanup, run_job, stage_job
 
     job_dir = stage_job("ceilings", {})
     try:
@@ -55,7 +55,7 @@ def _measure_ceilings(target: Any) -> dict[str, Any] | None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from harness.targets.registry import load_targets
+    from kopt.harness.targets.registry import load_targets
 
     if args.specs:
         wanted = [(s, s) for s in args.specs]

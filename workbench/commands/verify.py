@@ -10,9 +10,9 @@ import argparse
 
 from rich.markup import escape
 
-from harness.case import load_case
-from harness.verify import DEFAULT_TIMEOUT_S, verify_candidate
-from workbench.output import console, err_console, print_json_line
+from kopt.harness.case import load_case
+from kopt.harness.verify import DEFAULT_TIMEOUT_S, verify_candidate
+from kopt.workbench.output import console, err_console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:

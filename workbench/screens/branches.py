@@ -19,9 +19,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
-from harness.errors import KoptError
-from workbench.backend import approval_word, format_speedup
-from workbench.widgets.diff_view import DiffView
+from kopt.harness.errors import KoptError
+from kopt.workbench.backend import approval_word, format_speedup
+from kopt.workbench.widgets.diff_view import DiffView
 
 
 class BranchesScreen(Screen[None]):

@@ -13,7 +13,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from workbench.backend import CaseRow, format_speedup
+from kopt.workbench.backend import CaseRow, format_speedup
 
 VERDICT_STYLE = {"approved": "bold green", "rejected": "bold red", "pending": "yellow",
                  "no runs": "dim", "invalid": "bold red"}
@@ -85,7 +85,7 @@ class HomeScreen(Screen[None]):
             self.post_message(self.NeedsInit(problem))
 
     def on_home_screen_needs_init(self, message: NeedsInit) -> None:
-        from workbench.screens.confirm import ConfirmScreen
+        from kopt.workbench.screens.confirm import ConfirmScreen
 
         if self._asked_init:
             return
@@ -104,7 +104,7 @@ class HomeScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="home-init")
     def init_workspace(self) -> None:
-        from harness.errors import KoptError
+        from kopt.harness.errors import KoptError
 
         try:
             done = self.app.backend.init_workspace()
@@ -210,7 +210,7 @@ class HomeScreen(Screen[None]):
         self.app.new_run(row.name)
 
     def action_import_case(self) -> None:
-        from workbench.screens.import_case import ImportScreen
+        from kopt.workbench.screens.import_case import ImportScreen
 
         def done(answer: tuple[Path, str | None] | None) -> None:
             if answer is not None:
@@ -220,7 +220,7 @@ class HomeScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="home-import")
     def import_file(self, path: Path, name: str | None) -> None:
-        from harness.errors import KoptError
+        from kopt.harness.errors import KoptError
 
         try:
             case = self.app.backend.import_kernelbench(path, name)

@@ -8,7 +8,7 @@ from textual.containers import Grid, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
-from workbench.backend import PHASES, RunRequest, default_engineer
+from kopt.workbench.backend import PHASES, RunRequest, default_engineer
 
 ENGINEERS = [("offline (no network)", "offline"), ("anthropic (Claude)", "anthropic")]
 ANALYSTS = [("none (rule-based plan)", ""), ("offline", "offline"), ("anthropic", "anthropic")]

@@ -25,9 +25,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from harness.errors import KoptError
-from phases import events as ev
-from workbench.backend import (
+from kopt.harness.errors import KoptError
+from kopt.phases import events as ev
+from kopt.workbench.backend import (
     IterationDetail,
     ManifestView,
     RunOutcome,
@@ -36,14 +36,14 @@ from workbench.backend import (
     format_speedup,
     kernel_path,
 )
-from workbench.widgets.agent_log import AgentLog
-from workbench.widgets.diff_view import DiffView
-from workbench.widgets.iteration_table import IterationTable
-from workbench.widgets.manifest_view import ManifestView as ManifestPane
-from workbench.widgets.metrics_chart import MetricsChart
-from workbench.widgets.phase_strip import PhaseStrip
-from workbench.widgets.profile_view import ProfileView
-from workbench.widgets.verification_view import VerificationView
+from kopt.workbench.widgets.agent_log import AgentLog
+from kopt.workbench.widgets.diff_view import DiffView
+from kopt.workbench.widgets.iteration_table import IterationTable
+from kopt.workbench.widgets.manifest_view import ManifestView as ManifestPane
+from kopt.workbench.widgets.metrics_chart import MetricsChart
+from kopt.workbench.widgets.phase_strip import PhaseStrip
+from kopt.workbench.widgets.profile_view import ProfileView
+from kopt.workbench.widgets.verification_view import VerificationView
 
 TABS = ("diff", "verification", "profile", "metrics", "log", "manifest")
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -496,7 +496,7 @@ class RunScreen(Screen[None]):
             self._update_job_line()
 
     def _start_watcher(self) -> None:
-        from workbench.watch import KernelWatcher
+        from kopt.workbench.watch import KernelWatcher
 
         if self.watcher is not None or self.run is None:
             return
@@ -586,7 +586,7 @@ class RunScreen(Screen[None]):
             self.load_run()
 
     def _offer_commit(self, path: Path, report: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-        from workbench.screens.confirm import ConfirmScreen
+        from kopt.workbench.screens.confirm import ConfirmScreen
 
         speed = next((r.get("speedup_vs_eager") for r in rows
                       if r.get("variant") not in ("eager", "compile")), None)
@@ -632,7 +632,7 @@ class RunScreen(Screen[None]):
         self._decision_worker("approve", selected, None, None)
 
     def action_reject(self) -> None:
-        from workbench.screens.feedback import FeedbackScreen, Rejection
+        from kopt.workbench.screens.feedback import FeedbackScreen, Rejection
 
         selected = self._need_iteration()
         if selected is None:

@@ -11,8 +11,8 @@ import json
 from rich.text import Text
 from textual.widgets import RichLog
 
-from phases import events as ev
-from workbench.backend import format_speedup
+from kopt.phases import events as ev
+from kopt.workbench.backend import format_speedup
 
 
 class AgentLog(RichLog):

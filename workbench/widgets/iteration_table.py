@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from workbench.backend import format_speedup
+from kopt.workbench.backend import format_speedup
 
 # (label, width): fixed widths, so the list does not jump as iterations stream in.
 COLUMNS = (("#", 2), ("by", 9), ("speedup", 7), ("floor", 5), ("verdict", 8))

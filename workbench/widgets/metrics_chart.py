@@ -10,8 +10,8 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from workbench.backend import format_speedup
-from workbench.widgets.profile_view import bar
+from kopt.workbench.backend import format_speedup
+from kopt.workbench.widgets.profile_view import bar
 
 BAR_WIDTH = 14
 

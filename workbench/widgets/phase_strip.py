@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from phases import events as ev
+from kopt.phases import events as ev
 
 PHASES = ("architect", "optimizer", "accelerator", "integrator")
 

@@ -18,10 +18,10 @@ import sympy
 import torch
 from torch.export import Dim
 
-from harness.case import Case
-from harness.data import build_model
-from harness.errors import EngineerError
-from phases.engineers.offline.graph import (
+from kopt.harness.case import Case
+from kopt.harness.data import build_model
+from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.offline.graph import (
     _SIMPLE,
     _VIEWS,
     Builder,
@@ -64,8 +64,8 @@ def example_inputs(case: Case, input_set: str) -> tuple[list[Any], dict[str, Any
     """Inputs with the input set's shapes, dtypes and layouts: export reads no values, so
     uninitialised memory does (drawing the main inputs of a large case takes seconds, and
     zero-filling causal_softmax's 1 GB took 1 s of its codegen time)."""
-    from harness.case import TensorSpec
-    from harness.data import TORCH_DTYPES
+    from kopt.harness.case import TensorSpec
+    from kopt.harness.data import TORCH_DTYPES
 
     resolved = case.input_set(input_set)
 

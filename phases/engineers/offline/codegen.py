@@ -10,10 +10,10 @@ import sympy
 import torch
 from torch.utils._sympy.printers import PythonPrinter
 
-from harness.case import Case
-from phases.engineers.offline.fusion import NHWC_CONV, Group, Partition
-from phases.engineers.offline.graph import Node, Sym
-from phases.engineers.offline.kernels import (
+from kopt.harness.case import Case
+from kopt.phases.engineers.offline.fusion import NHWC_CONV, Group, Partition
+from kopt.phases.engineers.offline.graph import Node, Sym
+from kopt.phases.engineers.offline.kernels import (
     ROW_BLOCK,
     KernelSource,
     kernel_label,
@@ -21,8 +21,8 @@ from phases.engineers.offline.kernels import (
     pointwise_kernel,
     reduction_kernel,
 )
-from phases.engineers.offline.layout import Constructor
-from phases.engineers.offline.pointwise import HELPERS
+from kopt.phases.engineers.offline.layout import Constructor
+from kopt.phases.engineers.offline.pointwise import HELPERS
 
 _PRINTER = PythonPrinter()
 

@@ -12,14 +12,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.case import Case
-from harness.errors import EngineerError
-from phases.engineers.base import EngineerRequest, Proposal
-from phases.engineers.offline.capture import capture
-from phases.engineers.offline.codegen import build_kernels, write_module
-from phases.engineers.offline.fusion import FusionPolicy, partition
-from phases.engineers.offline.layout import build_constructor
-from phases.events import LOG, Event, EventSink, null_sink
+from kopt.harness.case import Case
+from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.base import EngineerRequest, Proposal
+from kopt.phases.engineers.offline.capture import capture
+from kopt.phases.engineers.offline.codegen import build_kernels, write_module
+from kopt.phases.engineers.offline.fusion import FusionPolicy, partition
+from kopt.phases.engineers.offline.layout import build_constructor
+from kopt.phases.events import LOG, Event, EventSink, null_sink
 
 # Policies tried in order: each later one fuses less (what a failure report backs off to).
 POLICIES: list[tuple[str, FusionPolicy]] = [

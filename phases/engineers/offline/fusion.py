@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from phases.engineers.offline.graph import (
+from kopt.phases.engineers.offline.graph import (
     GENERATORS,
     LAYOUT,
     MATMUL,

@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from harness.errors import EngineerError
-from phases.engineers.offline.fusion import DimMap, Group, Partition
-from phases.engineers.offline.graph import LAYOUT, MATMUL, REDUCTIONS, Node, Sym
-from phases.engineers.offline.pointwise import (
+from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition
+from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, REDUCTIONS, Node, Sym
+from kopt.phases.engineers.offline.pointwise import (
     TL_TYPES,
     Operand,
     compute_type,

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from harness.case import Case
-from harness.data import model_class
+from kopt.harness.case import Case
+from kopt.harness.data import model_class
 
 
 @dataclass

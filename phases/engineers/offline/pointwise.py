@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from harness.errors import EngineerError
+from kopt.harness.errors import EngineerError
 
 TL_TYPES = {
     torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",

@@ -35,8 +35,8 @@ def ln_gelu(x, w, b, eps, out=None, rows=None):
 import os
 from pathlib import Path
 
-from harness.case import load_case_dir
-from harness.data import agent_provide_inputs
+from kopt.harness.case import load_case_dir
+from kopt.harness.data import agent_provide_inputs
 
 
 def _seed0(shape):
