@@ -18,8 +18,11 @@ from typing import Any
 
 from kopt.harness.case import load_case
 from kopt.harness.errors import BadInputError, KoptError, ManifestError
+from kopt.harness.names import check_name
 from kopt.harness.paths import workspace_root
+from kopt.harness.targets.base import resolve_target
 from kopt.phases import accelerator, architect, integrator, optimizer
+from kopt.phases.engineers.base import check_engineer
 from kopt.phases.events import (
     LOG,
     PHASE_FAILED,
@@ -89,6 +92,13 @@ def run_pipeline(case: str | Path, *, engineer: str = "offline", analyst: str | 
         raise BadInputError(f"--iterations {iterations} is not a positive count",
                             fix="give --iterations 1 or more")
     selected = parse_phases(phases)
+    if run_id is not None:
+        check_name(run_id, "run id")
+    if not (fakes or {}).get("engineer_factory"):
+        check_engineer(engineer)
+    for spec in (t.strip() for t in target.split(",")):
+        if spec:
+            resolve_target(spec)  # an unknown name or a malformed spec, before anything is written
     root = Path(root or workspace_root()).resolve()
     case_obj = load_case(case)
     with open_repo(root):
@@ -162,6 +172,7 @@ def resume_pipeline(run_id: str, *, events: EventSink = null_sink,
                     cancel: threading.Event | None = None, root: Path | None = None,
                     fakes: dict[str, Any] | None = None) -> RunResult:
     """Continue `run_id` from the phase after its last valid manifest."""
+    check_name(run_id, "run id")
     root = Path(root or workspace_root()).resolve()
     run_dir = root / "manifests" / run_id
     config = RunConfig.load(run_dir)

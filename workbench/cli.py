@@ -53,6 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_names(args: argparse.Namespace) -> None:
+    """Run ids become folders and branch names: refuse `../x`, `/abs` or `my run` before any
+    command writes anything."""
+    from kopt.harness.names import check_name
+
+    for attr, what in (("run_id", "run id"), ("resume", "run id")):
+        value = getattr(args, attr, None)
+        if isinstance(value, str):
+            check_name(value, what)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -60,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _check_names(args)
         return int(args.func(args) or 0)
     except KoptError as err:
         if args.debug:

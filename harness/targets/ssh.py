@@ -32,6 +32,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shlex
 import subprocess
 import tarfile
@@ -83,6 +84,9 @@ def parse_spec(spec: str) -> SshSpec:
     if parts.scheme != "ssh" or not parts.hostname:
         raise BadInputError(f"bad ssh target {spec!r}",
                             fix="expected ssh://[user@]host[:port][/remote/workspace]")
+    if not re.fullmatch(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+", parts.hostname):
+        raise BadInputError(f"bad host {parts.hostname!r} in ssh target {spec!r}",
+                            fix="a host name or address: letters, digits, '.', '-' and ':'")
     try:
         port = parts.port
     except ValueError as err:

@@ -108,14 +108,16 @@ def register_engineer(name: str, factory: Callable[[dict[str, Any]], Engineer]) 
     ENGINEERS[name] = factory
 
 
-def make_engineer(spec: str, options: dict[str, Any] | None = None) -> Engineer:
-    """`offline`, `anthropic`, or `replay:PATH`."""
+def check_engineer(spec: str) -> str:
+    """The engineer's name if `spec` names one that can be built (`replay:PATH` with an
+    existing file), else a BadInputError: checked before a run writes anything."""
     import importlib
+    from pathlib import Path
 
     from kopt.harness.errors import BadInputError
 
     name, _, arg = spec.partition(":")
-    if name not in ENGINEERS:
+    if name not in ENGINEERS and name.isidentifier():
         for mod in (f"kopt.phases.engineers.{name}", f"kopt.phases.engineers.{name}.engineer"):
             try:
                 importlib.import_module(mod)
@@ -125,6 +127,16 @@ def make_engineer(spec: str, options: dict[str, Any] | None = None) -> Engineer:
     if name not in ENGINEERS:
         raise BadInputError(f"unknown engineer {spec!r}",
                             fix="expected one of 'offline', 'anthropic', 'replay:PATH'")
+    if name == "replay" and not (arg and Path(arg).exists()):
+        raise BadInputError(f"engineer {spec!r} names no recorded transcript",
+                            fix="give --engineer replay:PATH with an existing .jsonl or run folder")
+    return name
+
+
+def make_engineer(spec: str, options: dict[str, Any] | None = None) -> Engineer:
+    """`offline`, `anthropic`, or `replay:PATH`."""
+    name = check_engineer(spec)
+    _, _, arg = spec.partition(":")
     opts = dict(options or {})
     if arg:
         opts["path"] = arg
