@@ -402,11 +402,14 @@ def undo_decision(run_id: str, *, root: Path | None = None) -> str:
 def diff(run_id: str, a: str | None = None, b: str | None = None, *,
          root: Path | None = None) -> str:
     """The kernel diff between two iterations (numbers or commits). Default: the best
-    iteration (`b`) against the iteration before it (`a`), or against an empty file."""
+    iteration (`b`) against the iteration before it (`a`), or against an empty file; `a`
+    alone: that iteration against the one before it."""
     run = get_run(run_id, root)
     if not run.iterations:
         raise BadInputError(f"run {run_id!r} has no iterations yet", fix="wait for the optimizer")
     with open_repo(root) as repo:
+        if b is None and a is not None:  # `kopt diff RUN A`: iteration A and what it changed
+            a, b = None, a
         if b is None:
             best = run.best()
             b_sha = (best or run.iterations[-1]).commit

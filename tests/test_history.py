@@ -147,6 +147,32 @@ def test_diff_between_iterations(workspace: Path) -> None:
     assert "+x = 1" in first and "-x" not in first
     with pytest.raises(BadInputError, match="no run"):
         history.diff("nope")
+    # `kopt diff RUN A`: iteration A against the one before it (was empty: A against the best)
+    assert "+x = 1" in history.diff("r1", "1")
+    assert "-x = 1" in history.diff("r1", "2") and "+x = 2" in history.diff("r1", "2")
+
+
+def test_kopt_diff_pages_whole_lines_on_a_terminal(workspace: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from kopt.workbench.cli import main
+
+    wt = _two_iterations(workspace)
+    long = "y = " + " + ".join(f"value_{i}" for i in range(60)) + "\n"
+    (wt / "kernels" / "lg.py").write_text(long)
+    history.commit_iteration(wt, run_id="r1", phase="optimizer", iteration=3, case="lg",
+                             subject="optimizer: lg iter 3 - rejected", body="", speedup=None,
+                             pct_of_floor=None, verified=False, author="offline",
+                             candidate="kernels/lg.py")
+    assert main(["diff", "r1", "3", "--no-pager"]) == 0
+    assert "+" + long.strip() in capsys.readouterr().out  # not cut at the terminal's width
+    paged = workspace / "paged.txt"
+    monkeypatch.setenv("KOPT_PAGER", f"sh -c 'cat > {paged}'")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert main(["diff", "r1", "3"]) == 0
+    text = paged.read_text()
+    assert "\x1b[32m+" + long.strip() + "\x1b[0m" in text and capsys.readouterr().out == ""
 
 
 def test_a_removed_worktree_is_recreated_and_a_dirty_one_reset(workspace: Path) -> None:

@@ -17,3 +17,35 @@ def print_json_line(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
     console.file.flush()
     print(json.dumps(obj, default=str, separators=(",", ":")), flush=True)
+
+
+_DIFF_COLOURS = (("+++", "1"), ("---", "1"), ("@@", "36"), ("+", "32"), ("-", "31"))
+
+
+def colour_diff(text: str) -> str:
+    """A unified diff with git's colours (ANSI), every line kept whole."""
+    out = []
+    for line in text.splitlines():
+        code = next((c for prefix, c in _DIFF_COLOURS if line.startswith(prefix)), None)
+        out.append(f"\x1b[{code}m{line}\x1b[0m" if code else line)
+    return "\n".join(out) + "\n"
+
+
+def page(text: str, *, no_pager: bool = False) -> None:
+    """Show `text` as git does: through a pager on a terminal (`$KOPT_PAGER`, `$PAGER`, else
+    `less -R -F -X`, which exits at once when the text fits), printed as is otherwise. Lines
+    are never cut at the terminal's width: what is on screen is what is committed."""
+    import os
+    import shlex
+    import subprocess
+
+    if no_pager or not sys.stdout.isatty():
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    command = os.environ.get("KOPT_PAGER") or os.environ.get("PAGER") or "less -R -F -X"
+    try:
+        subprocess.run(shlex.split(command), input=text, text=True, check=False)
+    except (OSError, ValueError):
+        sys.stdout.write(text)
+        sys.stdout.flush()
