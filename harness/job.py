@@ -20,7 +20,8 @@ from safetensors.torch import load_file, save_file
 from kopt.harness.case import Case
 from kopt.harness.errors import BadInputError
 from kopt.harness.paths import kopt_dir
-from kopt.harness.targets.base import LineSink, Target, WorkerOutcome, resolve_target
+from kopt.harness.targets.base import LineSink, Target, WorkerOutcome
+from kopt.harness.targets.resolve import resolve_target
 
 
 def new_job_dir(job: str, root: Path | None = None) -> Path:

@@ -301,7 +301,7 @@ def measure_variant(case: Case | str | Path, variant: str | Path, *, device: str
     Raises `CaseError` when the baseline itself cannot load or run (bad input, exit 2).
     """
     from kopt.harness.job import cleanup, run_job, stage_job
-    from kopt.harness.targets.base import resolve_target
+    from kopt.harness.targets.resolve import resolve_target
 
     if not isinstance(case, Case):
         case = load_case(case)

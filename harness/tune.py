@@ -24,7 +24,8 @@ from kopt.harness.compare import compare_outputs
 from kopt.harness.data import agent_provide_weights, draw_tensor
 from kopt.harness.device import worker_env
 from kopt.harness.job import cleanup, stage_job
-from kopt.harness.targets.base import LineSink, Target, resolve_target
+from kopt.harness.targets.base import LineSink, Target
+from kopt.harness.targets.resolve import resolve_target
 from kopt.harness.tolerance import tolerance_for
 from kopt.harness.verification.tensors import input_keys, load_outputs
 

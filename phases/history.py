@@ -371,7 +371,7 @@ def _decide(run_id: str, decision: str, ref: str | None, reason: str | None,
 
 def _record_in_manifest(run_id: str, root: Path | None, decision_commit: str) -> None:
     """Mirror the decision (as git now reads it) into the run's integrator manifest."""
-    from kopt.phases.integrator import record_decision
+    from kopt.phases.manifest import record_decision
 
     run_dir = Path(root or workspace_root()).resolve() / "manifests" / run_id
     if not (run_dir / "integrator.json").is_file():

@@ -4,7 +4,7 @@ The accelerator's kernel is verified once more on every declared input set with 
 (the verifier draws new ones on every call), then timed against eager and torch.compile on
 this machine. The report (`report.md` + a PNG chart) and the archive bundle are written,
 and the run waits for the user's decision (`kopt approve` / `kopt reject`), which is
-recorded in git and in this phase's manifest (`record_decision`).
+recorded in git and in this phase's manifest (`manifest.record_decision`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kopt.harness.errors import ManifestError
 from kopt.harness.paths import archive_dir
 from kopt.phases.archive import ArchiveContents, archive_name, reproduce_text, write_archive
 from kopt.phases.events import LOG, VERIFICATION, Event, EventSink
@@ -159,19 +158,4 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
         report=report_file, chart=chart, run_dir=ctx.run_dir, reproduce=reproduce),
         archive_dir(), name=name)
     events(Event(LOG, PHASE, f"archive: {final}"))
-    return manifest
-
-
-def record_decision(run_dir: Path, *, state: str, commit: str | None, reason: str | None,
-                    decision_commit: str) -> Manifest:
-    """Write the user's decision into the integrator manifest (validated, atomically)."""
-    path = manifest_path(run_dir, PHASE)
-    if not path.is_file():
-        raise ManifestError(f"{path}: the run has no integrator manifest yet",
-                            fix="finish the run (kopt run --resume RUN_ID) before deciding")
-    manifest = read_manifest(path)
-    manifest.details["approval"] = {"state": state, "commit": commit, "reason": reason,
-                                    "decision_commit": decision_commit,
-                                    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    write_manifest(manifest, path)
     return manifest

@@ -228,3 +228,19 @@ def check_handoff(run_dir: Path, phase: str, *, run_id: str | None = None,
         raise ManifestError(f"{path}: a file it lists changed since it was written: {problems[0]}",
                             fix=f"restore the file or re-run the {phase} phase")
     return manifest
+
+
+def record_decision(run_dir: Path, *, state: str, commit: str | None, reason: str | None,
+                    decision_commit: str) -> Manifest:
+    """Write the user's decision into the integrator manifest (validated, atomically): the
+    mirror of what git records (`history.approve`, `reject`, `undo_decision`)."""
+    path = manifest_path(run_dir, "integrator")
+    if not path.is_file():
+        raise ManifestError(f"{path}: the run has no integrator manifest yet",
+                            fix="finish the run (kopt run --resume RUN_ID) before deciding")
+    manifest = read_manifest(path)
+    manifest.details["approval"] = {"state": state, "commit": commit, "reason": reason,
+                                    "decision_commit": decision_commit,
+                                    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    write_manifest(manifest, path)
+    return manifest

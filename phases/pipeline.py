@@ -20,7 +20,7 @@ from kopt.harness.case import load_case
 from kopt.harness.errors import BadInputError, KoptError, ManifestError
 from kopt.harness.names import check_name
 from kopt.harness.paths import workspace_root
-from kopt.harness.targets.base import resolve_target
+from kopt.harness.targets.resolve import resolve_target
 from kopt.phases import accelerator, architect, integrator, optimizer
 from kopt.phases.engineers.base import check_engineer
 from kopt.phases.events import (

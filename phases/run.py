@@ -174,7 +174,7 @@ class RunContext:
         `config.parallel`, the primary target's first. Resolved once per run."""
         if self._slots is None:
             from kopt.harness.parallel import slots_for
-            from kopt.harness.targets.base import resolve_target
+            from kopt.harness.targets.resolve import resolve_target
 
             targets = self.targets if self.targets is not None else \
                 [resolve_target(spec) for spec in self.config.target_specs]

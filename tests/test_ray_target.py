@@ -14,7 +14,7 @@ import pytest
 
 from kopt.harness.job import stage_job
 from kopt.harness.parallel import Slot, evaluate_many
-from kopt.harness.targets.base import resolve_target
+from kopt.harness.targets.resolve import resolve_target
 from kopt.harness.targets.local import LocalTarget
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'kopt[ray]')")

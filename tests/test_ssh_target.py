@@ -18,7 +18,7 @@ from sshd import Sshd, find_sshd, keygen, start_sshd
 from kopt.harness.errors import BadInputError, TargetError
 from kopt.harness.job import stage_job
 from kopt.harness.targets import jobs as job_records
-from kopt.harness.targets.base import resolve_target
+from kopt.harness.targets.resolve import resolve_target
 from kopt.harness.targets.ssh import SshTarget, parse_spec
 from kopt.workbench.cli import main as kopt
 

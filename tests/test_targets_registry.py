@@ -8,7 +8,7 @@ import pytest
 
 from kopt.harness.errors import BadInputError, TargetError
 from kopt.harness.targets import jobs as job_records
-from kopt.harness.targets.base import resolve_target
+from kopt.harness.targets.resolve import resolve_target
 from kopt.harness.targets.local import LocalTarget
 from kopt.harness.targets.registry import load_targets
 from kopt.harness.targets.ssh import SshTarget

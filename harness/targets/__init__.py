@@ -1,5 +1,5 @@
-"""Execution targets: where a worker job runs (`local`, `ssh://...`, `ray://...`)."""
+"""Execution targets: where a worker job runs (`local`, `ssh://...`, `ray://...`).
 
-from kopt.harness.targets.base import Target, WorkerOutcome, resolve_target
-
-__all__ = ["Target", "WorkerOutcome", "resolve_target"]
+`base` holds the protocol every target implements, `resolve` turns a `--target` spec into a
+target; `local`, `ssh` and `ray` are the implementations.
+"""

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kopt.harness.errors import TargetError
 
 LineSink = Callable[[str], None]
 
@@ -89,33 +88,3 @@ _REGISTRY: dict[str, Callable[[str], Target]] = {}
 def register_scheme(scheme: str, factory: Callable[[str], Target]) -> None:
     """Make `resolve_target` build `factory(spec)` for specs starting with `scheme://`."""
     _REGISTRY[scheme] = factory
-
-
-def resolve_target(spec: str | None = None) -> Target:
-    """`local` (default), `ssh://[user@]host[:port][/path]`, `ray://host:port`, or a name
-    from `targets.yaml`."""
-    from kopt.harness.targets.local import LocalTarget
-
-    if not spec or spec == "local":
-        return LocalTarget()
-    scheme = spec.split("://", 1)[0] if "://" in spec else None
-    if scheme is None:
-        from kopt.harness.targets import registry
-
-        return registry.named_target(spec)
-    if scheme not in _REGISTRY:
-        _load_builtin_schemes()
-    if scheme not in _REGISTRY:
-        raise TargetError(f"unknown target scheme {scheme!r} in {spec!r}",
-                          fix=f"expected 'local' or one of {sorted(_REGISTRY)}:// ")
-    return _REGISTRY[scheme](spec)
-
-
-def _load_builtin_schemes() -> None:
-    import importlib
-
-    for mod in ("kopt.harness.targets.ssh", "kopt.harness.targets.ray"):
-        try:
-            importlib.import_module(mod)
-        except ImportError:
-            pass

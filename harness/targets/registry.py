@@ -24,7 +24,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kopt.harness.errors import BadInputError, TargetError
 from kopt.harness.paths import kopt_dir, workspace_root
-from kopt.harness.targets.base import Target
 
 
 class TargetEntry(BaseModel):
@@ -86,33 +85,5 @@ def load_targets() -> dict[str, TargetEntry]:
     return entries
 
 
-def build_target(entry: TargetEntry, *, name: str | None = None) -> Target:
-    """The `Target` an entry describes; `name` is what job records refer to it by."""
-    from kopt.harness.targets.base import resolve_target
-
-    if entry.spec.startswith("ssh://"):
-        from kopt.harness.targets.ssh import SshOptions, SshTarget
-
-        options = SshOptions(
-            ssh_config=_expand(entry.ssh_config), identity_file=_expand(entry.identity_file),
-            known_hosts=_expand(entry.known_hosts), ssh_options=list(entry.ssh_options))
-        target = SshTarget(entry.spec, options=options, python=entry.python,
-                           push_source=entry.push_source)
-        if name:
-            target.record_spec = name
-        return target
-    return resolve_target(entry.spec)
-
-
-def named_target(name: str) -> Target:
-    entries = load_targets()
-    if name not in entries:
-        known = ", ".join(sorted(entries)) or "none configured in targets.yaml"
-        raise TargetError(f"unknown target {name!r}",
-                          fix=f"expected 'local', ssh://[user@]host[:port][/path], ray://host:port "
-                              f"or a name from targets.yaml ({known})")
-    return build_target(entries[name], name=name)
-
-
-def _expand(path: str | None) -> str | None:
+def expand_path(path: str | None) -> str | None:
     return str(Path(path).expanduser()) if path else None

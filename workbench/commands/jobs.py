@@ -17,7 +17,7 @@ from rich.table import Table
 
 from kopt.harness.errors import BadInputError, KoptError, TargetError
 from kopt.harness.targets import jobs as job_records
-from kopt.harness.targets.base import resolve_target
+from kopt.harness.targets.resolve import resolve_target
 from kopt.workbench.output import console, print_json_line
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from kopt.harness.errors import KoptError
-from kopt.harness.targets.base import resolve_target
+from kopt.harness.targets.resolve import resolve_target
 from kopt.workbench.output import console, print_json_line
 
 CEILINGS_TIMEOUT_S = 180.0
