@@ -4,12 +4,54 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.text import Text
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
+
+
+class StepClock:
+    """The live line under the progress lines: a spinner, the step in progress and its
+    elapsed seconds, shown once a step has taken more than a second."""
+
+    def __init__(self) -> None:
+        self.label = ""
+        self.started = time.monotonic()
+        self.spinner = Spinner("dots", style="cyan")
+
+    def restart(self, label: str) -> None:
+        self.label, self.started = label, time.monotonic()
+
+    def __rich__(self) -> Any:
+        elapsed = time.monotonic() - self.started
+        if elapsed < 1.0 or not self.label:
+            return Text("")
+        self.spinner.update(text=Text.assemble((self.label, "dim"), f"  {elapsed:.0f} s"))
+        return self.spinner
+
+
+@contextmanager
+def working(label: str, *, out: Console | None = None) -> Iterator[StepClock]:
+    """A live line (spinner, `label`, elapsed seconds) while the block runs, on a terminal
+    only; `clock.restart(label)` names the next step."""
+    clock = StepClock()
+    clock.restart(label)
+    target = out or err_console
+    live = Live(clock, console=target, refresh_per_second=4, transient=True)
+    if target.is_terminal:
+        live.start()
+    try:
+        yield clock
+    finally:
+        live.stop()
 
 
 def print_json_line(obj: dict[str, Any]) -> None:

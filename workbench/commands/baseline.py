@@ -15,7 +15,7 @@ from rich.table import Table
 from kopt.harness.case import load_case
 from kopt.harness.device import resolve_device, timing_label
 from kopt.harness.runner import DEFAULT_TIMEOUT, measure_variant
-from kopt.workbench.output import console, err_console, print_json_line
+from kopt.workbench.output import console, err_console, print_json_line, working
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,11 +56,14 @@ def handle(args: argparse.Namespace) -> int:
     device = resolve_device(case, args.device)
     variants = ["eager"] if args.skip_compile else ["eager", "compile"]
     results: dict[str, dict[str, Any]] = {}
-    for variant in variants:
-        if not args.json:
-            err_console.print(f"[dim]measuring {case.name} {variant} on {device}...[/dim]")
-        results[variant] = measure_variant(case, variant, device=device, profile=args.profile,
-                                           target=args.target, timeout=args.timeout)
+    with working(f"measuring {case.name} on {device}") as clock:
+        for variant in variants:
+            if not args.json:
+                err_console.print(f"[dim]measuring {case.name} {variant} on {device}...[/dim]")
+            clock.restart(f"measuring {case.name} {variant} on {device}")
+            results[variant] = measure_variant(case, variant, device=device,
+                                               profile=args.profile, target=args.target,
+                                               timeout=args.timeout)
     eager = results["eager"]
     label = timing_label(device)
     input_set = eager.get("input_set")

@@ -18,7 +18,7 @@ from kopt.harness.case import load_case
 from kopt.harness.device import default_input_set, resolve_device
 from kopt.harness.errors import KoptError
 from kopt.harness.verify import DEFAULT_TIMEOUT_S
-from kopt.workbench.output import console, print_json_line
+from kopt.workbench.output import console, print_json_line, working
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,9 +50,11 @@ def handle(args: argparse.Namespace) -> int:
     if args.history:
         return _history(args, case)
     device = resolve_device(case, args.device)
-    rows = bench_case(case, args.candidates, device=device, unverified=args.unverified,
-                      target=args.target, timeout=args.timeout,
-                      baselines=("eager",) if args.no_compile else ("eager", "compile"))
+    with working(f"verifying and timing {len(args.candidates)} candidate(s) of {case.name} "
+                 f"on {device}"):
+        rows = bench_case(case, args.candidates, device=device, unverified=args.unverified,
+                          target=args.target, timeout=args.timeout,
+                          baselines=("eager",) if args.no_compile else ("eager", "compile"))
     input_set = default_input_set(case, device)
     table = Table(title=f"kopt bench {case.name} ({input_set} inputs, {device}, "
                         f"{rows[0]['timing_label'] if rows else ''})")

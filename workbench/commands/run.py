@@ -13,6 +13,7 @@ import sys
 import threading
 from typing import Any
 
+from rich.live import Live
 from rich.markup import escape
 
 from kopt.harness.errors import BadInputError, GitError, KoptError
@@ -27,7 +28,7 @@ from kopt.phases.events import (
     USAGE,
     Event,
 )
-from kopt.workbench.output import console, err_console, print_json_line
+from kopt.workbench.output import StepClock, console, err_console, print_json_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,13 +70,28 @@ def default_engineer() -> str:
 
 
 class ProgressPrinter:
-    """Renders pipeline events as lines (to stderr under --json, so stdout stays clean)."""
+    """Renders pipeline events as lines (to stderr under --json, so stdout stays clean), with a
+    live status line (spinner, current step, elapsed seconds) on a terminal."""
 
     def __init__(self, to_stderr: bool) -> None:
         self.out = err_console if to_stderr else console
         self.in_text = False
+        self.clock = StepClock()
+        self.live = Live(self.clock, console=self.out, refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> ProgressPrinter:
+        if self.out.is_terminal:
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.stop()
 
     def __call__(self, e: Event) -> None:
+        if e.kind != TEXT_DELTA:
+            phase = e.phase or "run"
+            self.clock.restart(f"{phase}: {e.message}" if e.kind in (LOG, PHASE_STARTED)
+                               else f"{phase}: working")
         if e.kind == TEXT_DELTA:
             self.out.print(escape(e.message), end="", style="dim", soft_wrap=True)
             self.in_text = True
@@ -160,18 +176,19 @@ def handle(args: argparse.Namespace) -> int:
     # An Event, not Thread.join: a join interrupted by Ctrl-C can mark a live thread stopped.
     done = threading.Event()
     thread = threading.Thread(target=work, name="kopt-pipeline", daemon=True)
-    thread.start()
-    try:
-        while not done.wait(0.2):
-            pass
-    except KeyboardInterrupt:
-        cancel.set()
-        err_console.print("kopt: stopping after the current step (Ctrl-C again to quit now)")
+    with printer:
+        thread.start()
         try:
             while not done.wait(0.2):
                 pass
         except KeyboardInterrupt:
-            return 130
+            cancel.set()
+            err_console.print("kopt: stopping after the current step (Ctrl-C again to quit now)")
+            try:
+                while not done.wait(0.2):
+                    pass
+            except KeyboardInterrupt:
+                return 130
     err = outcome.get("error")
     if err is not None:
         if isinstance(err, KoptError):
