@@ -102,8 +102,9 @@ def main() -> int:
         except Exception as err:  # noqa: BLE001 - one model's failure is its row
             rows.append({"case": name, "why": f"{type(err).__name__}: {err}"[:200]})
     label = next((r.get("label") for r in rows if r.get("label")), "-")
-    print(f"\n| model | eager ms | compile ms | kopt ms | vs eager | vs compile | % floor | "
-          f"kernels | left to PyTorch | verified | ({label})")
+    print(f"\nwhole models end to end, median ms ({label}):\n")
+    print("| model | eager ms | compile ms | kopt ms | vs eager | vs compile | % floor | "
+          "kernels | left to PyTorch | verified |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
     for r in rows:
         pct = r.get("pct_of_floor")
