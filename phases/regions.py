@@ -42,6 +42,9 @@ VIEW_OPS = {"view", "_unsafe_view", "reshape", "permute", "transpose", "t", "exp
             "unsqueeze", "squeeze", "slice", "select", "alias", "unbind", "split",
             "split_with_sizes", "chunk", "as_strided", "detach", "getitem", "sym_size",
             "_assert_tensor_metadata", "_assert_scalar"}
+# Shorter names of ATen ops in region names (the `ops` lists keep ATen's).
+FRIENDLY = {"_native_batch_norm_legit_no_training": "batch_norm", "native_layer_norm": "layer_norm",
+            "_to_copy": "cast", "_softmax": "softmax", "_log_softmax": "log_softmax"}
 # Timed passes over the program (after one warm-up pass); each node's median is kept.
 ITERATIONS = 3
 
@@ -198,7 +201,8 @@ def profile_regions(case: Case, input_set: str, device: str = "cpu") -> dict[str
             engine, why = "yes", "generated as fused Triton kernels"
         compute = [op for op in ops if op not in VIEW_OPS]
         name = (f"{r['kind']} {modules[0]}" if r["kind"] != "fusable" else
-                f"{' + '.join(dict.fromkeys(compute))[:60]} ({', '.join(modules)[:40]})")
+                f"{' + '.join(dict.fromkeys(FRIENDLY.get(op, op) for op in compute))[:60]} "
+                f"({', '.join(modules)[:40]})")
         out.append({"region": name, "kind": r["kind"], "ops": compute, "modules": modules,
                     "time_ms": round(t, 6), "bytes": int(nbytes), "flops": nflops,
                     "floor_ms": floor,
