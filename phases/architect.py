@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves
 
 from kopt.harness.case import Case
 from kopt.harness.errors import BadInputError
@@ -33,55 +32,22 @@ PHASE = "architect"
 
 
 def model_summary(case: Case, input_set: str = "main") -> dict[str, Any]:
-    """Parameters, FLOPs and every leaf module's output shape (forward hooks)."""
-    from kopt.harness.data import agent_provide_inputs, build_model, instantiate, model_class
-    from kopt.harness.roofline import _meta_inputs, case_cost
+    """Parameters, FLOPs, bytes and every leaf module's output shape (harness.summary)."""
+    from kopt.harness.summary import model_summary as summarize
 
-    resolved = case.input_set(input_set)
-    used = input_set
-    try:
-        with torch.device("meta"):
-            model = instantiate(model_class(case), resolved, case.model_file)
-        args, kwargs = _meta_inputs(case, input_set)
-        layers = _hooked_forward(model, args, kwargs)
-    except Exception:  # data-dependent models cannot run on meta: run the smoke inputs
-        used = "smoke" if "smoke" in case.input_set_names() else input_set
-        model = build_model(case, used)
-        inputs = agent_provide_inputs(case, used)
-        layers = _hooked_forward(model, list(inputs.args), dict(inputs.kwargs))
-    params = list(model.parameters())
-    try:
-        flops: float | None = case_cost(case, input_set).flops
-    except Exception:  # noqa: BLE001 - a summary without FLOPs is still a summary
-        flops = None
-    return {"total_params": int(sum(p.numel() for p in params)),
-            "trainable_params": int(sum(p.numel() for p in params if p.requires_grad)),
-            "flops": flops, "input_set": used, "layers": layers}
+    return summarize(case, input_set)
 
 
-def _hooked_forward(model: torch.nn.Module, args: list[Any],
-                    kwargs: dict[str, Any]) -> list[dict[str, Any]]:
-    layers: list[dict[str, Any]] = []
-    handles = []
-    for name, mod in model.named_modules():
-        if name and not list(mod.children()):
-            def hook(m: torch.nn.Module, _i: Any, out: Any, name: str = name) -> None:
-                shapes = [list(t.shape) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-                layers.append({"name": name, "type": type(m).__name__,
-                               "output_shape": shapes[0] if len(shapes) == 1 else shapes or None,
-                               "params": int(sum(p.numel() for p in m.parameters(recurse=False)))})
-            handles.append(mod.register_forward_hook(hook))
+def region_profile(ctx: RunContext, events: EventSink) -> dict[str, Any] | None:
+    """The eager model's time by region and module (phases.regions), or None (logged) when the
+    model cannot be exported: the plan then ranks the profiler's top ops alone."""
+    from kopt.phases.regions import profile_regions
+
     try:
-        with torch.no_grad():
-            out = model(*args, **kwargs)
-    finally:
-        for h in handles:
-            h.remove()
-    shapes = [list(t.shape) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-    layers.append({"name": "(output)", "type": type(model).__name__,
-                   "output_shape": shapes[0] if len(shapes) == 1 else shapes or None,
-                   "params": int(sum(p.numel() for p in model.parameters()))})
-    return layers
+        return profile_regions(ctx.case, ctx.input_set, ctx.device)
+    except Exception as err:  # noqa: BLE001 - a region profile is an addition, never a blocker
+        events(Event(LOG, PHASE, f"no region profile: {type(err).__name__}: {str(err)[:200]}"))
+        return None
 
 
 def _regions(profile: dict[str, Any], median_ms: float,
@@ -140,8 +106,14 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
                 "regions": _regions(profile, lat["median"], floor)}
     prof_out = {"by": profile.get("by", "cpu"), "top_kernels": top,
                 "iterations": profile.get("iterations"), "trace": profile.get("trace_file")}
+    regions = region_profile(ctx, events)
+    if regions is not None:
+        lib = sum(1 for r in regions["regions"] if r["engine"] == "library")
+        events(Event(LOG, PHASE, f"{len(regions['regions'])} region(s), {lib} library call(s) "
+                                 f"kept; per-op times {regions['timing_label']}"))
     inputs = PlanInputs(case.name, case.manifest.description, baseline,
-                        prof_out, summary, roofline)
+                        prof_out, summary, roofline,
+                        extra={"regions": regions} if regions is not None else {})
     analyst = make_analyst(ctx.config.analyst, events=events, run_dir=ctx.run_dir,
                            cancel=ctx.cancel, options=ctx.config.engineer_options)
     events(Event(LOG, PHASE, f"planning with the {getattr(analyst, 'name', 'custom')} analyst"))
@@ -181,4 +153,4 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
         outputs=outputs,
         details={"device": ctx.device, "input_set": ctx.input_set, "baseline": baseline,
                  "profile": prof_out, "model_summary": summary, "roofline": roofline,
-                 "plan": plan})
+                 "plan": plan, **({"regions": regions} if regions is not None else {})})

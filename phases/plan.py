@@ -65,6 +65,9 @@ class OfflineAnalyst:
     name = "offline"
 
     def plan(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        regions = inputs.get("regions")
+        if regions and any(r["engine"] == "library" for r in regions["regions"]):
+            return self._region_plan(inputs, regions)
         baseline_ms = float(inputs["baseline"]["median_ms"])
         floor = inputs["roofline"].get("floor_ms")
         hot = _hot_ops(inputs["profile"])
@@ -108,6 +111,27 @@ class OfflineAnalyst:
                 "target_speedup": target_speedup,
                 "summary": f"{len(ops)} hot op(s) in {inputs['case']}; fuse the whole forward "
                            f"first (expected gain {whole_gain:.4g} ms)"}
+
+
+    def _region_plan(self, inputs: dict[str, Any], regions: dict[str, Any]) -> dict[str, Any]:
+        """A whole model (library calls between fusable regions): the regions the engine can
+        take, by time above floor (phases.regions); library calls stay as they are."""
+        from kopt.phases.regions import region_targets
+
+        baseline_ms = float(inputs["baseline"]["median_ms"])
+        targets = region_targets(regions, baseline_ms, NO_FLOOR_GAIN_SHARE)
+        if not targets:
+            targets = [{"rank": 1, "region": "forward", "ops": [], "time_ms": baseline_ms,
+                        "floor_ms": None, "expected_gain_ms": 0.0,
+                        "fusion": "nothing the engine can fuse: every region is a library call",
+                        "rationale": "keep the model as it is"}]
+        gain = sum(t["expected_gain_ms"] for t in targets)
+        lib = [r for r in regions["regions"] if r["engine"] == "library"]
+        floor = inputs["roofline"].get("floor_ms")
+        return {"analyst": self.name, "targets": targets,
+                "target_speedup": (baseline_ms / floor) if floor else None,
+                "summary": f"{len(targets)} fusable region(s) between {len(lib)} library "
+                           f"call(s) in {inputs['case']}; expected gain {gain:.4g} ms"}
 
 
 def make_analyst(spec: str | Analyst | None, *, events: EventSink = null_sink,

@@ -100,6 +100,9 @@ def render(manifests: dict[str, Manifest], *, iterations: list[dict[str, Any]],
     for t in plan["targets"]:
         lines.append(f"| {t['rank']} | {t['region']} | {t['fusion']} | "
                      f"{_ms(t['expected_gain_ms'])} |")
+    regions = arch.details.get("regions")
+    if regions:
+        lines += _region_lines(regions)
     if opt is not None:
         lines += ["", "## Iterations", "",
                   "| iteration | phase | verdict | median ms | vs eager | % of floor | commit |",
@@ -122,7 +125,34 @@ def render(manifests: dict[str, Manifest], *, iterations: list[dict[str, Any]],
         lines += ["", f"![latency and % of floor per iteration]({chart})"]
     if archive_hint:
         lines += ["", f"Archive: `{archive_hint}`"]
+    lines += _usage_lines(arch)
     return "\n".join(lines) + "\n"
+
+
+def _region_lines(regions: dict[str, Any]) -> list[str]:
+    """The architect's regions: where the eager time went and what the engine took."""
+    from kopt.phases.regions import ranked
+
+    lines = ["", f"## Regions (architect, {regions['timing_label']} per-op times on "
+                 f"{regions['input_set']})", "",
+             "| region | ms | % | floor ms | above floor ms | engine |",
+             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for r in ranked(regions):
+        lines.append(f"| {r['region']} | {_ms(r['time_ms'])} | {r.get('pct', 0):.1f}% | "
+                     f"{_ms(r['floor_ms'])} | {_ms(r['above_floor_ms'])} | {r['engine']} |")
+    return lines
+
+
+def _usage_lines(arch: Manifest) -> list[str]:
+    """How to put the approved kernels into the user's own model (`kopt export`)."""
+    from kopt.phases.export import usage_snippet
+
+    package = f"kopt_{arch.case}"
+    return ["", "## Use it in your code", "",
+            f"After `kopt approve {arch.run_id}`, `kopt export {arch.run_id} --out {package}` "
+            f"writes a package that patches an existing model instance in place (its weights "
+            f"are kept; a model of another structure is refused):", "", "```python",
+            usage_snippet("Model", package), "```"]
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

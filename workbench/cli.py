@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "kopt.workbench.commands.history",
     "kopt.workbench.commands.decide",
     "kopt.workbench.commands.diff",
+    "kopt.workbench.commands.export",
     "kopt.workbench.commands.init",
     "kopt.workbench.commands.targets",
     "kopt.workbench.commands.jobs",

@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("baseline", help="time a case eager and under torch.compile")
     p.add_argument("case", metavar="CASE", help="bundled case name or case directory")
     p.add_argument("--profile", action="store_true",
-                   help="also trace with torch.profiler and list the top kernels")
+                   help="also trace with torch.profiler and list the top kernels, the model "
+                        "summary and the time by region and module")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="override the case's device (cpu runs the smoke inputs)")
@@ -66,6 +67,9 @@ def handle(args: argparse.Namespace) -> int:
                                                timeout=args.timeout)
     eager = results["eager"]
     label = timing_label(device)
+    summary = regions = None
+    if args.profile and eager.get("ok"):
+        summary, regions = _model_profile(case, device, str(eager.get("input_set")), args.json)
     input_set = eager.get("input_set")
     roofline = eager.get("roofline") if eager.get("ok") else None
     environment = next((m.get("environment") for m in results.values() if m.get("ok")), None)
@@ -74,7 +78,8 @@ def handle(args: argparse.Namespace) -> int:
                         for k, m in results.items()}
         print_json_line({"ok": bool(eager.get("ok")), "case": case.name, "device": device,
                          "input_set": input_set, "timing_label": label, "roofline": roofline,
-                         "variants": variants_out, "environment": environment})
+                         "variants": variants_out, "environment": environment,
+                         **({"model_summary": summary, "regions": regions} if args.profile else {})})
         return 0 if eager.get("ok") else 1
 
     title = f"{case.name} baseline on {device} ({input_set} inputs, {label})"
@@ -104,9 +109,34 @@ def handle(args: argparse.Namespace) -> int:
                           f"{m['correctness'].get('detail')}")
         elif args.profile and m.get("profile"):
             _print_profile(m)
+    if summary is not None:
+        _print_summary(summary)
+    if regions is not None:
+        _print_regions(regions)
     if eager.get("ok"):
         console.print(f"[dim]metrics: {eager['artifacts_dir']}/metrics.json[/dim]")
     return 0 if eager.get("ok") else 1
+
+
+def _model_profile(case: Any, device: str, input_set: str, quiet: bool
+                   ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The model summary (main inputs) and the region/module profile (the timed input set);
+    either is None, with a one-line reason, when the model does not allow it."""
+    from kopt.harness.summary import model_summary
+    from kopt.phases.regions import profile_regions
+
+    summary = regions = None
+    try:
+        summary = model_summary(case, "main")
+    except Exception as err:  # noqa: BLE001 - the timing table still stands
+        err_console.print(f"no model summary: {type(err).__name__}: {err}")
+    if not quiet:
+        err_console.print(f"[dim]profiling {case.name} by region and module on {device}...[/dim]")
+    try:
+        regions = profile_regions(case, input_set, device)
+    except Exception as err:  # noqa: BLE001
+        err_console.print(f"no region profile: {type(err).__name__}: {str(err)[:200]}")
+    return summary, regions
 
 
 def _print_profile(m: dict[str, Any]) -> None:
@@ -121,3 +151,38 @@ def _print_profile(m: dict[str, Any]) -> None:
         table.add_row(k["name"], str(k["calls"]), f"{k['total_ms']:.3f}", f"{k['pct']:.1f}")
     console.print(table)
     console.print(f"[dim]trace: {p['trace_file']}[/dim]")
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    flops = summary.get("flops")
+    table = Table(title=f"model summary: {summary['total_params']:,} parameters "
+                        f"({summary.get('param_bytes', 0) / 1e6:.1f} MB), "
+                        f"{'-' if flops is None else f'{flops / 1e9:.3f}'} GFLOP per forward "
+                        f"({summary.get('input_set')} inputs)")
+    for col in ("layer", "type", "output shape", "params", "MB", "GFLOP"):
+        table.add_column(col, justify="left" if col in ("layer", "type", "output shape") else "right")
+    for layer in summary["layers"]:
+        shape = layer["output_shape"]
+        shape = "x".join(map(str, shape)) if isinstance(shape, list) and \
+            all(isinstance(d, int) for d in shape) else str(shape)
+        table.add_row(layer["name"], layer["type"], shape, f"{layer.get('params', 0):,}",
+                      f"{layer.get('bytes', 0) / 1e6:.3f}", f"{layer.get('flops', 0.0) / 1e9:.3f}")
+    console.print(table)
+
+
+def _print_regions(profile: dict[str, Any]) -> None:
+    from kopt.phases.regions import ranked
+
+    table = Table(title=f"time by region, ranked by time above floor ({profile['timing_label']}, "
+                        f"{profile['input_set']} inputs, {profile['total_ms']:.3f} ms summed over ops)")
+    for col in ("rank", "region", "ms", "%", "floor ms", "above floor", "engine"):
+        table.add_column(col, justify="left" if col in ("region", "engine") else "right",
+                         overflow="fold")
+    for i, r in enumerate(ranked(profile), start=1):
+        table.add_row(str(i), r["region"], f"{r['time_ms']:.4f}", f"{r['pct']:.1f}",
+                      _fmt(r["floor_ms"], ".4f"), _fmt(r["above_floor_ms"], ".4f"),
+                      "[green]yes[/green]" if r["engine"] == "yes" else r["engine"])
+    console.print(table)
+    console.print(f"[dim]{profile['note']}[/dim]")
+    console.print("by module: " + ", ".join(f"{m['module']} {m['time_ms']:.3f} ms ({m['pct']:.0f}%)"
+                                            for m in profile.get("modules", [])[:12]))

@@ -97,11 +97,26 @@ def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any]) -> 
                 # user can act on, and it was the one stray line in `kopt run`'s output
                 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
                 ep = torch.export.export(model, tuple(args), kwargs, dynamic_shapes=ds)
-                return ep.run_decompositions(), dynamic
+                return ep.run_decompositions(_decomposition_table()), dynamic
         except Exception as err:  # noqa: BLE001 - any export failure: try static, then report
             errors.append(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
     raise EngineerError(f"torch.export could not capture the model ({errors[-1]})",
                         fix="make forward traceable (no data-dependent Python control flow)")
+
+
+# Library calls that stay whole in the candidate: decomposing attention would replace
+# flash attention with a materialised (T, T) score matrix that no generated kernel beats.
+LIBRARY_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+               "_scaled_dot_product_attention_math")
+
+
+def _decomposition_table() -> Any:
+    """torch.export's core-ATen table without the library calls of `LIBRARY_OPS`."""
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if op.overloadpacket.__name__ in LIBRARY_OPS:
+            table.pop(op)
+    return table
 
 
 def _match_signature(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any],
@@ -413,6 +428,8 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         x = x0()
         return lower_softmax(b, x, norm_dim(args[1], x.rank), name, name,
                              log="log" in packet, out_dtype=dtype)
+    if packet == "_native_batch_norm_legit_no_training" and x0().rank >= 2:
+        return _lower_eval_batch_norm(b, args, name)
     if packet == "native_layer_norm":
         x, normalized = x0(), args[1]
         if len(normalized) != 1:
@@ -438,6 +455,30 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             bias = b.op(f"{name}_beta", "mul", [bias, beta], bias, origin=name)
         return node("add", [mm, bias])
     return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+
+
+def _lower_eval_batch_norm(b: Builder, args: list[Any], name: str) -> tuple[Node, None, None]:
+    """Eval-mode BatchNorm is a per-channel affine map with the running statistics:
+    (x - mean) * rsqrt(var + eps) * weight + bias, channels on dim 1. Pointwise, so it fuses
+    into the convolution's epilogue kernel (the saved mean/rstd outputs are empty in eval)."""
+    x, weight, bias, mean, var, _momentum, eps = args[:7]
+    tail = (1,) * (x.rank - 2)
+
+    def per_channel(v: Node, what: str) -> Node:
+        return b.op(f"{name}_{what}_c", "view", [v, [-1, *tail]], v, shape=(v.shape[0], *tail),
+                    sym=(v.sym[0], *tail), origin=name)
+
+    m = per_channel(mean, "mean")
+    ve = b.op(f"{name}_var_eps", "add", [per_channel(var, "var"), float(eps)], m,
+              dtype=torch.float32, origin=name)
+    rstd = b.op(f"{name}_rstd", "rsqrt", [ve], ve, origin=name)
+    y = b.op(f"{name}_centered", "sub", [x, m], x, dtype=torch.float32, origin=name)
+    y = b.op(f"{name}_normed", "mul", [y, rstd], y, origin=name)
+    if weight is not None:
+        y = b.op(f"{name}_scaled", "mul", [y, per_channel(weight, "weight")], y, origin=name)
+    if bias is not None:
+        y = b.op(f"{name}_shifted", "add", [y, per_channel(bias, "bias")], y, origin=name)
+    return b.op(name, "identity", [y], y, dtype=x.dtype, origin=name), None, None
 
 
 def _squeeze(b: Builder, out: Node, dims: list[int], keep: bool) -> Node:
