@@ -27,6 +27,7 @@ from kopt.harness.targets.base import LineSink, Target
 from kopt.harness.tolerance import tolerance_for
 from kopt.harness.verification.tensors import input_keys, load_outputs
 from kopt.harness.verify import DEFAULT_TIMEOUT_S, verify_candidates
+from kopt.harness.speedup import Speedup
 
 POOL = 4
 """Input value sets rotated through the timed calls (each written in place)."""
@@ -178,6 +179,7 @@ def _speedups(rows: list[dict[str, Any]]) -> None:
     compiled = next((r["median_ms"] for r in rows if r["variant"] == "compile"), None)
     for r in rows:
         m = r["median_ms"]
-        if m:
-            r["speedup_vs_eager"] = eager / m if eager else None
-            r["speedup_vs_compile"] = compiled / m if compiled else None
+        if m:  # a Speedup knows its label: an interpreter figure is never written as one
+            label = r.get("timing_label")
+            r["speedup_vs_eager"] = Speedup(eager / m, label) if eager else None
+            r["speedup_vs_compile"] = Speedup(compiled / m, label) if compiled else None

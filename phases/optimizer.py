@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.harness.errors import BadInputError, EngineerError
+from kopt.harness.speedup import CPU_VERIFIED, format_speedup, speed_measured
 from kopt.phases.engineers.base import EngineerRequest, Proposal, Toolbox, VerifyResult
 from kopt.phases.events import ITERATION, LOG, VERIFICATION, Event, EventSink
 from kopt.phases.history import commit_iteration, get_run, list_runs, tip_commit
@@ -36,13 +37,6 @@ def checks_summary(report: Any) -> dict[str, Any]:
     checks = list(getattr(report, "checks", []))
     return {"passed": sum(1 for c in checks if c.passed),
             "failed": [c.name for c in checks if not c.passed]}
-
-
-def format_speedup(v: float | None) -> str:
-    """`1.42x`; two significant digits below 0.1x (interpreter timings) instead of `0.00x`."""
-    if v is None:
-        return "-"
-    return f"{v:.2f}x" if v >= 0.1 else f"{v:.2g}x"
 
 
 def speedup_of(baseline_ms: float | None, median_ms: float | None) -> float | None:
@@ -86,6 +80,8 @@ class IterationRecorder:
         self.records: list[dict[str, Any]] = load_records(self.log)
         self.round = 0
         self.notes = ""
+        self.hypothesis: str | None = None
+        """The name of the hypothesis this round tests (the offline strategy space), or None."""
         # a kill between a commit and its record leaves an iteration only git knows about
         self.committed = max((i.iteration for i in get_run(ctx.run_id, ctx.root).iterations),
                              default=0)
@@ -187,9 +183,14 @@ class IterationRecorder:
             metrics_file.unlink()
         summary = checks_summary(report)
         accepted = bool(report.accepted and median is not None)
+        if accepted and speed_measured(ctx.timing_label):
+            subject = (f"{self.phase}: {ctx.case.name} iter {n} - "
+                       f"{format_speedup(speedup, ctx.timing_label)} vs eager, verified"
+                       + (f" ({self.hypothesis})" if self.hypothesis else ""))
+        elif accepted:
+            subject = f"{self.phase}: {ctx.case.name} iter {n} - {CPU_VERIFIED}" + (
+                f" ({self.hypothesis})" if self.hypothesis else "")
         if accepted:
-            subject = (f"{self.phase}: {ctx.case.name} iter {n} - {format_speedup(speedup)} "
-                       f"vs eager, verified")
             evidence = (f"{median:.4g} ms vs {self.baseline_ms:.4g} ms eager "
                         f"({ctx.timing_label}, {ctx.input_set} inputs"
                         + (f", {pct:.1f}% of floor" if pct is not None else "") + ")")
@@ -204,10 +205,11 @@ class IterationRecorder:
             ctx.worktree, run_id=ctx.run_id, phase=self.phase, iteration=n, case=ctx.case.name,
             subject=subject, body=body, speedup=speedup if accepted else None,
             pct_of_floor=pct if accepted else None, verified=accepted, author=self.author,
-            candidate=ctx.kernel_rel, paths=["kernels"])
+            candidate=ctx.kernel_rel, paths=["kernels"], timing_label=ctx.timing_label)
         copy = self.dir / f"iter-{n}.py"
         shutil.copyfile(kernel, copy)
         record = {"iteration": n, "round": self.round, "commit": commit,
+                  "hypothesis": self.hypothesis,
                   "candidate": ctx.kernel_rel, "kernel": str(copy),
                   "verdict": "accepted" if accepted else "rejected", "checks": summary,
                   "median_ms": median, "speedup": speedup, "pct_of_floor": pct,
@@ -356,7 +358,8 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
             baseline=baseline_info, cancel=ctx.cancel, run_dir=ctx.run_dir,
             options={**ctx.config.engineer_options, "phase": PHASE})
         try:
-            proposal = engineer.propose(request, events)
+            with ctx.breakdown.engineer():
+                proposal = engineer.propose(request, events)
         except (EngineerError, BadInputError) as err:
             events(Event(LOG, PHASE, f"round {round_no}: the engineer failed: {err.one_line()}"))
             proposal = Proposal(candidate=None, notes=f"engineer error: {err.one_line()}")

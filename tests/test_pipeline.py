@@ -29,7 +29,14 @@ def test_full_run_yields_four_manifests_commits_report_and_archive(repo: Path) -
     engineers: list[FakeEngineer] = []
     result = run_pipeline("layernorm_gelu", iterations=3, run_id="r1", fakes=fakes(engineers))
     assert set(result.to_dict()) == {"run_id", "case", "branch", "manifests", "archive",
-                                     "speedup_vs_eager", "speedup_vs_compile", "verified"}
+                                     "speedup_vs_eager", "speedup_vs_compile", "verified",
+                                     "outcome", "timing_label", "timing_breakdown"}
+    # the CPU interpreter measures no speed: no figure anywhere the user reads one
+    assert result.outcome["verdict"] == "cpu-verified"
+    assert result.outcome["summary"] == "verified (CPU interpreter: no speed measured)"
+    assert result.speedup_vs_eager is None and result.speedup_vs_compile is None
+    assert set(result.timing_breakdown["phases"]) == {"architect", "optimizer", "accelerator",
+                                                      "integrator"}
     assert result.verified and result.branch == "kopt/layernorm_gelu/r1"
     assert [Path(m).name for m in result.manifests] == \
         ["architect.json", "optimizer.json", "accelerator.json", "integrator.json"]
@@ -47,7 +54,8 @@ def test_full_run_yields_four_manifests_commits_report_and_archive(repo: Path) -
     assert [i.iteration for i in run.iterations] == [1, 2, 3]
     assert run.iterations[0].message == \
         "optimizer: layernorm_gelu iter 1 - rejected (every_element_written)"
-    assert run.iterations[2].message == "optimizer: layernorm_gelu iter 3 - 6.00x vs eager, verified"
+    assert run.iterations[2].message == \
+        "optimizer: layernorm_gelu iter 3 - verified (CPU interpreter: no speed measured)"
     tree = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "--name-only",
                            run.iterations[2].commit, "kernels"],
                           capture_output=True, text=True, check=True).stdout.split()
@@ -68,9 +76,10 @@ def test_full_run_yields_four_manifests_commits_report_and_archive(repo: Path) -
     assert final.details["approval"]["state"] == "pending"
     assert final.details["timing"]["speedup_vs_compile"] == pytest.approx(1.6 / (1 / 3))
     report = (repo / final.details["report"]).read_text()
-    assert "cpu-interpreter" in report and "6.00x" in report and "chart.png" in report
+    assert "cpu-interpreter" in report and "no speed measured" in report and "chart.png" in report
+    assert "6.00x" not in report and "0.0" not in report.split("## Final")[0].split("| kopt")[1]
     archive = repo / result.archive
-    assert archive.name.endswith("-layernorm_gelu-6.00x")
+    assert archive.name.endswith("-layernorm_gelu-cpu-verified")
     for name in ("layernorm_gelu.py", "report.md", "REPRODUCE.md", "chart.png",
                  "manifests/integrator.json", "MANIFEST.txt"):
         assert (archive / name).is_file(), name
