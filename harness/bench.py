@@ -23,11 +23,11 @@ from kopt.harness.data import agent_provide_weights, draw_tensor
 from kopt.harness.device import default_input_set, resolve_device, timing_label, worker_env
 from kopt.harness.errors import BadInputError
 from kopt.harness.job import as_target, candidate_files, cleanup, stage_job
+from kopt.harness.speedup import Speedup
 from kopt.harness.targets.base import LineSink, Target
 from kopt.harness.tolerance import tolerance_for
 from kopt.harness.verification.tensors import input_keys, load_outputs
 from kopt.harness.verify import DEFAULT_TIMEOUT_S, verify_candidates
-from kopt.harness.speedup import Speedup
 
 POOL = 4
 """Input value sets rotated through the timed calls (each written in place)."""

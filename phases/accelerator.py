@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from kopt.harness.errors import ManifestError
+from kopt.phases import tuning_memory
 from kopt.phases.events import LOG, Event, EventSink
 from kopt.phases.history import tip_commit
 from kopt.phases.manifest import FileRef, Manifest, check_handoff, sha256_file
 from kopt.phases.optimizer import IterationRecorder, checks_summary, speedup_of
-from kopt.phases import tuning_memory
 from kopt.phases.run import RunContext
 from kopt.phases.search import CoordinateSearch, dimensions, kernel_of
 

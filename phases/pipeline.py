@@ -19,7 +19,9 @@ from typing import Any
 from kopt.harness.case import load_case
 from kopt.harness.errors import BadInputError, KoptError, ManifestError
 from kopt.harness.paths import workspace_root
+from kopt.harness.speedup import format_speedup, speed_measured
 from kopt.phases import accelerator, architect, integrator, optimizer
+from kopt.phases.breakdown import read_breakdown
 from kopt.phases.events import (
     LOG,
     PHASE_FAILED,
@@ -31,16 +33,8 @@ from kopt.phases.events import (
 )
 from kopt.phases.history import create_run_branch, ensure_worktree, open_repo
 from kopt.phases.manifest import PHASES, check_handoff, manifest_path, read_manifest, write_manifest
-from kopt.harness.speedup import format_speedup, speed_measured
 from kopt.phases.outcome import Outcome, of_speedup
-from kopt.phases.run import (
-    RunCancelled,
-    RunConfig,
-    RunContext,
-    new_run_id,
-    open_context,
-)
-from kopt.phases.breakdown import read_breakdown
+from kopt.phases.run import RunCancelled, RunConfig, RunContext, new_run_id, open_context
 
 PHASE_MODULES: dict[str, ModuleType] = {"architect": architect, "optimizer": optimizer,
                                         "accelerator": accelerator, "integrator": integrator}

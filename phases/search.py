@@ -185,7 +185,7 @@ class CoordinateSearch:
         """Coordinate passes from `current` (timed as `row`); the best configuration found."""
         for n in range(1, max_passes + 1):
             before = dict(current)
-            for kernel, keys in dimensions(self.space):
+            for _kernel, keys in dimensions(self.space):
                 for key in keys:
                     if len(self.trials) >= self.max_trials:
                         self.log("trial budget spent: the search stops here")
