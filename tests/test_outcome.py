@@ -160,3 +160,18 @@ def test_approve_of_a_cpu_run_needs_no_force(repo: Path) -> None:
     run_pipeline("layernorm_gelu", iterations=2, run_id="r1", fakes=fakes())
     done = _kopt(repo, "approve", "r1")
     assert done.returncode == 0, done.stderr
+
+
+def test_the_tui_run_data_says_the_outcome_and_shows_no_interpreter_figure(repo: Path) -> None:
+    import threading
+
+    from kopt.harness.speedup import Speedup
+    from kopt.workbench.backend import Backend, RunRequest
+    from kopt.workbench.backend import format_speedup as tui_format
+
+    backend = Backend(pipeline_options={"fakes": fakes()})
+    done = backend.run_pipeline(RunRequest("layernorm_gelu", iterations=2), events=lambda e: None,
+                                cancel=threading.Event())
+    assert done.status == "verified (CPU interpreter: no speed measured)"
+    assert tui_format(Speedup(0.00013, "cpu-interpreter")) == "—"
+    assert tui_format(0.834) == "0.83x" and tui_format(None) == "—"

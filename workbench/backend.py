@@ -164,6 +164,12 @@ class Backend:
                               **self.pipeline_options)
         summary = result.to_dict()
         status = "verified" if summary.get("verified") else "finished, not verified"
+        outcome = summary.get("outcome") or {}
+        if summary.get("verified") and outcome.get("summary"):
+            # phases.outcome: "verified, 2.57x vs eager, ...", "verified, no speedup: keep
+            # PyTorch (0.83x vs eager)", "verified (CPU interpreter: no speed measured)"
+            status = outcome["summary"] if outcome.get("verdict") == "cpu-verified" \
+                else f"verified, {outcome['summary']}"
         if cancel.is_set():
             status = "cancelled"
         return RunOutcome(run_id=summary.get("run_id"), status=status, summary=summary)
