@@ -346,8 +346,10 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
     baseline_info = {k: architect.details[k] for k in ("baseline", "profile", "model_summary",
                                                        "roofline")}
     # the strategy space (phases.strategy): the offline engineer tests one hypothesis a
-    # round, picked from the last iteration's profile; an LLM engineer gets the same facts
-    walk = author == "offline"
+    # round, picked from the last iteration's profile; an LLM engineer gets the same facts.
+    # The CPU interpreter measures no speed, so no hypothesis could be judged there: a CPU
+    # run verifies the engineer's own candidates only.
+    walk = author == "offline" and speed_measured(ctx.timing_label)
     tried = {str(r["hypothesis"]) for r in rounds if r.get("hypothesis")}
     kernels = next((r["kernels"] for r in reversed(rounds) if r.get("kernels")), [])
     bound = (architect.details.get("roofline") or {}).get("bound")

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_pipeline_fakes import GOOD_KERNEL, FakeEngineer, fakes
+from test_pipeline_fakes import GOOD_KERNEL, FakeEngineer, fakes, gpu_fakes
 
 from kopt.phases import history
 from kopt.phases.engineers.base import Proposal
@@ -74,11 +74,10 @@ def repo(workspace: Path) -> Path:
     return workspace
 
 
-def test_each_round_tests_a_different_hypothesis_and_its_commit_says_which(repo: Path) -> None:
+def test_each_round_tests_a_different_hypothesis_and_its_commit_says_which(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engineers: list[FakeEngineer] = []
-    f = fakes(engineers)
-    f["engineer_factory"] = lambda spec, options: engineers.append(
-        HypothesisEngineer(options)) or engineers[-1]
+    f = gpu_fakes(monkeypatch, engineers, engineer=HypothesisEngineer)
     seen: list[str] = []
     run_pipeline("layernorm_gelu", iterations=3, run_id="r1", phases="architect,optimizer",
                  fakes=f, events=lambda e: seen.append(e.message))
@@ -104,15 +103,15 @@ def test_each_round_tests_a_different_hypothesis_and_its_commit_says_which(repo:
     assert [r["hypothesis"] for r in rounds] == [None, *tested]
 
 
-def test_a_hypothesis_that_repeats_a_verified_kernel_gives_way_to_the_next(repo: Path) -> None:
+def test_a_hypothesis_that_repeats_a_verified_kernel_gives_way_to_the_next(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     class Stubborn(HypothesisEngineer):
         def propose(self, request, events):  # type: ignore[no-untyped-def]
             if request.options.get("hypothesis") == "reductions looped in 4096-wide blocks":
                 request.options["hypothesis"] = "reductions with 4 warps"  # the same bytes
             return super().propose(request, events)
 
-    f = fakes()
-    f["engineer_factory"] = lambda spec, options: Stubborn(options)
+    f = gpu_fakes(monkeypatch, engineer=Stubborn)
     seen: list[str] = []
     run_pipeline("layernorm_gelu", iterations=2, run_id="r1", phases="architect,optimizer",
                  fakes=f, events=lambda e: seen.append(e.message))
@@ -153,3 +152,17 @@ def test_the_offline_engineer_applies_a_hypothesis(tmp_path: Path) -> None:
         literal(plain, "KOPT_CONFIG")[name]["BLOCK_SIZE"]
     split, _ = propose({"policy": "one kernel per op"})
     assert split != plain
+
+
+def test_a_cpu_run_tests_no_hypothesis(repo: Path) -> None:
+    """The interpreter measures no speed: no hypothesis could be judged, none is tested."""
+    engineers: list[FakeEngineer] = []
+    f = fakes(engineers)
+    f["engineer_factory"] = lambda spec, options: engineers.append(
+        HypothesisEngineer(options)) or engineers[-1]
+    seen: list[str] = []
+    run_pipeline("layernorm_gelu", iterations=3, run_id="r1", phases="architect,optimizer",
+                 fakes=f, events=lambda e: seen.append(e.message))
+    assert all("hypothesis" not in r.options for r in engineers[0].requests)
+    assert any("again (already verified); stopping the optimizer early" in s for s in seen)
+    assert read_manifest(repo / "manifests/r1/optimizer.json").details["hypotheses"] == []
