@@ -23,6 +23,7 @@ from kopt.harness.data import agent_provide_weights, draw_tensor
 from kopt.harness.device import default_input_set, resolve_device, timing_label, worker_env
 from kopt.harness.errors import BadInputError
 from kopt.harness.job import as_target, candidate_files, cleanup, stage_job
+from kopt.harness.speedup import Speedup
 from kopt.harness.targets.base import LineSink, Target
 from kopt.harness.tolerance import tolerance_for
 from kopt.harness.verification.tensors import input_keys, load_outputs
@@ -178,6 +179,7 @@ def _speedups(rows: list[dict[str, Any]]) -> None:
     compiled = next((r["median_ms"] for r in rows if r["variant"] == "compile"), None)
     for r in rows:
         m = r["median_ms"]
-        if m:
-            r["speedup_vs_eager"] = eager / m if eager else None
-            r["speedup_vs_compile"] = compiled / m if compiled else None
+        if m:  # a Speedup knows its label: an interpreter figure is never written as one
+            label = r.get("timing_label")
+            r["speedup_vs_eager"] = Speedup(eager / m, label) if eager else None
+            r["speedup_vs_compile"] = Speedup(compiled / m, label) if compiled else None

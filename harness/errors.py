@@ -80,3 +80,10 @@ class EngineerError(KoptError):
     """An engineer (offline, anthropic, replay) could not produce a candidate."""
 
     exit_code = 1
+
+
+class RegressionError(KoptError):
+    """A step would accept a kernel measured slower than eager PyTorch (`kopt approve` without
+    `--force`): a negative verdict, exit 1."""
+
+    exit_code = 1

@@ -1,4 +1,6 @@
-"""The archive bundle of a finished run: `archive/<UTC timestamp>-<case>-<speedup>x/`.
+"""The archive bundle of a finished run: `archive/<UTC timestamp>-<case>-<speedup>x/`
+(`-cpu-verified` instead of a figure for a CPU-interpreter run, `-keep-pytorch-0.83x` when the
+kernel is no faster than eager).
 
 It holds the final kernel, every manifest, the engineers' transcripts and logs, profiler
 traces, metrics, `report.md` (+ chart) and `REPRODUCE.md` (the commands that re-verify and
@@ -17,6 +19,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from kopt.harness.speedup import speedup_slug
 
 SECRET_RE = re.compile(rb"sk-ant-[A-Za-z0-9_\-]{8,}")
 REDACTED = b"[redacted]"
@@ -39,11 +43,16 @@ class ArchiveContents:
     reproduce: str
 
 
-def archive_name(case: str, speedup: float | None, when: float | None = None) -> str:
+def archive_name(case: str, speedup: float | None, when: float | None = None, *,
+                 timing_label: str | None = None, keep: str | None = None) -> str:
+    """`<timestamp>-<case>-<speedup>x` (`harness.speedup.format_speedup`); a run whose kernel
+    does not pay says what to keep before its figure (`...-keep-pytorch-0.83x`,
+    `...-keep-compile-1.4x`); a CPU-interpreter run has no figure (`...-cpu-verified`)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when or time.time()))
-    if speedup is None:
-        return f"{stamp}-{case}-nax"
-    return f"{stamp}-{case}-{speedup:.2f}x" if speedup >= 0.1 else f"{stamp}-{case}-{speedup:.2g}x"
+    slug = speedup_slug(speedup, timing_label)
+    if keep and slug != "cpu-verified":
+        slug = f"keep-{keep}-{slug}"
+    return f"{stamp}-{case}-{slug}"
 
 
 def secrets_to_scan() -> list[bytes]:

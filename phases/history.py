@@ -26,8 +26,9 @@ from typing import Any
 
 import git
 
-from kopt.harness.errors import BadInputError, GitError
+from kopt.harness.errors import BadInputError, GitError, RegressionError
 from kopt.harness.paths import workspace_root
+from kopt.harness.speedup import Speedup, format_speedup, speed_measured
 
 BRANCH_PREFIX = "kopt/"
 IGNORED = (".kopt/", "manifests/", "archive/")
@@ -54,6 +55,10 @@ class IterationInfo:
     """The subject line."""
     candidate: str
     """Path of the kernel in the worktree (`kernels/<case>.py`)."""
+    timing_label: str | None = None
+    """`cuda-events` or `cpu-interpreter` (the `Kopt-Timing` trailer; None in older runs).
+    `speedup` carries it too (`harness.speedup.Speedup`), so an interpreter figure is never
+    written as a speedup."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -225,12 +230,15 @@ def commit_iteration(worktree: Path, *, run_id: str, phase: str, iteration: int 
                      pct_of_floor: float | None = None, verified: bool | None = None,
                      author: str = "offline", candidate: str | None = None,
                      case: str | None = None, paths: list[str] | None = None,
-                     extra: dict[str, Any] | None = None) -> str:
+                     extra: dict[str, Any] | None = None,
+                     timing_label: str | None = None) -> str:
     """Stage `paths` (default: everything) in the run's worktree and commit them with kopt's
     trailers. Returns the new commit's sha (an empty commit when nothing changed)."""
     trailers: dict[str, Any] = {
         "Run": run_id, "Case": case, "Phase": phase, "Iteration": iteration,
-        "Speedup": None if speedup is None else f"{speedup:.3f}",
+        "Speedup": None if speedup is None else (f"{speedup:.3f}" if speedup >= 0.1
+                                                  else f"{speedup:.3g}"),
+        "Timing": timing_label if speedup is not None else None,
         "Pct-Of-Floor": None if pct_of_floor is None else f"{pct_of_floor:.1f}",
         "Verified": None if verified is None else ("true" if verified else "false"),
         "Author": author, "Candidate": candidate, **(extra or {}),
@@ -292,12 +300,15 @@ def _read_run(repo: git.Repo, branch: str, root: Path) -> RunInfo:
             continue
         if t.get("Kopt-Iteration") is None:
             continue
+        label = t.get("Kopt-Timing") or None
+        speedup = _float(t.get("Kopt-Speedup"))
         info.iterations.append(IterationInfo(
             commit=sha, iteration=int(t["Kopt-Iteration"]), phase=t.get("Kopt-Phase", ""),
-            author=t.get("Kopt-Author", ""), speedup=_float(t.get("Kopt-Speedup")),
+            author=t.get("Kopt-Author", ""),
+            speedup=None if speedup is None else Speedup(speedup, label),
             pct_of_floor=_float(t.get("Kopt-Pct-Of-Floor")),
             verified=t.get("Kopt-Verified") == "true", message=msg.splitlines()[0],
-            candidate=t.get("Kopt-Candidate", f"kernels/{case}.py")))
+            candidate=t.get("Kopt-Candidate", f"kernels/{case}.py"), timing_label=label))
     best = info.best()
     info.best_speedup = best.speedup if best else None
     return info
@@ -381,9 +392,43 @@ def _record_in_manifest(run_id: str, root: Path | None, decision_commit: str) ->
                     reason=approval.get("reason"), decision_commit=decision_commit)
 
 
-def approve(run_id: str, commit: str | None = None, *, root: Path | None = None) -> str:
-    """Record approval of `commit` (default: the best verified iteration); the decision commit."""
+def approve(run_id: str, commit: str | None = None, *, root: Path | None = None,
+            force: bool = False) -> str:
+    """Record approval of `commit` (default: the best verified iteration); the decision commit.
+    A kernel measured slower than eager (on a GPU) is refused unless `force`."""
+    if not force:
+        slower = slower_than_eager(run_id, commit, root=root)
+        if slower is not None:
+            raise RegressionError(
+                f"run {run_id!r}: the kernel runs at {format_speedup(slower)} vs eager, slower "
+                "than PyTorch", fix="keep PyTorch, or pass --force to approve it anyway")
     return _decide(run_id, "approved", commit, None, root)
+
+
+def slower_than_eager(run_id: str, commit: str | None = None, *,
+                      root: Path | None = None) -> float | None:
+    """The speedup of `commit` (default: the best verified iteration) when it was measured on a
+    GPU below 1.0x eager, else None. The integrator's final side-by-side timing counts for the
+    commit it timed; any other iteration's own timing (its `Kopt-Speedup`) for the rest."""
+    run = get_run(run_id, root)
+    with open_repo(root) as repo:
+        target = _resolve_commit(repo, run, commit)
+    speedup: float | None = None
+    label: str | None = None
+    final = Path(root or workspace_root()).resolve() / "manifests" / run_id / "integrator.json"
+    if final.is_file():
+        from kopt.phases.manifest import read_manifest
+
+        m = read_manifest(final)
+        if m.details.get("approval", {}).get("commit") == target:
+            speedup = m.details["timing"].get("speedup_vs_eager")
+            label = m.details["timing"].get("timing_label")
+    if speedup is None:
+        it = next((i for i in run.iterations if i.commit == target), None)
+        speedup, label = (it.speedup, it.timing_label) if it else (None, None)
+    if speedup is None or not speed_measured(label or getattr(speedup, "timing_label", None)):
+        return None
+    return Speedup(speedup, label) if speedup < 1.0 else None
 
 
 def reject(run_id: str, commit: str | None = None, *, reason: str,

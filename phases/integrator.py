@@ -28,6 +28,7 @@ from kopt.phases.manifest import (
     write_manifest,
 )
 from kopt.phases.optimizer import load_records, speedup_of
+from kopt.phases.outcome import KEEP_COMPILE, KEEP_PYTORCH, decide
 from kopt.phases.report import render, write_chart
 from kopt.phases.run import RunContext
 
@@ -65,7 +66,8 @@ def _time_side_by_side(ctx: RunContext, kernel: Path, accepted: bool,
     events(Event(LOG, PHASE, f"timing eager, torch.compile and the kernel side by side "
                              f"({ctx.timing_label})"))
     rows = bench_case(ctx.case, [kernel] if accepted else [], device=ctx.device,
-                      unverified=True, target=ctx.config.target, input_set=ctx.input_set,
+                      unverified=True,
+                      target=ctx.clocked_target() if ctx.serial else ctx.config.target, input_set=ctx.input_set,
                       timing_options=ctx.timing_options)
     out = {}
     for label, row in zip(labels, rows + [None] * (3 - len(rows)), strict=True):
@@ -116,16 +118,27 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
     chart = write_chart(iterations, manifests["architect"].baseline_ms, ctx.timing_label,
                         out_dir / "chart.png")
     speedup = timing["speedup_vs_eager"]
-    name = archive_name(ctx.case.name, speedup)
+    outcome = decide(verified=bool(report.accepted), timing_label=ctx.timing_label,
+                     eager=measured["final-eager"].get("latency_ms"),
+                     compiled=measured["final-compile"].get("latency_ms"),
+                     candidate=measured["final-kernel"].get("latency_ms"))
+    keep = {KEEP_PYTORCH: "pytorch", KEEP_COMPILE: "compile"}.get(outcome.verdict)
+    events(Event(LOG, PHASE, f"outcome: {outcome.summary}"))
+
+    def name_now() -> str:
+        return archive_name(ctx.case.name, speedup, timing_label=ctx.timing_label, keep=keep)
+
+    name = name_now()
     while (archive_dir() / name).exists():
         time.sleep(1.0)
-        name = archive_name(ctx.case.name, speedup)
+        name = name_now()
     verification = {"accepted": bool(report.accepted), "input_sets":
                     list(getattr(report, "input_sets", []) or []),
                     "checks": report.to_dict().get("checks", []),
                     "file": FileRef.of(ver_file, ctx.root).path}
     text = render(manifests, iterations=iterations, verification=verification, timing=timing,
-                  chart=chart.name if chart else None, archive_hint=f"archive/{name}")
+                  chart=chart.name if chart else None, archive_hint=f"archive/{name}",
+                  outcome=outcome.to_dict())
     report_file = out_dir / "report.md"
     report_file.write_text(text)
     status = "verified" if report.accepted and cand is not None else "failed"
@@ -143,6 +156,7 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
         outputs=[FileRef.of(f, ctx.root) for f in (kernel, report_file, ver_file)
                  + ((chart,) if chart else ())],
         details={"verification": verification, "timing": timing,
+                 "outcome": outcome.to_dict(),
                  "report": FileRef.of(report_file, ctx.root).path,
                  "chart": FileRef.of(chart, ctx.root).path if chart else None,
                  "archive": str(Path("archive") / name),

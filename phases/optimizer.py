@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from kopt.harness.errors import BadInputError, EngineerError
+from kopt.harness.speedup import CPU_VERIFIED, format_speedup, speed_measured
 from kopt.phases.engineers.base import EngineerRequest, Proposal, Toolbox, VerifyResult
 from kopt.phases.events import ITERATION, LOG, VERIFICATION, Event, EventSink
 from kopt.phases.history import commit_iteration, get_run, list_runs, tip_commit
 from kopt.phases.manifest import FileRef, Manifest, check_handoff, sha256_file
 from kopt.phases.run import RunContext
+from kopt.phases.strategy import Hypothesis, ProfileFacts, facts_of, pick_next
 
 PHASE = "optimizer"
 AUTHORS = ("offline", "anthropic", "replay", "user")
@@ -36,13 +38,6 @@ def checks_summary(report: Any) -> dict[str, Any]:
     checks = list(getattr(report, "checks", []))
     return {"passed": sum(1 for c in checks if c.passed),
             "failed": [c.name for c in checks if not c.passed]}
-
-
-def format_speedup(v: float | None) -> str:
-    """`1.42x`; two significant digits below 0.1x (interpreter timings) instead of `0.00x`."""
-    if v is None:
-        return "-"
-    return f"{v:.2f}x" if v >= 0.1 else f"{v:.2g}x"
 
 
 def speedup_of(baseline_ms: float | None, median_ms: float | None) -> float | None:
@@ -86,6 +81,8 @@ class IterationRecorder:
         self.records: list[dict[str, Any]] = load_records(self.log)
         self.round = 0
         self.notes = ""
+        self.hypothesis: str | None = None
+        """The name of the hypothesis this round tests (the offline strategy space), or None."""
         # a kill between a commit and its record leaves an iteration only git knows about
         self.committed = max((i.iteration for i in get_run(ctx.run_id, ctx.root).iterations),
                              default=0)
@@ -187,9 +184,12 @@ class IterationRecorder:
             metrics_file.unlink()
         summary = checks_summary(report)
         accepted = bool(report.accepted and median is not None)
+        if accepted and speed_measured(ctx.timing_label):
+            subject = (f"{self.phase}: {ctx.case.name} iter {n} - "
+                       f"{format_speedup(speedup, ctx.timing_label)} vs eager, verified")
+        elif accepted:
+            subject = f"{self.phase}: {ctx.case.name} iter {n} - {CPU_VERIFIED}"
         if accepted:
-            subject = (f"{self.phase}: {ctx.case.name} iter {n} - {format_speedup(speedup)} "
-                       f"vs eager, verified")
             evidence = (f"{median:.4g} ms vs {self.baseline_ms:.4g} ms eager "
                         f"({ctx.timing_label}, {ctx.input_set} inputs"
                         + (f", {pct:.1f}% of floor" if pct is not None else "") + ")")
@@ -204,10 +204,12 @@ class IterationRecorder:
             ctx.worktree, run_id=ctx.run_id, phase=self.phase, iteration=n, case=ctx.case.name,
             subject=subject, body=body, speedup=speedup if accepted else None,
             pct_of_floor=pct if accepted else None, verified=accepted, author=self.author,
-            candidate=ctx.kernel_rel, paths=["kernels"])
+            candidate=ctx.kernel_rel, paths=["kernels"], timing_label=ctx.timing_label,
+            extra={"Hypothesis": self.hypothesis} if self.hypothesis else None)
         copy = self.dir / f"iter-{n}.py"
         shutil.copyfile(kernel, copy)
         record = {"iteration": n, "round": self.round, "commit": commit,
+                  "hypothesis": self.hypothesis,
                   "candidate": ctx.kernel_rel, "kernel": str(copy),
                   "verdict": "accepted" if accepted else "rejected", "checks": summary,
                   "median_ms": median, "speedup": speedup, "pct_of_floor": pct,
@@ -343,35 +345,78 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
     previous = ctx.worktree / ctx.kernel_rel
     baseline_info = {k: architect.details[k] for k in ("baseline", "profile", "model_summary",
                                                        "roofline")}
+    # the strategy space (phases.strategy): the offline engineer tests one hypothesis a
+    # round, picked from the last iteration's profile; an LLM engineer gets the same facts.
+    # The CPU interpreter measures no speed, so no hypothesis could be judged there: a CPU
+    # run verifies the engineer's own candidates only.
+    walk = author == "offline" and speed_measured(ctx.timing_label)
+    tried = {str(r["hypothesis"]) for r in rounds if r.get("hypothesis")}
+    kernels = next((r["kernels"] for r in reversed(rounds) if r.get("kernels")), [])
+    bound = (architect.details.get("roofline") or {}).get("bound")
+    stop = False
     for round_no in range(done + 1, ctx.config.iterations + 1):
         ctx.check_cancel()
         rec.round = round_no
         before = len(rec.records)
-        events(Event(LOG, PHASE, f"round {round_no}/{ctx.config.iterations}: asking the "
-                                 f"{author} engineer"))
-        request = EngineerRequest(
-            case=ctx.case, worktree=ctx.worktree, plan=plan, iteration=round_no,
-            toolbox=rec.toolbox(), feedback=feedback,
-            previous=Path(ctx.kernel_rel) if previous.is_file() else None,
-            baseline=baseline_info, cancel=ctx.cancel, run_dir=ctx.run_dir,
-            options={**ctx.config.engineer_options, "phase": PHASE})
-        try:
-            proposal = engineer.propose(request, events)
-        except (EngineerError, BadInputError) as err:
-            events(Event(LOG, PHASE, f"round {round_no}: the engineer failed: {err.one_line()}"))
-            proposal = Proposal(candidate=None, notes=f"engineer error: {err.one_line()}")
-        rec.notes = proposal.notes
-        if proposal.cancelled or ctx.cancel.is_set():
-            # keep the partial iteration as a commit marked cancelled, then stop
-            committed = rec.records[-1]["kernel"] if rec.records else None
-            if proposal.candidate and (ctx.worktree / proposal.candidate).is_file() and (
-                    committed is None or sha256_file(ctx.worktree / proposal.candidate)
-                    != sha256_file(Path(committed))):
-                rec.record_cancelled(proposal.candidate)
-            ctx.cancel.set()
-            ctx.check_cancel()
-        repeat = _repeats_accepted(rec.records[:before], ctx.worktree, proposal)
-        if repeat is not None and not proposal.alternatives:
+        facts = _profile_facts(ctx, rec, kernels, bound) if rec.records else None
+        hypothesis = pick_next(facts, tried) if walk and facts is not None else None
+        if walk and facts is not None and hypothesis is None:
+            events(Event(LOG, PHASE, f"round {round_no}: every hypothesis of the strategy space "
+                                     "was tested; stopping the optimizer"))
+            break
+        while True:  # a hypothesis that yields an already verified kernel gives way to the next
+            options = {**ctx.config.engineer_options, "phase": PHASE}
+            if facts is not None:
+                options["profile_facts"] = facts.to_dict()
+                options["profile_facts_text"] = facts.text()
+            rec.hypothesis = hypothesis.name if hypothesis else None
+            if hypothesis is not None:
+                tried.add(hypothesis.name)
+                options.update({**hypothesis.options, "hypothesis": hypothesis.name})
+                hot = (facts.hot or {}) if facts else {}
+                events(Event(LOG, PHASE, f"round {round_no}/{ctx.config.iterations}: testing "
+                                         f"{hypothesis.name!r}"
+                                         + (f" (hottest kernel {hot.get('name')}, "
+                                            f"{hot.get('kind')}" + (f", {bound}-bound" if bound
+                                                                     else "") + ")"
+                                            if hot else "")))
+            else:
+                events(Event(LOG, PHASE, f"round {round_no}/{ctx.config.iterations}: asking the "
+                                         f"{author} engineer"))
+            request = EngineerRequest(
+                case=ctx.case, worktree=ctx.worktree, plan=plan, iteration=round_no,
+                toolbox=rec.toolbox(), feedback=feedback,
+                previous=Path(ctx.kernel_rel) if previous.is_file() else None,
+                baseline=baseline_info, cancel=ctx.cancel, run_dir=ctx.run_dir,
+                options=options)
+            try:
+                with ctx.breakdown.engineer():
+                    proposal = engineer.propose(request, events)
+            except (EngineerError, BadInputError) as err:
+                events(Event(LOG, PHASE, f"round {round_no}: the engineer failed: "
+                                         f"{err.one_line()}"))
+                proposal = Proposal(candidate=None, notes=f"engineer error: {err.one_line()}")
+            rec.notes = _hypothesis_notes(hypothesis, facts) + proposal.notes
+            kernels = proposal.kernels or kernels
+            if proposal.cancelled or ctx.cancel.is_set():
+                # keep the partial iteration as a commit marked cancelled, then stop
+                committed = rec.records[-1]["kernel"] if rec.records else None
+                if proposal.candidate and (ctx.worktree / proposal.candidate).is_file() and (
+                        committed is None or sha256_file(ctx.worktree / proposal.candidate)
+                        != sha256_file(Path(committed))):
+                    rec.record_cancelled(proposal.candidate)
+                ctx.cancel.set()
+                ctx.check_cancel()
+            repeat = _repeats_accepted(rec.records[:before], ctx.worktree, proposal)
+            if repeat is None or proposal.alternatives:
+                break
+            nxt = pick_next(facts, tried) if walk and facts is not None else None
+            if nxt is not None:
+                events(Event(LOG, PHASE, f"round {round_no}: {hypothesis.name if hypothesis else 'the engineer'!s}"
+                                         f" gives the kernel of iteration {repeat} again; "
+                                         f"trying {nxt.name!r}"))
+                hypothesis = nxt
+                continue
             # a deterministic engineer with nothing new to try: verifying and committing the
             # same bytes again would only spend the budget (and add an empty iteration)
             events(Event(LOG, PHASE, f"round {round_no}: the {author} engineer proposed the "
@@ -381,10 +426,14 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
                      "notes": f"same kernel as iteration {repeat}: stopped early",
                      "unfused": proposal.unfused, "tunables": proposal.tunables,
                      "usage": proposal.usage, "transcript": proposal.transcript,
-                     "iterations": [], "feedback_next": feedback}
+                     "iterations": [], "feedback_next": feedback, "kernels": kernels,
+                     "hypothesis": hypothesis.name if hypothesis else None}
             rounds.append(entry)
             with open(_round_log(rec.dir), "a") as f:
                 f.write(json.dumps(entry, default=str) + "\n")
+            stop = True
+            break
+        if stop:
             break
         result: VerifyResult | None = None
         done_before = False
@@ -406,13 +455,42 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
                  "unfused": proposal.unfused, "tunables": proposal.tunables,
                  "usage": proposal.usage, "transcript": proposal.transcript,
                  "iterations": [r["iteration"] for r in rec.records[before:]],
-                 "feedback_next": feedback}
+                 "feedback_next": feedback, "kernels": kernels,
+                 "hypothesis": hypothesis.name if hypothesis else None,
+                 "hypothesis_options": hypothesis.options if hypothesis else None,
+                 "hypothesis_why": hypothesis.why if hypothesis else None,
+                 "facts": facts.to_dict() if facts else None}
         if proposal.alternatives:
             entry["alternatives"] = list(proposal.alternatives)
         rounds.append(entry)
         with open(_round_log(rec.dir), "a") as f:
             f.write(json.dumps(entry, default=str) + "\n")
     return _manifest(ctx, architect, rec, rounds, user_feedback)
+
+
+def _profile_facts(ctx: RunContext, rec: IterationRecorder, kernels: list[dict[str, Any]],
+                   bound: str | None) -> ProfileFacts:
+    """The last iteration's facts; on a GPU its accepted kernel is profiled (per-kernel device
+    time); the CPU interpreter's profile would time the interpreter, so there the facts hold
+    the kernels' kinds and the roofline's bound only."""
+    last = rec.records[-1]
+    profile = None
+    if ctx.device == "cuda" and last.get("verdict") == "accepted" and Path(last["kernel"]).is_file():
+        m = ctx.measure_variant(Path(last["kernel"]), profile=True,
+                                label=f"profile-iter-{last['iteration']}")
+        profile = m.get("profile")
+        ctx.check_cancel()
+    return facts_of(last, kernels, profile, bound)
+
+
+def _hypothesis_notes(hypothesis: Hypothesis | None, facts: ProfileFacts | None) -> str:
+    """The commit body's first lines: the hypothesis tested and the facts that chose it."""
+    if hypothesis is None:
+        return ""
+    text = f"Hypothesis: {hypothesis.name} ({hypothesis.why})"
+    if facts is not None and facts.text():
+        text += "\nChosen from: " + facts.text().replace("\n", " ")
+    return text + "\n\n"
 
 
 def _manifest(ctx: RunContext, architect: Manifest, rec: IterationRecorder,
@@ -457,5 +535,9 @@ def _manifest(ctx: RunContext, architect: Manifest, rec: IterationRecorder,
                  "unfused": [u for u in unfused if isinstance(u, dict) and "op" in u],
                  "tunables": tunables, "usage": usage,
                  "transcripts": sorted({str(r["transcript"]) for r in rounds
-                                        if r.get("transcript")})})
+                                        if r.get("transcript")}),
+                 "hypotheses": [{"round": r["round"], "name": r["hypothesis"],
+                                 "options": r.get("hypothesis_options") or {},
+                                 "why": r.get("hypothesis_why") or ""}
+                                for r in rounds if r.get("hypothesis")]})
 

@@ -20,8 +20,10 @@ from kopt.harness.case import load_case
 from kopt.harness.errors import BadInputError, KoptError, ManifestError
 from kopt.harness.names import check_name
 from kopt.harness.paths import workspace_root
+from kopt.harness.speedup import format_speedup, speed_measured
 from kopt.harness.targets.resolve import resolve_target
 from kopt.phases import accelerator, architect, integrator, optimizer
+from kopt.phases.breakdown import read_breakdown
 from kopt.phases.engineers.base import check_engineer
 from kopt.phases.events import (
     LOG,
@@ -34,7 +36,7 @@ from kopt.phases.events import (
 )
 from kopt.phases.history import create_run_branch, ensure_worktree, open_repo
 from kopt.phases.manifest import PHASES, check_handoff, manifest_path, read_manifest, write_manifest
-from kopt.phases.optimizer import format_speedup
+from kopt.phases.outcome import Outcome, of_speedup
 from kopt.phases.run import RunCancelled, RunConfig, RunContext, new_run_id, open_context
 
 PHASE_MODULES: dict[str, ModuleType] = {"architect": architect, "optimizer": optimizer,
@@ -54,6 +56,13 @@ class RunResult:
     speedup_vs_compile: float | None
     verified: bool
     """True when the run's best candidate was accepted by the verifier (final verification)."""
+    outcome: dict[str, Any] | None = None
+    """`phases.outcome.Outcome`: {"verdict": faster | keep-compile | keep-pytorch |
+    cpu-verified | not-verified, "summary": the line `kopt run` ends with, "noise"}."""
+    timing_label: str | None = None
+    """`cuda-events`, or `cpu-interpreter` (then both speedups are null: no speed measured)."""
+    timing_breakdown: dict[str, Any] | None = None
+    """Where the run's seconds went: per phase and per worker job kind."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,7 +145,11 @@ def _run_phases(ctx: RunContext, selected: list[str], events: EventSink) -> None
         ctx.check_cancel()
         events(Event(PHASE_STARTED, phase, f"{phase}: started"))
         try:
-            manifest = PHASE_MODULES[phase].run(ctx, events, ctx.cancel)
+            with ctx.breakdown.phase(phase):
+                manifest = PHASE_MODULES[phase].run(ctx, events, ctx.cancel)
+            ctx.breakdown.save(ctx.run_dir)
+            if phase == "integrator":  # the whole run's breakdown, in its final manifest
+                manifest.details["timing_breakdown"] = ctx.breakdown.to_dict()
             path = write_manifest(manifest, manifest_path(ctx.run_dir, phase))
         except RunCancelled:
             events(Event(PHASE_FAILED, phase, f"{phase}: stopped by the user",
@@ -146,9 +159,11 @@ def _run_phases(ctx: RunContext, selected: list[str], events: EventSink) -> None
             events(Event(PHASE_FAILED, phase, f"{phase}: {err.one_line()}",
                          {"error": err.one_line()}))
             raise
+        said = format_speedup(manifest.speedup, manifest.timing_label, missing="")
         events(Event(PHASE_FINISHED, phase,
-                     f"{phase}: {manifest.status}" + (f", {format_speedup(manifest.speedup)} vs "
-                                                      f"eager ({manifest.timing_label})"
+                     f"{phase}: {manifest.status}" + (f", {said} vs eager "
+                                                      f"({manifest.timing_label})" if said else
+                                                      " (CPU interpreter: no speed measured)"
                                                       if manifest.speedup else ""),
                      {"manifest": str(path), "status": manifest.status}))
         if manifest.status != "verified":
@@ -199,19 +214,30 @@ def result_of(run_dir: Path, root: Path | None = None) -> RunResult:
     archive = None
     eager = compiled = None
     verified = False
+    label = None
+    outcome: Outcome | None = None
     final = manifest_path(run_dir, "integrator")
     if final.is_file():
         m = read_manifest(final)
         archive = m.details.get("archive")
         eager = m.details["timing"].get("speedup_vs_eager")
         compiled = m.details["timing"].get("speedup_vs_compile")
+        label = m.details["timing"].get("timing_label") or m.timing_label
         verified = bool(m.details["verification"]["accepted"]) and m.status == "verified"
+        stored = m.details.get("outcome")
+        outcome = Outcome(**stored) if stored else of_speedup(eager, label, verified=verified)
     elif paths:
         m = read_manifest(paths[-1])
         eager = m.speedup
+        label = m.timing_label
         verified = m.status == "verified" and m.phase in ("optimizer", "accelerator")
+        outcome = of_speedup(eager, label, verified=verified)
+    if not speed_measured(label):
+        eager = compiled = None  # an interpreter timing is not a speedup
     from kopt.phases.history import branch_name
 
     return RunResult(run_id=config.run_id, case=case, branch=branch_name(case, config.run_id),
                      manifests=rel, archive=archive, speedup_vs_eager=eager,
-                     speedup_vs_compile=compiled, verified=verified)
+                     speedup_vs_compile=compiled, verified=verified,
+                     outcome=outcome.to_dict() if outcome else None, timing_label=label,
+                     timing_breakdown=read_breakdown(run_dir) or None)

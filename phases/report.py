@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kopt.harness.speedup import NO_SPEED, format_speedup, speed_measured
 from kopt.phases.manifest import Manifest
 
 
@@ -16,10 +17,8 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g}"
 
 
-def _x(v: float | None) -> str:
-    from kopt.phases.optimizer import format_speedup
-
-    return format_speedup(v)
+def _x(v: float | None, label: str | None = None) -> str:
+    return format_speedup(v, label, missing="-")
 
 
 def _pct(v: float | None) -> str:
@@ -65,23 +64,29 @@ def write_chart(iterations: list[dict[str, Any]], baseline_ms: float | None, lab
 
 def render(manifests: dict[str, Manifest], *, iterations: list[dict[str, Any]],
            verification: dict[str, Any],
-           timing: dict[str, Any], chart: str | None, archive_hint: str | None = None) -> str:
+           timing: dict[str, Any], chart: str | None, archive_hint: str | None = None,
+           outcome: dict[str, Any] | None = None) -> str:
     """report.md's text."""
     arch = manifests["architect"]
     opt = manifests.get("optimizer")
     acc = manifests.get("accelerator")
     label = timing.get("timing_label", arch.timing_label or "")
+    measured = speed_measured(label)
     lines = [f"# kopt run {arch.run_id}: {arch.case}", "",
              f"Branch `{arch.branch}`. Timings: **{label}**"
-             + (" (Triton interpreter on the CPU: not GPU figures)."
-                if label == "cpu-interpreter" else "."), ""]
+             + (f" (Triton interpreter on the CPU: {NO_SPEED}; the milliseconds below time "
+                "the interpreter, not a kernel)." if not measured else "."), ""]
+    if outcome:
+        lines += [f"**Outcome: {outcome['summary']}.**", ""]
+    one = "1.00x" if measured else "-"
     lines += ["## Result", "", "| variant | median ms | vs eager | vs torch.compile | % of floor |",
               "| --- | ---: | ---: | ---: | ---: |",
-              f"| eager | {_ms(timing.get('eager_ms'))} | 1.00x | - | - |",
+              f"| eager | {_ms(timing.get('eager_ms'))} | {one} | - | - |",
               f"| torch.compile | {_ms(timing.get('compile_ms'))} | "
-              f"{_x(_ratio(timing.get('eager_ms'), timing.get('compile_ms')))} | 1.00x | - |",
+              f"{_x(_ratio(timing.get('eager_ms'), timing.get('compile_ms')), label)} | {one} | - |",
               f"| kopt kernel | {_ms(timing.get('candidate_ms'))} | "
-              f"{_x(timing.get('speedup_vs_eager'))} | {_x(timing.get('speedup_vs_compile'))} | "
+              f"{_x(timing.get('speedup_vs_eager'), label)} | "
+              f"{_x(timing.get('speedup_vs_compile'), label)} | "
               f"{_pct(timing.get('pct_of_floor'))} |", ""]
     for key, what in (("eager_error", "eager"), ("compile_error", "torch.compile"),
                       ("candidate_error", "the kernel")):
@@ -109,7 +114,7 @@ def render(manifests: dict[str, Manifest], *, iterations: list[dict[str, Any]],
                   "| ---: | --- | --- | ---: | ---: | ---: | --- |"]
         for it in iterations:
             lines.append(f"| {it['iteration']} | {it.get('phase', 'optimizer')} | {it['verdict']} "
-                         f"| {_ms(it['median_ms'])} | {_x(it['speedup'])} | "
+                         f"| {_ms(it['median_ms'])} | {_x(it['speedup'], label)} | "
                          f"{_pct(it.get('pct_of_floor'))} | `{str(it['commit'])[:10]}` |")
         unfused = opt.details.get("unfused") or []
         if unfused:

@@ -25,6 +25,7 @@ from kopt.harness.case import Case, load_case
 from kopt.harness.device import default_input_set, resolve_device, timing_label
 from kopt.harness.errors import BadInputError, KoptError
 from kopt.harness.paths import manifests_dir, workspace_root
+from kopt.phases.breakdown import ClockedTarget, TimingBreakdown
 from kopt.phases.history import branch_name, worktree_path
 
 # A CPU-interpreter candidate takes ~0.4 s a call at smoke size: a few seconds of samples
@@ -120,6 +121,9 @@ class RunContext:
     targets: list[Any] | None = None
     """The run's `Target` objects (default: `config.target_specs` resolved); tests inject
     fakes here."""
+    breakdown: TimingBreakdown = field(default_factory=TimingBreakdown)
+    """Where this run's seconds go (phases, worker jobs); saved in the run folder."""
+    _clocked: Any = field(default=None, init=False, repr=False)
     _slots: list[Any] | None = field(default=None, init=False, repr=False)
     _lost: set[int] = field(default_factory=set, init=False, repr=False)
     """id() of targets lost during this run: they take no more of its work."""
@@ -161,6 +165,14 @@ class RunContext:
         d = self.run_dir / phase
         d.mkdir(parents=True, exist_ok=True)
         return d
+
+    def clocked_target(self) -> Any:
+        """`config.target`, resolved once, every job it runs clocked into `breakdown`."""
+        if self._clocked is None:
+            from kopt.harness.targets.base import resolve_target
+
+            self._clocked = ClockedTarget(resolve_target(self.config.target), self.breakdown)
+        return self._clocked
 
     def check_cancel(self) -> None:
         if self.cancel.is_set():
@@ -268,7 +280,7 @@ class RunContext:
         from kopt.harness.runner import measure_variant
 
         kw.setdefault("timing_options", self.timing_options)
-        kw.setdefault("target", self.config.target)
+        kw.setdefault("target", self.clocked_target())
         return measure_variant(self.case, variant, device=self.device,
                                artifacts_root=self.artifacts_dir, input_set=self.input_set, **kw)
 
@@ -289,7 +301,7 @@ class RunContext:
             return self.verify(self.case, path, **kw)
         from kopt.harness.verify import verify_candidate
 
-        kw.setdefault("target", self.config.target)
+        kw.setdefault("target", self.clocked_target())
         return verify_candidate(self.case, path, device=self.device, **kw)
 
     def verify_candidates(self, paths: list[Path], *, target: Any = None,
@@ -307,7 +319,7 @@ class RunContext:
             return [self.verify(self.case, p, **kw) for p in paths]
         from kopt.harness.verify import verify_candidates
 
-        kw.setdefault("target", self.config.target)
+        kw.setdefault("target", self.clocked_target())
         return verify_candidates(self.case, paths, device=self.device, **kw)
 
     def time_trials(self, paths: list[Path], *, budget_s: float,
@@ -336,7 +348,7 @@ class RunContext:
             from kopt.harness.tune import time_trials
 
             rows = time_trials(self.case, paths, device=self.device, input_set=self.input_set,
-                               target=target if target is not None else self.config.target,
+                               target=target if target is not None else self.clocked_target(),
                                budget_s=budget_s, timing_options=self.timing_options)
         if target is not None:  # provenance: which host and GPU timed each trial
             for row in rows:
@@ -357,10 +369,26 @@ def open_context(config: RunConfig, *, root: Path | None = None,
     """The context of `config`'s run in the workspace `root`."""
     root = Path(root or workspace_root()).resolve()
     case = load_case(config.case)
-    device = resolve_device(case, config.device)
+    device = fakes.pop("device", None) or resolve_device(case, config.device)
+    use_compile_caches(root)
     return RunContext(config=config, case=case, root=root, device=device,
                       input_set=default_input_set(case, device),
-                      cancel=cancel or threading.Event(), **fakes)
+                      cancel=cancel or threading.Event(),
+                      breakdown=TimingBreakdown.load(root / "manifests" / config.run_id),
+                      **fakes)
+
+
+def use_compile_caches(root: Path) -> dict[str, str]:
+    """Point Triton's and Inductor's compile caches at `.kopt/cache/` (unless the user set
+    them), so that every worker job of a run -- and the next run -- reuses what an earlier
+    job compiled instead of compiling into a fresh temporary folder. Set in this process's
+    environment, which every worker (and its standby) inherits."""
+    base = root / ".kopt" / "cache"
+    wanted = {"TRITON_CACHE_DIR": str(base / "triton"),
+              "TORCHINDUCTOR_CACHE_DIR": str(base / "inductor")}
+    for key, value in wanted.items():
+        os.environ.setdefault(key, value)
+    return {k: os.environ[k] for k in wanted}
 
 
 def run_dir_of(run_id: str, root: Path | None = None) -> Path:

@@ -68,7 +68,8 @@ def _ms_of(text: str) -> float:
     return base / (1 + 0.1 * (int(rows.group(1)) - 1)) if rows else base
 
 
-def fake_measure(case: Any, variant: Any, **kw: Any) -> dict[str, Any]:
+def fake_measure(case: Any, variant: Any, *, timing_label: str = "cpu-interpreter",
+                 **kw: Any) -> dict[str, Any]:
     if str(variant) == "eager":
         ms = 2.0
     elif str(variant) == "compile":
@@ -76,7 +77,7 @@ def fake_measure(case: Any, variant: Any, **kw: Any) -> dict[str, Any]:
     else:
         ms = _ms_of(Path(variant).read_text())
     metrics = {"ok": True, "latency_ms": {"median": ms, "p20": ms * 0.98, "p80": ms * 1.02},
-               "timing_label": "cpu-interpreter", "throughput": {"gbps": None, "tflops": None},
+               "timing_label": timing_label, "throughput": {"gbps": None, "tflops": None},
                "peak_memory_bytes": None,
                "roofline": {"bytes": 66560, "flops": 0.0, "floor_ms": None,
                             "pct_of_floor": None, "bound": None}}
@@ -132,6 +133,29 @@ def fakes(engineers: list[FakeEngineer] | None = None) -> dict[str, Any]:
     return {"measure": fake_measure, "verify": fake_verify, "engineer_factory": factory}
 
 
+def gpu_fakes(monkeypatch: Any, engineers: list[FakeEngineer] | None = None,
+              engineer: type[FakeEngineer] | None = None) -> dict[str, Any]:
+    """`fakes()` with a faked GPU timer: the run's device is `cuda`, every timing is labelled
+    `cuda-events`, the GPU is a "Fake H100" (nothing touches CUDA)."""
+    import torch
+
+    from kopt.phases import accelerator
+
+    monkeypatch.setattr(accelerator, "_gpu_name", lambda: "Fake H100")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "Fake H100")
+
+    def measure(case: Any, variant: Any, **kw: Any) -> dict[str, Any]:
+        return fake_measure(case, variant, timing_label="cuda-events", **kw)
+
+    def factory(spec: str, options: dict[str, Any]) -> FakeEngineer:
+        eng = (engineer or FakeEngineer)(options)
+        if engineers is not None:
+            engineers.append(eng)
+        return eng
+
+    return {**fakes(), "measure": measure, "device": "cuda", "engineer_factory": factory}
+
+
 def install() -> None:
     """Swap the harness's measure/verify and the `offline` engineer for the fakes, process-wide
     (for a `kopt` subprocess driven by `DRIVER`)."""
@@ -160,5 +184,5 @@ def install() -> None:
 # `python -c DRIVER kopt-args...`: the real `kopt` CLI with the fakes installed.
 DRIVER = (
     f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import test_pipeline_fakes as f; f.install(); "
-    "from workbench.cli import main; sys.exit(main(sys.argv[1:]))"
+    "from kopt.workbench.cli import main; sys.exit(main(sys.argv[1:]))"
 )

@@ -88,12 +88,12 @@ def kernel_path(run: Any) -> Path:
     return Path(run.worktree) / "kernels" / f"{run.case}.py"
 
 
-def format_speedup(value: float | None) -> str:
-    """`2.40x`; below 0.1x four decimals (the CPU interpreter's kernels run far slower than
-    eager, and `0.00x` would hide by how much); `—` when unmeasured."""
-    if value is None:
-        return "—"
-    return f"{value:.2f}x" if value >= 0.1 else f"{value:.4f}x"
+def format_speedup(value: float | None, timing_label: str | None = None) -> str:
+    """`2.40x` (`harness.speedup.format_speedup`, the one formatter); `—` when unmeasured or
+    timed by the CPU interpreter (a `Speedup` from history or bench carries its label)."""
+    from kopt.harness.speedup import format_speedup as one_formatter
+
+    return one_formatter(value, timing_label)
 
 
 def default_engineer() -> str:
@@ -164,6 +164,12 @@ class Backend:
                               **self.pipeline_options)
         summary = result.to_dict()
         status = "verified" if summary.get("verified") else "finished, not verified"
+        outcome = summary.get("outcome") or {}
+        if summary.get("verified") and outcome.get("summary"):
+            # phases.outcome: "verified, 2.57x vs eager, ...", "verified, no speedup: keep
+            # PyTorch (0.83x vs eager)", "verified (CPU interpreter: no speed measured)"
+            status = outcome["summary"] if outcome.get("verdict") == "cpu-verified" \
+                else f"verified, {outcome['summary']}"
         if cancel.is_set():
             status = "cancelled"
         return RunOutcome(run_id=summary.get("run_id"), status=status, summary=summary)
@@ -285,13 +291,15 @@ class Backend:
         pct = row.get("pct_of_floor") if row else None
         verified = bool(report and report.get("accepted"))
         number = max((it.iteration for it in run.iterations), default=0) + 1
-        evidence = (f"{speedup:.2f}x vs eager, {row.get('median_ms', 0):.3f} ms "
-                    f"({row.get('timing_label', '')})" if row and speedup else "not timed")
+        evidence = (f"{format_speedup(speedup, row.get('timing_label'))} vs eager, "
+                    f"{row.get('median_ms', 0):.3f} ms ({row.get('timing_label', '')})"
+                    if row and speedup else "not timed")
         return history.commit_iteration(
             worktree, run_id=run.run_id, phase="optimizer", iteration=number, case=run.case,
             subject=f"user: {run.case} iter {number} - {evidence}",
             body="Edited by hand in the workbench; re-verified and re-benched on save.",
             speedup=speedup if verified else None, pct_of_floor=pct if verified else None,
+            timing_label=row.get("timing_label") if row else None,
             verified=verified, author="user", candidate=rel, paths=["kernels"])
 
 

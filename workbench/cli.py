@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "kopt.workbench.commands.run",
     "kopt.workbench.commands.manifest",
     "kopt.workbench.commands.history",
+    "kopt.workbench.commands.memory",
     "kopt.workbench.commands.decide",
     "kopt.workbench.commands.diff",
     "kopt.workbench.commands.export",

@@ -147,7 +147,8 @@ def run_tool_loop(request: EngineerRequest, events: EventSink, client: ModelClie
     first = engineer_first_message(
         iteration=request.iteration, candidate=candidate, feedback=request.feedback,
         previous=str(request.previous) if request.previous else None,
-        target_speedup=target, baseline=request.baseline)
+        target_speedup=target, baseline=request.baseline,
+        profile=request.options.get("profile_facts_text"))
     messages: list[dict[str, Any]] = [{"role": "user", "content": first}]
     transcript.write("session", engineer=engineer, model=client.model, case=request.case.name,
                      iteration=request.iteration, candidate=candidate, target_speedup=target)

@@ -86,6 +86,9 @@ class Proposal:
     """Token and cost accounting for LLM engineers."""
     transcript: str | None = None
     """Path of the transcript JSONL, if any."""
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    """The candidate's kernels, when the engineer knows them: [{"name", "kind"}] (the
+    optimizer's profile facts and strategy space read them)."""
     verified: VerifyResult | None = None
     """Set when the engineer already verified the returned candidate through the toolbox."""
     cancelled: bool = False

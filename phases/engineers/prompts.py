@@ -95,14 +95,18 @@ def case_section(case: Case) -> str:
 
 def engineer_first_message(*, iteration: int, candidate: str, feedback: str | None,
                            previous: str | None, target_speedup: float | None,
-                           baseline: dict[str, Any]) -> str:
-    """The user turn that opens one optimizer iteration."""
+                           baseline: dict[str, Any], profile: str | None = None) -> str:
+    """The user turn that opens one optimizer iteration (`profile`: the last iteration's
+    profile facts, `phases.strategy.ProfileFacts.text()`)."""
     lines = [f"Optimizer iteration {iteration}."]
     if baseline:
         lines.append("Baseline measurements:\n```json\n"
                      + json.dumps(_compact(baseline), indent=1, default=str)[:6000] + "\n```")
     if previous:
         lines.append(f"The previous iteration's candidate is `{previous}` (read it first).")
+    if profile:
+        lines.append("Profile of the last iteration (where the time above the floor is):\n"
+                     + profile.rstrip())
     if feedback:
         lines.append("Feedback on the previous iteration, verbatim:\n```\n"
                      + feedback.rstrip() + "\n```")

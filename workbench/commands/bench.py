@@ -17,6 +17,7 @@ from kopt.harness.bench import bench_case
 from kopt.harness.case import load_case
 from kopt.harness.device import default_input_set, resolve_device
 from kopt.harness.errors import KoptError
+from kopt.harness.speedup import format_speedup
 from kopt.harness.verify import DEFAULT_TIMEOUT_S
 from kopt.workbench.output import console, print_json_line, working
 
@@ -66,8 +67,9 @@ def handle(args: argparse.Namespace) -> int:
         table.add_row(r["variant"], _fmt(r["median_ms"], ".4f"),
                       f"{_fmt(r['p20_ms'], '.4f')}-{_fmt(r['p80_ms'], '.4f')}",
                       _fmt(r["gbps"], ".1f"), _fmt(r["tflops"], ".2f"),
-                      _fmt(r["pct_of_floor"], ".0f"), _fmt(r["speedup_vs_eager"], ".2f") + "x",
-                      _fmt(r["speedup_vs_compile"], ".2f") + "x", verified)
+                      _fmt(r["pct_of_floor"], ".0f"),
+                      format_speedup(r["speedup_vs_eager"], r.get("timing_label")),
+                      format_speedup(r["speedup_vs_compile"], r.get("timing_label")), verified)
     console.print(table)
     for r in rows:
         if r.get("note"):
@@ -93,8 +95,10 @@ def _history(args: argparse.Namespace, case: Any) -> int:
         table.add_column(col)
     for r in rows:
         table.add_row(str(r.get("run_id")), str(r.get("commit", ""))[:10], str(r.get("iteration")),
-                      _fmt(r.get("recorded_speedup"), ".2f"), _fmt(r.get("median_ms"), ".4f"),
-                      _fmt(r.get("speedup"), ".2f"), "yes" if r.get("regression") else "",
+                      format_speedup(r.get("recorded_speedup")),
+                      _fmt(r.get("median_ms"), ".4f"),
+                      format_speedup(r.get("speedup"), r.get("timing_label")),
+                      "yes" if r.get("regression") else "",
                       escape(str(r.get("note") or "")))
     console.print(table if rows else f"no recorded runs of {case.name} to re-time")
     if args.json:

@@ -3,6 +3,7 @@
 A decision is recorded twice: as an empty commit with a `Kopt-Decision` trailer on the run
 branch (git is the history) and in the run's integrator manifest (`details.approval`).
 COMMIT is an iteration number or a commit; default: the run's best verified iteration.
+`approve` refuses (exit 1) a kernel measured slower than eager on a GPU unless `--force`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser("approve", help="approve a run's kernel (recorded in git and the manifest)")
     a.add_argument("run_id", metavar="RUN")
     a.add_argument("commit", metavar="COMMIT", nargs="?", help="iteration number or commit")
+    a.add_argument("--force", action="store_true",
+                   help="approve even a kernel measured slower than eager PyTorch")
     a.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     a.set_defaults(func=approve)
     r = sub.add_parser("reject", help="reject a run's kernel with a reason (fed to the next run)")
@@ -47,7 +50,7 @@ def _finish(args: argparse.Namespace, decision_commit: str) -> int:
 
 
 def approve(args: argparse.Namespace) -> int:
-    return _finish(args, history.approve(args.run_id, args.commit))
+    return _finish(args, history.approve(args.run_id, args.commit, force=args.force))
 
 
 def reject(args: argparse.Namespace) -> int:

@@ -10,7 +10,9 @@ from rich.table import Table
 
 from kopt.harness.case import load_case
 from kopt.harness.errors import UnknownCaseError
+from kopt.harness.speedup import format_speedup
 from kopt.phases.history import list_runs
+from kopt.phases.outcome import KEEP_PYTORCH, of_speedup
 from kopt.workbench.output import console, print_json_line
 
 
@@ -29,7 +31,7 @@ def _case_name(ref: str) -> str:
 
 
 def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
+    return format_speedup(v)  # a history Speedup carries its timing label
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -44,7 +46,14 @@ def handle(args: argparse.Namespace) -> int:
         when = dt.datetime.fromtimestamp(r.created).strftime("%Y-%m-%d %H:%M") if r.created else ""
         state = r.approval.get("state", "pending")
         color = {"approved": "green", "rejected": "red"}.get(state, "yellow")
-        table = Table(title=f"{r.case} · run {r.run_id} · {when} · best {_x(r.best_speedup)} · "
+        best_text = f"best {_x(r.best_speedup)}"
+        if r.best_speedup is not None:
+            outcome = of_speedup(r.best_speedup, None)
+            if outcome.verdict == KEEP_PYTORCH:
+                best_text = escape(outcome.summary)
+            elif outcome.verdict == "cpu-verified":
+                best_text = escape(outcome.summary)
+        table = Table(title=f"{r.case} · run {r.run_id} · {when} · {best_text} · "
                             f"[{color}]{state}[/{color}]", title_justify="left")
         table.add_column("iter", justify="right")
         table.add_column("phase")

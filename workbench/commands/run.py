@@ -121,6 +121,39 @@ class ProgressPrinter:
             self.out.print(f"{tag}   {escape(e.message)}", soft_wrap=True)
 
 
+def summary_line(d: dict[str, Any]) -> str:
+    """The run's last line: its outcome (`phases.outcome`), in colour."""
+    from kopt.harness.speedup import format_speedup
+
+    outcome = d.get("outcome") or {}
+    verdict = outcome.get("verdict")
+    if not d["verified"] or verdict == "not-verified":
+        return "[red]not verified[/red]"
+    if verdict == "cpu-verified":
+        return f"[green]{escape(outcome['summary'])}[/green]"
+    if verdict in ("keep-pytorch", "keep-compile"):
+        return f"[green]verified[/green], [yellow]{escape(outcome['summary'])}[/yellow]"
+    if outcome.get("summary"):
+        return f"[green]verified[/green], {escape(outcome['summary'])}"
+    label = d.get("timing_label")
+    return ("[green]verified[/green]"
+            + (f", {format_speedup(d['speedup_vs_eager'], label)} vs eager"
+               if d["speedup_vs_eager"] else "")
+            + (f", {format_speedup(d['speedup_vs_compile'], label)} vs torch.compile"
+               if d["speedup_vs_compile"] else ""))
+
+
+def breakdown_line(b: dict[str, Any]) -> str:
+    """`architect 9.1 · optimizer 40.2 ... | jobs: candidate 4x 20.1 s (import 3.0), ...`"""
+    phases = " · ".join(f"{k} {v:.1f}" for k, v in b.get("phases", {}).items())
+    jobs = ", ".join(f"{k} {int(v.get('count', 0))}x {float(v.get('seconds', 0)):.1f}"
+                     + (f" (import {float(v['import_s']):.1f})" if v.get("import_s") else "")
+                     for k, v in (b.get("jobs") or {}).items())
+    return (f"{phases} (total {b.get('total_s', 0):.1f})"
+            + (f"; engineer {b['engineer_s']:.1f}" if b.get("engineer_s") else "")
+            + (f"; worker jobs: {jobs}" if jobs else ""))
+
+
 def _confirm(question: str) -> bool:
     if not sys.stdin.isatty():
         return False
@@ -141,7 +174,6 @@ def _prepare_repo(args: argparse.Namespace) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from kopt.phases.optimizer import format_speedup
     from kopt.phases.pipeline import resume_pipeline, run_pipeline
 
     if not args.case and not args.resume:
@@ -202,12 +234,10 @@ def handle(args: argparse.Namespace) -> int:
         return 130
     d = result.to_dict()
     out = err_console if args.json else console
-    out.print(f"run {d['run_id']} on branch {d['branch']}: "
-              f"{'[green]verified[/green]' if d['verified'] else '[red]not verified[/red]'}"
-              + (f", {format_speedup(d['speedup_vs_eager'])} vs eager"
-                 if d["speedup_vs_eager"] else "")
-              + (f", {format_speedup(d['speedup_vs_compile'])} vs torch.compile"
-                 if d["speedup_vs_compile"] else ""))
+    out.print(f"run {d['run_id']} on branch {d['branch']}: {summary_line(d)}")
+    breakdown = d.get("timing_breakdown") or {}
+    if breakdown.get("phases"):
+        out.print("[dim]seconds: " + escape(breakdown_line(breakdown)) + "[/dim]")
     if d["archive"]:
         out.print(f"archive: {d['archive']}   review: kopt history {d['case']} · "
                   f"kopt diff {d['run_id']} · kopt approve {d['run_id']}")

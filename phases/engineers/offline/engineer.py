@@ -102,6 +102,9 @@ class OfflineEngineer:
         if feedback and request.iteration > 1 and not _accepted(feedback):
             self.failures += 1
         level = self.options.get("policy_level", min(self.failures, len(POLICIES) - 1))
+        named = [n for n, _p in POLICIES]
+        if request.options.get("policy") in named:  # a hypothesis of the optimizer's strategy space
+            level = max(int(level), named.index(request.options["policy"]))
         level = max(0, min(int(level), len(POLICIES) - 1))
         name, policy = POLICIES[level]
         if feedback and level:
@@ -109,6 +112,13 @@ class OfflineEngineer:
             log(f"previous candidate failed verification ({first}); backing off to: {name}")
         log(f"capturing {request.case.name} with torch.export and fusing ({name})")
         result = generate_candidate(request.case, policy=policy, policy_name=name)
+        overrides = request.options.get("kopt_config")
+        if isinstance(overrides, dict) and overrides:  # phases.strategy: a launch hypothesis
+            from kopt.phases.strategy import apply_kopt_config
+
+            result.source, changed = apply_kopt_config(result.source, result.kernels, overrides)
+            log(f"hypothesis {request.options.get('hypothesis')!r}: "
+                + (", ".join(changed) if changed else "no kernel here declares it"))
         rel = f"kernels/{request.case.name}.py"
         path = request.worktree / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +136,8 @@ class OfflineEngineer:
                 flat[f"{kname}.{p}"] = values
         notes = (f"offline engineer ({name}): {len(result.kernels)} Triton kernel(s): "
                  + "; ".join(f"{k['name']} fuses {', '.join(k['fuses'])}" for k in result.kernels))
-        return Proposal(candidate=rel, notes=notes, unfused=result.unfused, tunables=flat)
+        return Proposal(candidate=rel, notes=notes, unfused=result.unfused, tunables=flat,
+                        kernels=[{"name": k["name"], "kind": k["kind"]} for k in result.kernels])
 
 
 def _accepted(feedback: str) -> bool:

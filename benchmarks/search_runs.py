@@ -1,0 +1,70 @@
+"""Full `kopt run`s of some cases, twice each (the second starts from the tuning memory the
+first wrote), with where the seconds went. Run on a GPU machine from a scratch workspace:
+
+    KOPT_HOME=/tmp/kopt-search python benchmarks/search_runs.py softmax layernorm_gelu
+
+Prints one row per run: wall seconds, the outcome, the optimizer's hypotheses, the
+accelerator's trials and whether it started from the tuning memory, and seconds per phase and
+per worker job kind (from `kopt run --json`'s `timing_breakdown`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_once(case: str, home: Path) -> dict:
+    env = {**os.environ, "KOPT_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "kopt", "run", case, "--yes", "--json"],
+                          cwd=home, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"case": case, "wall_s": wall, "error": proc.stderr.strip()[-300:]}
+    run_dir = home / "manifests" / result["run_id"]
+    opt = json.loads((run_dir / "optimizer.json").read_text())["details"] \
+        if (run_dir / "optimizer.json").is_file() else {}
+    acc = json.loads((run_dir / "accelerator.json").read_text())["details"] \
+        if (run_dir / "accelerator.json").is_file() else {}
+    return {"case": case, "wall_s": wall, "outcome": (result.get("outcome") or {}).get("summary"),
+            "rounds": len(opt.get("iterations", [])),
+            "hypotheses": [h["name"] for h in opt.get("hypotheses", [])],
+            "trials": (acc.get("budget") or {}).get("trials_run"),
+            "memory": sorted(acc.get("memory") or {}),
+            "breakdown": result.get("timing_breakdown") or {}}
+
+
+def main(cases: list[str]) -> int:
+    home = Path(os.environ.get("KOPT_HOME") or "/tmp/kopt-search")
+    home.mkdir(parents=True, exist_ok=True)
+    print(f"{'case':<22} {'run':>3} {'wall s':>7} {'rounds':>6} {'trials':>6} memory  outcome")
+    for case in cases:
+        for n in (1, 2):
+            r = run_once(case, home)
+            if "error" in r:
+                print(f"{case:<22} {n:>3} {r['wall_s']:7.1f}  failed: {r['error']}")
+                continue
+            print(f"{case:<22} {n:>3} {r['wall_s']:7.1f} {r['rounds']:>6} {r['trials'] or 0:>6} "
+                  f"{'yes' if r['memory'] else 'no ':<7} {r['outcome']}")
+            b = r["breakdown"]
+            print(f"{'':<26}phases: " + ", ".join(f"{k} {v:.1f}" for k, v in
+                                                  (b.get("phases") or {}).items()))
+            print(f"{'':<26}jobs: " + ", ".join(
+                f"{k} {v['count']}x {v['seconds']:.1f}s ({v.get('standby', 0)} standby, import "
+                f"{v.get('import_s', 0):.1f}s)" for k, v in (b.get("jobs") or {}).items()))
+            if r["hypotheses"]:
+                print(f"{'':<26}hypotheses: " + "; ".join(r["hypotheses"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:] or ["softmax", "layernorm_gelu", "rmsnorm"]))

@@ -1,0 +1,125 @@
+"""Where a run's seconds go: per phase, and per worker job kind.
+
+`TimingBreakdown` is kept in `manifests/<run-id>/timing_breakdown.json` (a resumed run adds
+to it) and copied into the integrator manifest (`details.timing_breakdown`) and into
+`kopt run --json`. Worker jobs are clocked by `ClockedTarget`, a `Target` that runs each job
+through the run's real target and records the job's kind (`candidate`, `reference`,
+`measure`, `tune`, `bench`...), its wall seconds as the parent saw them, how the worker
+started (`cold` or `standby`) and, when the worker says, the seconds spent importing the
+candidate (`import_s`: Triton's compile of its kernels happens there or at first launch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FILE = "timing_breakdown.json"
+
+
+@dataclass
+class TimingBreakdown:
+    """Seconds per phase and per worker job kind of one run."""
+
+    phases: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of each phase (summed over resumes)."""
+    jobs: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per job kind: `count`, `seconds` (parent wall), `cold`, `standby`, `import_s`."""
+    engineer_s: float = 0.0
+    """Seconds the engineers spent writing candidates (in the parent, no worker)."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        jobs = {k: {n: round(v, 3) if isinstance(v, float) else v for n, v in d.items()}
+                for k, d in sorted(self.jobs.items())}
+        return {"phases": {k: round(v, 3) for k, v in self.phases.items()},
+                "jobs": jobs, "engineer_s": round(self.engineer_s, 3),
+                "total_s": round(sum(self.phases.values()), 3),
+                "jobs_s": round(sum(d.get("seconds", 0.0) for d in self.jobs.values()), 3)}
+
+    @classmethod
+    def load(cls, run_dir: Path) -> TimingBreakdown:
+        try:
+            data = json.loads((run_dir / FILE).read_text())
+        except (OSError, ValueError):
+            return cls()
+        return cls(phases={k: float(v) for k, v in (data.get("phases") or {}).items()},
+                   jobs={k: dict(v) for k, v in (data.get("jobs") or {}).items()},
+                   engineer_s=float(data.get("engineer_s") or 0.0))
+
+    def save(self, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = run_dir / f".{FILE}.tmp"
+        with self.lock:
+            tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        os.replace(tmp, run_dir / FILE)
+
+    def add_job(self, kind: str, seconds: float, response: dict[str, Any] | None) -> None:
+        with self.lock:
+            d = self.jobs.setdefault(kind, {"count": 0, "seconds": 0.0, "cold": 0,
+                                            "standby": 0, "import_s": 0.0})
+            d["count"] = d.get("count", 0) + 1
+            d["seconds"] = d.get("seconds", 0.0) + seconds
+            started = (response or {}).get("worker_started")
+            if started in ("cold", "standby"):
+                d[started] = d.get(started, 0) + 1
+            imported = (response or {}).get("import_s")
+            if isinstance(imported, int | float):
+                d["import_s"] = d.get("import_s", 0.0) + float(imported)
+
+    @contextmanager
+    def phase(self, name: str) -> Any:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - t0
+
+    @contextmanager
+    def engineer(self) -> Any:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.engineer_s += time.monotonic() - t0
+
+
+def read_breakdown(run_dir: Path) -> dict[str, Any]:
+    """The run's breakdown as `kopt run --json` prints it ({} when none was recorded)."""
+    if not (run_dir / FILE).is_file():
+        return {}
+    return TimingBreakdown.load(run_dir).to_dict()
+
+
+def _job_kind(job_dir: Path) -> str:
+    try:
+        return str(json.loads((Path(job_dir) / "request.json").read_text()).get("job") or "job")
+    except (OSError, ValueError):
+        return "job"
+
+
+class ClockedTarget:
+    """A `Target` that runs every job through `inner` and records it in `breakdown`."""
+
+    def __init__(self, inner: Any, breakdown: TimingBreakdown) -> None:
+        self.inner = inner
+        self.breakdown = breakdown
+
+    def run(self, job_dir: Path, *, timeout: float, env: dict[str, str] | None = None,
+            on_line: Any = None) -> Any:
+        kind = _job_kind(job_dir)
+        t0 = time.monotonic()
+        outcome = self.inner.run(job_dir, timeout=timeout, env=env, on_line=on_line)
+        self.breakdown.add_job(kind, time.monotonic() - t0, getattr(outcome, "response", None))
+        return outcome
+
+    def __getattr__(self, name: str) -> Any:  # name, gpu, describe(), use_standby...
+        return getattr(self.inner, name)

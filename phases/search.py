@@ -1,0 +1,213 @@
+"""The accelerator's coordinate search over independent kernels' launch parameters.
+
+A candidate's kernels are tuned each on its own: one dimension (a kernel's parameter) at a
+time, the others fixed at their current best. Along a dimension of ordered values the search
+times both neighbours of the current value, then walks on in the direction that gained, one
+step at a time, and stops the dimension as soon as a step gains under the timer's noise;
+a dimension of unordered values (a matmul's `BACKEND`) is timed whole. After a pass over
+every kernel and dimension, a second pass runs when the first moved anything (the kernels
+share the forward's timing). Finally the joint check times the winners together against
+the start in one job: they must beat it beyond noise, else the start is kept.
+
+Three kernels with 5 block sizes and 4 warp counts each take about 3 x (2 + 2) trials,
+where the joint product has 8000 points.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from kopt.harness.speedup import NOISE_FLOOR
+
+SEP = "/"
+TimeConfigs = Callable[[list[dict[str, Any]], str], list[dict[str, Any]]]
+"""time_configs(configs, what) -> one row per config: {"median_ms", "p20_ms", "p80_ms",
+"checked", "detail"} (`what` names the step for progress lines)."""
+
+
+def kernel_of(key: str) -> str:
+    """`_g0_kernel/BLOCK_SIZE` -> `_g0_kernel`; a flat key (one kernel) -> ``."""
+    return key.split(SEP, 1)[0] if SEP in key else ""
+
+
+def dimensions(space: dict[str, list[Any]]) -> list[tuple[str, list[str]]]:
+    """[(kernel, [its keys])] in the order the kernels appear in the space."""
+    out: dict[str, list[str]] = {}
+    for key in space:
+        out.setdefault(kernel_of(key), []).append(key)
+    return list(out.items())
+
+
+def _ordered(values: list[Any]) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def _key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+class CoordinateSearch:
+    """One search; `trials` (every timed configuration, in order) and `steps` (one per tuned
+    dimension) are what the manifest records."""
+
+    def __init__(self, space: dict[str, list[Any]], time_configs: TimeConfigs, *,
+                 max_trials: int, noise_floor: float = NOISE_FLOOR,
+                 log: Callable[[str], None] = lambda _m: None) -> None:
+        self.space = space
+        self.time_configs = time_configs
+        self.max_trials = max_trials
+        self.noise_floor = noise_floor
+        self.log = log
+        self.timed: dict[str, dict[str, Any]] = {}
+        self.trials: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = []
+
+    # -- timing -----------------------------------------------------------------------------
+
+    def _time(self, configs: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+        """Rows for `configs`; each configuration is timed once per search (cached), within
+        the trial budget (configurations over it come back unchecked)."""
+        new = [c for c in configs if _key(c) not in self.timed]
+        new = list({_key(c): c for c in new}.values())
+        room = max(0, self.max_trials - len(self.trials))
+        run, skipped = new[:room], new[room:]
+        if run:
+            for config, row in zip(run, self.time_configs(run, what), strict=True):
+                row = {**row, "config": config, "step": what}
+                self.timed[_key(config)] = row
+                self.trials.append(row)
+        for config in skipped:
+            self.timed[_key(config)] = {"config": config, "checked": False, "median_ms": None,
+                                        "detail": "not run: trial budget spent", "step": what}
+        return [self.timed[_key(c)] for c in configs]
+
+    def retime(self, configs: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+        """Time `configs` again side by side in one job (the joint check), uncached."""
+        rows = []
+        for config, row in zip(configs, self.time_configs(configs, what), strict=True):
+            row = {**row, "config": config, "step": what}
+            self.trials.append(row)
+            rows.append(row)
+        return rows
+
+    def _noise(self, *rows: dict[str, Any]) -> float:
+        worst = self.noise_floor
+        for r in rows:
+            m, p20, p80 = r.get("median_ms"), r.get("p20_ms"), r.get("p80_ms")
+            if m and p20 is not None and p80 is not None:
+                worst = max(worst, (float(p80) - float(p20)) / 2 / float(m))
+        return worst
+
+    def gains(self, new: dict[str, Any], current: dict[str, Any]) -> bool:
+        """Does `new` beat `current` by more than the timer's noise? (An unchecked current
+        loses to any checked configuration.)"""
+        if not new.get("checked") or not new.get("median_ms"):
+            return False
+        if not current.get("checked") or not current.get("median_ms"):
+            return True
+        return float(new["median_ms"]) < float(current["median_ms"]) * (
+            1 - self._noise(new, current))
+
+    # -- the search ---------------------------------------------------------------------------
+
+    def start(self, candidates: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any],
+                                                                         dict[str, Any]]:
+        """Time the starting points (the kernel's default, remembered winners) side by side;
+        the fastest checked one is the start (a remembered one only if it beats the default
+        beyond noise)."""
+        configs = [c for _n, c in candidates]
+        rows = self._time(configs, "start: " + ", ".join(n for n, _c in candidates))
+        best = 0
+        for i in range(1, len(rows)):
+            if self.gains(rows[i], rows[best]):
+                best = i
+        return dict(configs[best]), rows[best]
+
+    def tune_dimension(self, current: dict[str, Any], row: dict[str, Any], key: str
+                       ) -> tuple[dict[str, Any], dict[str, Any]]:
+        values = self.space[key]
+        kernel, param = (key.split(SEP, 1) if SEP in key else ("", key))
+        what = f"{kernel + ' ' if kernel else ''}{param}"
+        step: dict[str, Any] = {"kernel": kernel or None, "param": param,
+                                "from": current.get(key), "tried": []}
+        if len(values) < 2:
+            return current, row
+        if not _ordered(values) or current.get(key) not in values:
+            others = [{**current, key: v} for v in values if v != current.get(key)]
+            self.log(f"tuning {what}: {len(others)} value(s), the others at their best")
+            rows = self._time(others, f"tune {what}")
+            step["tried"] = [c[key] for c in others]
+            for c, r in zip(others, rows, strict=True):
+                if self.gains(r, row):
+                    current, row = c, r
+            step.update({"to": current.get(key), "stopped": "every value timed"})
+            self.steps.append(step)
+            return current, row
+        order = sorted(values)
+        i = order.index(current[key])
+        neighbours = [j for j in (i + 1, i - 1) if 0 <= j < len(order)]
+        self.log(f"tuning {what}: from {current[key]}, trying "
+                 + " and ".join(str(order[j]) for j in neighbours)
+                 + " (the other parameters at their best)")
+        configs = [{**current, key: order[j]} for j in neighbours]
+        rows = self._time(configs, f"tune {what}")
+        step["tried"] += [order[j] for j in neighbours]
+        direction = 0
+        for j, c, r in zip(neighbours, configs, rows, strict=True):
+            if self.gains(r, row):
+                current, row, direction, i = c, r, j - i, j
+        stopped = "no neighbour gains over the timer's noise"
+        while direction:
+            j = i + direction
+            if not 0 <= j < len(order):
+                stopped = "end of the declared values"
+                break
+            if len(self.trials) >= self.max_trials:
+                stopped = "trial budget spent"
+                break
+            c = {**current, key: order[j]}
+            self.log(f"tuning {what}: {order[j]}")
+            r = self._time([c], f"tune {what}")[0]
+            step["tried"].append(order[j])
+            if not self.gains(r, row):
+                stopped = f"{order[j]} gains under the timer's noise"
+                break
+            current, row, i = c, r, j
+        step.update({"to": current.get(key), "stopped": stopped,
+                     "median_ms": row.get("median_ms")})
+        self.steps.append(step)
+        return current, row
+
+    def run(self, current: dict[str, Any], row: dict[str, Any], *, max_passes: int = 2
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Coordinate passes from `current` (timed as `row`); the best configuration found."""
+        for n in range(1, max_passes + 1):
+            before = dict(current)
+            for _kernel, keys in dimensions(self.space):
+                for key in keys:
+                    if len(self.trials) >= self.max_trials:
+                        self.log("trial budget spent: the search stops here")
+                        return current, row
+                    current, row = self.tune_dimension(current, row, key)
+            if current == before:
+                break
+            if n < max_passes:
+                self.log(f"pass {n} moved {sum(current[k] != before[k] for k in current)} "
+                         "parameter(s): one more pass")
+        return current, row
+
+    def joint_check(self, start: dict[str, Any], best: dict[str, Any]
+                    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Time the winners together against the start, side by side; the one to keep and
+        its row (None when nothing changed)."""
+        if best == start:
+            return start, None
+        self.log("joint check: every kernel's winner together against the start")
+        start_row, best_row = self.retime([start, best], "joint check")
+        if self.gains(best_row, start_row):
+            return best, best_row
+        self.log("joint check: the winners together gain under the timer's noise; keeping the "
+                 "start")
+        return start, start_row

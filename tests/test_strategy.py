@@ -1,0 +1,168 @@
+"""The optimizer walks the offline engineer's strategy space (phases/strategy.py): each round
+tests a different hypothesis, picked from the last iteration's profile facts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_pipeline_fakes import GOOD_KERNEL, FakeEngineer, fakes, gpu_fakes
+
+from kopt.phases import history
+from kopt.phases.engineers.base import Proposal
+from kopt.phases.engineers.prompts import engineer_first_message
+from kopt.phases.manifest import read_manifest
+from kopt.phases.pipeline import run_pipeline
+from kopt.phases.strategy import HYPOTHESES, ProfileFacts, apply_kopt_config, facts_of, pick_next
+
+
+def test_the_next_hypothesis_aims_at_the_hot_kernel_and_its_bound() -> None:
+    kernels = [{"name": "_g0_add_kernel", "kind": "pointwise"},
+               {"name": "_g1_softmax_kernel", "kind": "reduction"}]
+    profile = {"kernels": [{"name": "_g0_add_kernel", "total_ms": 1.0},
+                           {"name": "_g1_softmax_kernel", "total_ms": 3.0}]}
+    facts = facts_of({"iteration": 2, "verdict": "accepted", "pct_of_floor": 41.0}, kernels,
+                     profile, "memory")
+    assert facts.hot["name"] == "_g1_softmax_kernel" and facts.hot["share"] == 0.75
+    first = pick_next(facts, set())
+    assert first is not None and "reduction" in first.kinds and first.bound in (None, "memory")
+    second = pick_next(facts, {first.name})
+    assert second is not None and second.name != first.name and "reduction" in second.kinds
+    # a matmul hypothesis never applies to a candidate without a matmul
+    names = set()
+    while (h := pick_next(facts, names)) is not None:
+        names.add(h.name)
+    assert not any("matmul" in n for n in names) and len(names) < len(HYPOTHESES)
+    assert "Hottest kernel: _g1_softmax_kernel (reduction), 3 ms (75% of kernel time)." in \
+        facts.text()
+
+
+def test_a_launch_hypothesis_sets_the_declared_value_of_every_kernel_of_its_kind() -> None:
+    source = ('KOPT_TUNABLES = {"_r": {"BLOCK_SIZE": [1024, 4096, 16384]}, '
+              '"_p": {"BLOCK_SIZE": [1024, 4096]}}\n'
+              'KOPT_CONFIG = {"_r": {"BLOCK_SIZE": 16384, "num_warps": 8}, '
+              '"_p": {"BLOCK_SIZE": 1024, "num_warps": 4}}\n')
+    kernels = [{"name": "_r", "kind": "reduction"}, {"name": "_p", "kind": "pointwise"}]
+    out, changed = apply_kopt_config(source, kernels, {"reduction": {"BLOCK_SIZE": 4096,
+                                                                      "num_stages": 3}})
+    assert changed == ["_r.BLOCK_SIZE=4096"]  # the kernel launches with no num_stages
+    assert '"BLOCK_SIZE": 4096, "num_warps": 8' in out.replace("'", '"')
+    assert apply_kopt_config(source, kernels, {"matmul": {"BACKEND": "cublas"}}) == (source, [])
+
+
+class HypothesisEngineer(FakeEngineer):
+    """A reduction kernel whose speed depends on the hypothesis it is asked to test; the
+    `reductions with 4 warps` hypothesis changes nothing (the same bytes as before)."""
+
+    def propose(self, request, events):  # type: ignore[no-untyped-def]
+        self.requests.append(request)
+        h = request.options.get("hypothesis")
+        out = request.worktree / "kernels" / f"{request.case.name}.py"
+        out.parent.mkdir(exist_ok=True)
+        same = h is None or h == "reductions with 4 warps"
+        out.write_text(GOOD_KERNEL.format(ms=0.9 if same else 0.5)
+                       + ("" if same else f"# tested: {h}\n"))
+        return Proposal(candidate=f"kernels/{request.case.name}.py", notes="fake",
+                        kernels=[{"name": "_g0_norm_kernel", "kind": "reduction"}])
+
+
+@pytest.fixture
+def repo(workspace: Path) -> Path:
+    history.init_workspace(workspace)
+    return workspace
+
+
+def test_each_round_tests_a_different_hypothesis_and_its_commit_says_which(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engineers: list[FakeEngineer] = []
+    f = gpu_fakes(monkeypatch, engineers, engineer=HypothesisEngineer)
+    seen: list[str] = []
+    run_pipeline("layernorm_gelu", iterations=3, run_id="r1", phases="architect,optimizer",
+                 fakes=f, events=lambda e: seen.append(e.message))
+    opt = read_manifest(repo / "manifests/r1/optimizer.json")
+    tested = [h["name"] for h in opt.details["hypotheses"]]
+    assert len(tested) == 2 and len(set(tested)) == 2
+    assert all(any(t == h.name and "reduction" in h.kinds for h in HYPOTHESES) for t in tested)
+    # every round committed a different kernel; none stopped with "proposed ... again"
+    its = history.get_run("r1").iterations
+    assert len(its) == 3 and not any("again (already verified)" in s for s in seen)
+    kernels = {history.show_file(i.commit, "kernels/layernorm_gelu.py") for i in its}
+    assert len(kernels) == 3
+    body = subprocess.run(["git", "log", "-1", "--format=%B", its[-1].commit], cwd=repo,
+                          capture_output=True, text=True, check=True).stdout
+    assert f"Hypothesis: {tested[-1]} (" in body and f"Kopt-Hypothesis: {tested[-1]}" in body
+    assert " ms vs " in body  # what it measured
+    # the engineer got the last iteration's profile facts (an LLM engineer's prompt too)
+    req = engineers[0].requests[1]
+    assert req.options["profile_facts"]["hot"]["name"] == "_g0_norm_kernel"
+    assert "Hottest kernel: _g0_norm_kernel" in req.options["profile_facts_text"]
+    rounds = [json.loads(line) for line in
+              (repo / "manifests/r1/optimizer/rounds.jsonl").read_text().splitlines()]
+    assert [r["hypothesis"] for r in rounds] == [None, *tested]
+
+
+def test_a_hypothesis_that_repeats_a_verified_kernel_gives_way_to_the_next(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Stubborn(HypothesisEngineer):
+        def propose(self, request, events):  # type: ignore[no-untyped-def]
+            if request.options.get("hypothesis") == "reductions looped in 4096-wide blocks":
+                request.options["hypothesis"] = "reductions with 4 warps"  # the same bytes
+            return super().propose(request, events)
+
+    f = gpu_fakes(monkeypatch, engineer=Stubborn)
+    seen: list[str] = []
+    run_pipeline("layernorm_gelu", iterations=2, run_id="r1", phases="architect,optimizer",
+                 fakes=f, events=lambda e: seen.append(e.message))
+    assert any("gives the kernel of iteration 1 again; trying" in s for s in seen)
+    assert len(history.get_run("r1").iterations) == 2
+
+
+def test_an_llm_engineer_prompt_carries_the_profile_facts() -> None:
+    facts = ProfileFacts(iteration=2, verdict="accepted", pct_of_floor=40.0, bound="memory",
+                         hot={"name": "_k", "kind": "reduction", "ms": 0.2, "share": 0.9})
+    text = engineer_first_message(iteration=3, candidate="kernels/x.py", feedback=None,
+                                  previous=None, target_speedup=None, baseline={},
+                                  profile=facts.text())
+    assert "40.0% of the roofline floor, memory-bound" in text and "Hottest kernel: _k" in text
+
+
+def test_the_offline_engineer_applies_a_hypothesis(tmp_path: Path) -> None:
+    from kopt.harness.case import load_case
+    from kopt.phases.accelerator import literal
+    from kopt.phases.engineers.base import EngineerRequest, Toolbox
+    from kopt.phases.engineers.offline.engineer import OfflineEngineer
+
+    case = load_case("softmax")
+
+    def propose(options: dict) -> tuple[str, Proposal]:
+        request = EngineerRequest(case=case, worktree=tmp_path, plan={}, iteration=2,
+                                  toolbox=Toolbox(verify=None, profile=None),  # type: ignore[arg-type]
+                                  options=options)
+        proposal = OfflineEngineer({}).propose(request)
+        return (tmp_path / proposal.candidate).read_text(), proposal
+
+    plain, proposal = propose({})
+    assert [k["kind"] for k in proposal.kernels] == ["reduction"]
+    looped, _ = propose({"kopt_config": {"reduction": {"BLOCK_SIZE": 4096}},
+                         "hypothesis": "reductions looped in 4096-wide blocks"})
+    name = proposal.kernels[0]["name"]
+    assert literal(looped, "KOPT_CONFIG")[name]["BLOCK_SIZE"] == 4096 != \
+        literal(plain, "KOPT_CONFIG")[name]["BLOCK_SIZE"]
+    split, _ = propose({"policy": "one kernel per op"})
+    assert split != plain
+
+
+def test_a_cpu_run_tests_no_hypothesis(repo: Path) -> None:
+    """The interpreter measures no speed: no hypothesis could be judged, none is tested."""
+    engineers: list[FakeEngineer] = []
+    f = fakes(engineers)
+    f["engineer_factory"] = lambda spec, options: engineers.append(
+        HypothesisEngineer(options)) or engineers[-1]
+    seen: list[str] = []
+    run_pipeline("layernorm_gelu", iterations=3, run_id="r1", phases="architect,optimizer",
+                 fakes=f, events=lambda e: seen.append(e.message))
+    assert all("hypothesis" not in r.options for r in engineers[0].requests)
+    assert any("again (already verified); stopping the optimizer early" in s for s in seen)
+    assert read_manifest(repo / "manifests/r1/optimizer.json").details["hypotheses"] == []

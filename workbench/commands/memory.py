@@ -1,0 +1,52 @@
+"""`kopt memory [--clear] [--json]`: the accelerator's tuning memory (`.kopt/tuning/<gpu>.json`).
+
+Per GPU model, kernel pattern (a signature of the fused kernel's source) and shape bucket
+(input shapes rounded up to powers of two): the launch configuration that won and its
+evidence (ms, date, commit, case). A later run of a matching kernel starts its search from
+it, after timing it against the kernel's default.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from kopt.phases import tuning_memory
+from kopt.workbench.output import console, print_json_line
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("memory", help="list (or --clear) the tuning memory of winning launch "
+                                      "configurations")
+    p.add_argument("--clear", action="store_true", help="forget every remembered winner")
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    if args.clear:
+        n = tuning_memory.clear()
+        console.print(f"tuning memory cleared: {n} entr{'y' if n == 1 else 'ies'} forgotten")
+        if args.json:
+            print_json_line({"cleared": n, "entries": []})
+        return 0
+    rows = tuning_memory.entries()
+    if not rows:
+        console.print(f"the tuning memory is empty ({tuning_memory.memory_dir()}): a GPU run's "
+                      "accelerator fills it")
+    else:
+        table = Table(title=f"tuning memory ({tuning_memory.memory_dir()})", title_justify="left")
+        for col in ("gpu", "kernel", "pattern", "shapes", "config", "ms", "date", "case",
+                    "commit"):
+            table.add_column(col, justify="right" if col == "ms" else "left")
+        for r in rows:
+            ms = r.get("median_ms")
+            table.add_row(str(r["gpu"]), str(r.get("kernel") or "-"), r["pattern"], r["bucket"],
+                          ", ".join(f"{k}={v}" for k, v in (r.get("config") or {}).items()),
+                          "-" if ms is None else f"{ms:.4g}", str(r.get("date") or "-"),
+                          str(r.get("case") or "-"), str(r.get("commit") or "")[:10])
+        console.print(table)
+    if args.json:
+        print_json_line({"entries": rows})
+    return 0
