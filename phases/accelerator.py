@@ -24,7 +24,6 @@ default configuration only and says so in the manifest.
 
 from __future__ import annotations
 
-import ast
 import json
 import shutil
 import threading
@@ -40,6 +39,7 @@ from kopt.phases.manifest import FileRef, Manifest, check_handoff, sha256_file
 from kopt.phases.optimizer import IterationRecorder, checks_summary, speedup_of
 from kopt.phases.run import RunContext
 from kopt.phases.search import CoordinateSearch, dimensions, kernel_of
+from kopt.phases.source_edit import literal, replace_value
 
 PHASE = "accelerator"
 MAX_TRIALS = 40
@@ -54,48 +54,6 @@ TUNE_BUDGET_S = 60.0
 """Wall time one tuning job may spend timing its trials on a GPU (later trials are skipped)."""
 MAX_FULL_VERIFICATIONS = 2
 """Full verifications on a GPU: the fastest checked trial, and the next if it is rejected."""
-
-
-def literal(source: str, name: str) -> Any:
-    """The value of module-level `name = <literal>` in `source`, or None."""
-    node = _assignment(source, name)
-    if node is None:
-        return None
-    try:
-        return ast.literal_eval(node.value)
-    except ValueError:
-        return None
-
-
-def _assignment(source: str, name: str) -> ast.Assign | None:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name):
-            return node
-    return None
-
-
-def replace_value(source: str, name: str, value: Any) -> str:
-    """`source` with the literal assigned to module-level `name` replaced by `repr(value)`."""
-    node = _assignment(source, name)
-    if node is None:
-        raise ValueError(f"no module-level assignment to {name}")
-    lines = source.splitlines(keepends=True)
-    v = node.value
-    start = sum(len(line) for line in lines[: v.lineno - 1]) + _byte_col(lines[v.lineno - 1],
-                                                                          v.col_offset)
-    end = sum(len(line) for line in lines[: v.end_lineno - 1]) + _byte_col(
-        lines[v.end_lineno - 1], v.end_col_offset)
-    return source[:start] + repr(value) + source[end:]
-
-
-def _byte_col(line: str, col: int) -> int:
-    """ast columns count UTF-8 bytes; the string index of that column."""
-    return len(line.encode()[:col].decode(errors="ignore"))
 
 
 def search_space(source: str, tunables: dict[str, list[Any]] | None) -> tuple[str, dict[str, list[Any]], dict[str, Any]]:

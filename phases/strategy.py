@@ -172,7 +172,7 @@ def apply_kopt_config(source: str, kernels: list[dict[str, Any]],
     """`source` with `KOPT_CONFIG[kernel][param] = value` for each kernel whose kind has an
     override and that launches with `param` (its `KOPT_CONFIG` entry has it, or its
     `KOPT_TUNABLES` declares the value); what was set ("kernel.param=v")."""
-    from kopt.phases.accelerator import literal, replace_value
+    from kopt.phases.source_edit import literal, replace_value
 
     config = literal(source, "KOPT_CONFIG")
     tunables = literal(source, "KOPT_TUNABLES") or {}
