@@ -303,3 +303,12 @@ class FakeBackend(Backend):
             it = self._commit(self.runs_by_id[run.run_id], author="user", speedup=3.0,
                               verified=True, source=candidate.read_text())
         return it.commit
+
+
+async def wait_for(pilot: Any, condition: Any, timeout: float = 30.0) -> None:
+    """Let the app run until `condition()` holds (fails the test after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the UI")
+        await pilot.pause(0.02)

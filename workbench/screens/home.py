@@ -60,6 +60,8 @@ class HomeScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.rows: list[CaseRow] = []
+        self.shown: list[CaseRow] = []
+        """The rows the table holds now, in order (the filter's match when it was filled)."""
         self._asked_init = False
 
     def compose(self) -> ComposeResult:
@@ -147,27 +149,33 @@ class HomeScreen(Screen[None]):
 
     @property
     def selected_case(self) -> CaseRow | None:
+        """The case under the cursor, read from the rows the table holds (not from the
+        filter, which may already have changed), or None (no match, nothing loaded)."""
         table = self.query_one("#cases", DataTable)
-        rows = self.visible_rows
-        if not rows or not 0 <= table.cursor_row < len(rows):
+        if not 0 <= table.cursor_row < len(self.shown):
             return None
-        return rows[table.cursor_row]
+        return self.shown[table.cursor_row]
 
     def _fill(self) -> None:
         if not self.is_mounted:
             return
         table = self.query_one("#cases", DataTable)
-        keep = self.selected_case.name if self.rows and table.row_count else None
+        before = self.selected_case
         table.clear()
         rows = self.visible_rows
+        self.shown = rows
         for row in rows:
             best = format_speedup(row.best_speedup)
             table.add_row(row.name, row.source, str(row.runs), best,
                           Text(row.verdict, style=VERDICT_STYLE.get(row.verdict, "")),
                           row.description, key=row.name)
-        for i, row in enumerate(rows):
-            if row.name == keep:
-                table.move_cursor(row=i)
+        if not rows and self.rows:
+            table.add_row(Text(f"no case matches {self.filter_text!r}", style="dim italic"),
+                          "", "", "", "", "")
+        # The cursor stays on its case while the filter keeps it, else goes to the first match.
+        names = [row.name for row in rows]
+        table.move_cursor(row=names.index(before.name) if before and before.name in names
+                          else 0)
         shown = f"{len(rows)} of {len(self.rows)} cases" if self.filter_text else \
             f"{len(self.rows)} cases"
         self.query_one("#status", Static).update(
