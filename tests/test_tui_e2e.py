@@ -8,8 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from test_pipeline_fakes import fakes
-
 from kopt.phases import history
 from kopt.workbench.app import KoptApp
 from kopt.workbench.backend import Backend
@@ -19,6 +17,7 @@ from kopt.workbench.screens.run import RunScreen
 from kopt.workbench.widgets.diff_view import DiffView
 from kopt.workbench.widgets.iteration_table import IterationTable
 from kopt.workbench.widgets.phase_strip import PhaseStrip
+from test_pipeline_fakes import fakes
 
 pytestmark = pytest.mark.anyio
 

@@ -248,6 +248,11 @@ class FakeBackend(Backend):
         return self._unified(old.source if old else "", new.source,
                              old.commit[:8] if old else "empty", new.commit[:8])
 
+    def kernel_source(self, run: Any, commit: str) -> str:
+        """Like the real call: the kernel as the iteration committed it."""
+        found, i = self._find(commit)
+        return found.iterations[i].source
+
     def diff_across(self, run_a: Any, a: str, run_b: Any, b: str) -> str:
         old = run_a.iterations[self._find(a)[1]]
         new = run_b.iterations[self._find(b)[1]]

@@ -5,13 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_tui_fakes import FakeBackend, wait_for
-from textual.widgets import DataTable, Input
-
 from kopt.workbench.app import KoptApp
 from kopt.workbench.screens.home import HomeScreen
 from kopt.workbench.screens.new_run import NewRunScreen
-from kopt.workbench.screens.run import RunScreen
+from test_tui_fakes import FakeBackend, wait_for
+from textual.widgets import DataTable, Input
 
 pytestmark = pytest.mark.anyio
 

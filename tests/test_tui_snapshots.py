@@ -11,10 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_tui_fakes import FakeBackend
-
 from kopt.workbench.app import KoptApp
 from kopt.workbench.screens.run import RunScreen
+from test_tui_fakes import FakeBackend
 
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
 

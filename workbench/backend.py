@@ -38,6 +38,9 @@ class CaseRow:
     """approved | rejected | pending | no runs | invalid (the case does not load)."""
     source: str = "bundled"
     """bundled | user."""
+    latest_empty: bool = False
+    """The latest run has no iteration (cancelled or failed before its first kernel): opening
+    the case offers a new run instead of showing an empty one."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,9 @@ class Backend:
     def undo(self, run_id: str) -> None:
         from kopt.phases import history
 
+        if approval_word(history.get_run(run_id).approval) == "pending":
+            raise BadInputError(f"nothing to undo: run {run_id!r} has no approval or rejection",
+                                fix="approve (a) or reject (r) an iteration first")
         history.undo_decision(run_id)
 
     def diff(self, run_id: str, a: str | None, b: str | None) -> str:
@@ -202,7 +208,6 @@ class Backend:
         if run_a.run_id == run_b.run_id:
             return self.diff(run_a.run_id, a, b)
         import git
-
         from kopt.phases import history
 
         with history.open_repo() as repo:
@@ -213,10 +218,51 @@ class Backend:
                 raise BadInputError(f"cannot diff {a[:10]} and {b[:10]}: "
                                     f"{str(err.stderr).strip()[:200]}") from err
 
+    def kernel_source(self, run: Any, commit: str) -> str:
+        """The run's kernel file as iteration `commit` committed it."""
+        from kopt.phases import history
+
+        return history.show_file(commit, f"kernels/{run.case}.py")
+
+    def uncommitted_edit(self, run: Any) -> bool:
+        """Whether the worktree's kernel differs from the last iteration's (an edit that was
+        saved but not committed, like lazygit's unstaged changes)."""
+        path = kernel_path(run)
+        if not run.worktree or not path.is_file():
+            return False
+        if not run.iterations:
+            return True
+        try:
+            return path.read_text() != self.kernel_source(run, run.iterations[-1].commit)
+        except (KoptError, OSError, ValueError):
+            return False
+
+    def worktree_diff(self, run: Any) -> str:
+        """The uncommitted edit: the worktree's kernel against the last iteration's."""
+        import difflib
+
+        latest = run.iterations[-1] if run.iterations else None
+        old = self.kernel_source(run, latest.commit) if latest else ""
+        new = kernel_path(run).read_text()
+        name = f"kernels/{run.case}.py"
+        return "".join(difflib.unified_diff(
+            old.splitlines(True), new.splitlines(True),
+            f"a/{name} (iteration {latest.iteration})" if latest else "/dev/null",
+            f"b/{name} (worktree)"))
+
+    def review_copy(self, run: Any, iteration: Any) -> Path:
+        """Iteration `iteration`'s kernel written to `.kopt/review/<run>/<commit>/`, for
+        re-verifying or re-benching that iteration rather than the worktree's file."""
+        from kopt.harness.paths import kopt_dir
+
+        path = kopt_dir() / "review" / run.run_id / iteration.commit[:12] / f"{run.case}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.kernel_source(run, iteration.commit))
+        return path
+
     def iteration_detail(self, run: Any, iteration: Any) -> IterationDetail:
         """The verification and metrics files committed with the iteration."""
         import git
-
         from kopt.phases import history
 
         detail = IterationDetail()
@@ -303,7 +349,7 @@ def case_row(name: str, description: str, runs: list[Any], *, source: str = "bun
         verdict = approval_word(runs[-1].approval)
     return CaseRow(name=name, description=description, runs=len(runs),
                    best_speedup=max(speedups) if speedups else None, verdict=verdict,
-                   source=source)
+                   source=source, latest_empty=bool(runs) and not runs[-1].iterations)
 
 
 def approval_word(approval: Any) -> str:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kopt.harness.errors import KoptError
+from kopt.workbench.backend import approval_word, format_speedup
+from kopt.workbench.widgets.diff_view import DiffView
+from kopt.workbench.widgets.key_footer import KeyFooter
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -16,12 +20,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
-
-from kopt.harness.errors import KoptError
-from kopt.workbench.backend import approval_word, format_speedup
-from kopt.workbench.widgets.diff_view import DiffView
 
 
 class BranchesScreen(Screen[None]):
@@ -72,7 +72,7 @@ class BranchesScreen(Screen[None]):
             yield DataTable(id="branch-table", cursor_type="row")
             yield DiffView(id="branch-diff")
         yield Static("loading branches…", id="branch-status")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "branches"

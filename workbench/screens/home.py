@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kopt.workbench.backend import CaseRow, format_speedup
+from kopt.workbench.widgets.key_footer import KeyFooter
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -11,9 +13,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
-
-from kopt.workbench.backend import CaseRow, format_speedup
+from textual.widgets import DataTable, Header, Input, Static
 
 VERDICT_STYLE = {"approved": "bold green", "rejected": "bold red", "pending": "yellow",
                  "no runs": "dim", "invalid": "bold red"}
@@ -34,6 +34,7 @@ class HomeScreen(Screen[None]):
         Binding("enter", "open_case", "Open", id="open"),
         Binding("n", "new_run", "New run", id="new_run"),
         Binding("i", "import_case", "Import", id="import"),
+        Binding("q", "app.quit", "Quit", id="home_quit"),
         Binding("ctrl+r", "reload", "Reload", id="reload"),
         Binding("j", "cursor_down", "Down", show=False, id="down"),
         Binding("k", "cursor_up", "Up", show=False, id="up"),
@@ -69,7 +70,7 @@ class HomeScreen(Screen[None]):
         yield Input(placeholder="filter cases (esc clears)", id="filter")
         yield DataTable(id="cases", cursor_type="row", zebra_stripes=True)
         yield Static("loading cases…", id="status")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "kopt"
@@ -179,7 +180,7 @@ class HomeScreen(Screen[None]):
         shown = f"{len(rows)} of {len(self.rows)} cases" if self.filter_text else \
             f"{len(self.rows)} cases"
         self.query_one("#status", Static).update(
-            f"{shown} · enter open · n new run · i import · g branches · ? help")
+            f"{shown} · enter open · n new run · / filter · ? help")
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -207,6 +208,11 @@ class HomeScreen(Screen[None]):
             return
         if row.verdict == "invalid":
             self.notify(row.description, title=f"{row.name} does not load", severity="error")
+            return
+        if row.runs == 0 or row.latest_empty:
+            # Nothing to review (no run, or the latest was cancelled before its first
+            # iteration): offer a new run rather than open an empty one.
+            self.app.new_run(row.name)
             return
         self.app.open_run(row.name)
 

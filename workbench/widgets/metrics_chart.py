@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from kopt.workbench.backend import format_speedup
+from kopt.workbench.widgets.profile_view import bar
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
-
-from kopt.workbench.backend import format_speedup
-from kopt.workbench.widgets.profile_view import bar
 
 BAR_WIDTH = 14
 
@@ -22,6 +22,11 @@ class MetricsChart(VerticalScroll):
     DEFAULT_CSS = """
     MetricsChart { height: 1fr; }
     """
+
+    BINDINGS = [
+        Binding("j", "scroll_down", "Scroll down", show=False),
+        Binding("k", "scroll_up", "Scroll up", show=False),
+    ]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
