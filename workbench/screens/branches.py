@@ -30,7 +30,10 @@ class BranchesScreen(Screen[None]):
     DEFAULT_CSS = """
     BranchesScreen #branch-body { height: 1fr; }
     BranchesScreen #branch-table { width: 62; border-right: solid $panel-lighten-2; }
-    BranchesScreen.narrow #branch-table { width: 40; }
+    /* Narrow terminals stack the diff under the table, both full width (lazygit-style). */
+    BranchesScreen.narrow #branch-body { layout: vertical; }
+    BranchesScreen.narrow #branch-table { width: 100%; height: 45%; border-right: none;
+                                          border-bottom: solid $panel-lighten-2; }
     BranchesScreen #branch-status { height: 1; padding: 0 1; background: $boost; }
     """
 
