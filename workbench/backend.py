@@ -107,9 +107,14 @@ def default_engineer() -> str:
 class Backend:
     """The real calls (phases.pipeline, phases.history, harness.verify, harness.bench)."""
 
-    def __init__(self, *, pipeline_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, *, pipeline_options: dict[str, Any] | None = None,
+                 in_process: bool = False) -> None:
         self.pipeline_options = dict(pipeline_options or {})
-        """Extra keyword arguments for `run_pipeline` (e.g. `target`, `device`)."""
+        """Extra keyword arguments for `run_pipeline` (e.g. `target`, `device`); JSON values
+        unless `in_process`."""
+        self.in_process = in_process
+        """Run the pipeline in this process (tests that hand it Python fakes) instead of in
+        a child process (workbench/pipeline_process.py), which keeps the UI's loop free."""
 
     def workspace_problem(self) -> str | None:
         """Why runs cannot be recorded here (not a git repository), or None."""
@@ -159,13 +164,17 @@ class Backend:
 
     def run_pipeline(self, request: RunRequest, *, events: EventSink,
                      cancel: threading.Event) -> RunOutcome:
-        from kopt.phases.pipeline import run_pipeline
+        if self.in_process:
+            from kopt.phases.pipeline import run_pipeline
 
-        result = run_pipeline(request.case, engineer=request.engineer, analyst=request.analyst,
-                              phases=request.phases, iterations=request.iterations,
-                              run_id=request.run_id, events=events, cancel=cancel,
-                              **self.pipeline_options)
-        summary = result.to_dict()
+            summary = run_pipeline(request.case, engineer=request.engineer,
+                                   analyst=request.analyst, phases=request.phases,
+                                   iterations=request.iterations, run_id=request.run_id,
+                                   events=events, cancel=cancel,
+                                   **self.pipeline_options).to_dict()
+        else:
+            summary = run_pipeline_process(request, self.pipeline_options, events=events,
+                                           cancel=cancel)
         status = "verified" if summary.get("verified") else "finished, not verified"
         if cancel.is_set():
             status = "cancelled"
@@ -339,6 +348,73 @@ class Backend:
             body="Edited by hand in the workbench; re-verified and re-benched on save.",
             speedup=speedup if verified else None, pct_of_floor=pct if verified else None,
             verified=verified, author="user", candidate=rel, paths=["kernels"])
+
+
+def run_pipeline_process(request: RunRequest, options: dict[str, Any], *, events: EventSink,
+                         cancel: threading.Event) -> dict[str, Any]:
+    """`run_pipeline` in a child process (workbench/pipeline_process.py): its events are
+    passed to `events` as they arrive; setting `cancel` asks the child to stop after its
+    current step. Returns `RunResult.to_dict()`; raises `KoptError` when the run failed."""
+    import collections
+    import subprocess
+    import sys
+    from dataclasses import asdict
+
+    from kopt.harness.paths import import_root
+    from kopt.phases.events import Event
+    from kopt.workbench.pipeline_process import CANCEL
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(import_root()), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.Popen([sys.executable, "-m", "kopt.workbench.pipeline_process"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
+
+    def drain() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            stderr_tail.append(line.rstrip())
+
+    def forward_cancel() -> None:
+        while proc.poll() is None:
+            if cancel.wait(0.2):
+                try:
+                    proc.stdin.write(CANCEL + "\n")  # type: ignore[union-attr]
+                    proc.stdin.flush()  # type: ignore[union-attr]
+                except (BrokenPipeError, ValueError, OSError):
+                    pass
+                return
+
+    threading.Thread(target=drain, daemon=True, name="kopt-pipeline-stderr").start()
+    proc.stdin.write(json.dumps({"request": asdict(request), "options": options}) + "\n")
+    proc.stdin.flush()
+    threading.Thread(target=forward_cancel, daemon=True, name="kopt-pipeline-cancel").start()
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    try:
+        for line in proc.stdout:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "event" in message:
+                events(Event(**message["event"]))
+            elif "result" in message:
+                summary = message["result"]
+            elif "error" in message:
+                error = str(message["error"])
+    finally:
+        returncode = proc.wait()
+        proc.stdin.close()
+    if summary is not None:
+        return summary
+    if error is None:
+        tail = " | ".join(list(stderr_tail)[-3:])
+        error = f"the pipeline process exited with code {returncode}" + \
+            (f": {tail}" if tail else "")
+    raise KoptError(error)
 
 
 def case_row(name: str, description: str, runs: list[Any], *, source: str = "bundled") -> CaseRow:
