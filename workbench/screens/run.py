@@ -256,6 +256,7 @@ class RunScreen(Screen[None]):
         """Drop table columns and shorten tab labels on a narrow terminal (k9s-style)."""
         narrow = width < NARROW_WIDTH
         self.set_class(narrow, "narrow")
+        self._update_job_line()
         table = self.query_one(IterationTable)
         table.narrow = narrow
         self.query_one("#left").styles.width = table_width(narrow) + 1  # + its border
@@ -291,7 +292,8 @@ class RunScreen(Screen[None]):
         line.append(f"   watch {'on' if self.watching else 'off'}",
                     style="bold green" if self.watching else "dim")
         base = "previous" if self.diff_base == "parent" else "first"
-        line.append(f" · diff {self.diff_mode} vs {base} iteration", style="dim")
+        mode = "unified (narrow)" if self.has_class("narrow") else self.diff_mode
+        line.append(f" · diff {mode} vs {base} iteration", style="dim")
         self.query_one("#job", Static).update(line)
 
     @property

@@ -77,11 +77,16 @@ class MetricsChart(VerticalScroll):
                 bench.add_row(str(row.get("variant", "")), _ms(row.get("median_ms")),
                               _ms(row.get("p20_ms")), _ms(row.get("p80_ms")),
                               _num(row.get("pct_of_floor"), "{:.0f}%"),
-                              _num(row.get("speedup_vs_eager"), "{:.2f}x"),
-                              _num(row.get("speedup_vs_compile"), "{:.2f}x"),
+                              _speedup(row.get("speedup_vs_eager")),
+                              _speedup(row.get("speedup_vs_compile")),
                               str(row.get("timing_label", "")))
             parts.append(bench)
         self._body.update(Group(*parts))
+
+
+def _speedup(value: Any) -> str:
+    """Through the backend's one speedup formatter, like every other speedup on screen."""
+    return format_speedup(float(value)) if isinstance(value, int | float) else "—"
 
 
 def _ms(value: Any) -> str:
