@@ -168,7 +168,8 @@ async def test_watch_reverifies_a_saved_kernel_and_commits_it(backend: FakeBacke
 async def test_keys_are_handled_during_a_slow_verification(workspace: Path) -> None:
     """The verification runs in a thread worker: pane keys act while it runs. (How fast they
     act is measured by benchmarks/tui_key_latency.py, not asserted here.)"""
-    backend = FakeBackend(workspace, verify_delay=3.0)
+    backend = FakeBackend(workspace)
+    backend.verify_gate = threading.Event()  # the verification runs until released
     app = KoptApp(backend=backend, case="layernorm_gelu")
     async with app.run_test(size=(120, 40)) as pilot:
         screen = run_screen(app)
@@ -184,6 +185,7 @@ async def test_keys_are_handled_during_a_slow_verification(workspace: Path) -> N
         await pilot.press("escape")  # cancels the verification
         assert not screen.jobs
         assert isinstance(app.screen, RunScreen)
+        backend.verify_gate.set()
 
 
 async def test_help_palette_and_keymap(workspace: Path, backend: FakeBackend) -> None:

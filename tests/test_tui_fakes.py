@@ -105,6 +105,8 @@ class FakeBackend(Backend):
         self.feedback_seen: list[str | None] = []
         self.commits = 0
         self.clock = 1000.0
+        self.verify_gate: threading.Event | None = None
+        """When set, verify waits for it (up to 20 s): a verification that runs until released."""
         self.gate: threading.Semaphore | None = None
         """When set, each phase waits for one release after it started (tests step phases)."""
         self.lock = threading.Lock()
@@ -287,6 +289,8 @@ class FakeBackend(Backend):
     def verify(self, case: str, candidate: Path) -> dict[str, Any]:
         self.verify_calls.append(candidate)
         time.sleep(self.verify_delay)
+        if self.verify_gate is not None:
+            self.verify_gate.wait(20)
         return self._report("BROKEN" not in candidate.read_text(), str(candidate.name))
 
     def bench(self, case: str, candidate: Path) -> list[dict[str, Any]]:
