@@ -66,7 +66,7 @@ async def drive(root: Path, start: str, keys: list[str], size: tuple[int, int]) 
         await pilot.pause(0.05)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)  # a failure is shrunk (Hypothesis stops shrinking after 5 min)
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=False, print_blob=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(start=st.sampled_from(sorted(STARTS)),
