@@ -601,8 +601,8 @@ class RunScreen(Screen[None]):
         self.post_message(self.JobFinished("verify", {"report": report, "path": path,
                                                        "label": label,
                                                        "worktree": iteration is None}))
-        if not report.get("accepted") or not offer_commit:
-            return
+        if not report.get("accepted") or iteration is not None:
+            return  # a committed iteration was benched when it was made; `b` re-benches
         self.post_message(self.JobFinished("bench-start"))
         try:
             rows = backend.bench(self.case, path)
@@ -629,7 +629,7 @@ class RunScreen(Screen[None]):
             return
         result = message.result or {}
         if job == "verify" and "unchanged" in result:
-            self.query_one(VerificationView).show(self.edit_report, source="unchanged")
+            self._load_selected()  # the pane shows the highlighted row's verification again
             self.notify(result["unchanged"])
             self.query_one(AgentLog).add(Text(result["unchanged"], style="dim"))
         elif job == "verify":
