@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_tui_fakes import FakeBackend, kernel_source
-from textual import events
-
 from kopt.harness.errors import BadInputError
 from kopt.workbench.app import KoptApp
 from kopt.workbench.config import TuiConfig, load_config
@@ -26,6 +22,8 @@ from kopt.workbench.widgets.diff_view import DiffView
 from kopt.workbench.widgets.iteration_table import IterationTable
 from kopt.workbench.widgets.phase_strip import PhaseStrip
 from kopt.workbench.widgets.verification_view import VerificationView
+from test_tui_fakes import FakeBackend, kernel_source
+from textual import events
 
 pytestmark = pytest.mark.anyio
 
@@ -167,30 +165,27 @@ async def test_watch_reverifies_a_saved_kernel_and_commits_it(backend: FakeBacke
         assert screen.watcher is None
 
 
-async def test_key_press_is_handled_fast_during_a_slow_verification(workspace: Path) -> None:
-    backend = FakeBackend(workspace, verify_delay=1.5)
+async def test_keys_are_handled_during_a_slow_verification(workspace: Path) -> None:
+    """The verification runs in a thread worker: pane keys act while it runs. (How fast they
+    act is measured by benchmarks/tui_key_latency.py, not asserted here.)"""
+    backend = FakeBackend(workspace)
+    backend.verify_gate = threading.Event()  # the verification runs until released
     app = KoptApp(backend=backend, case="layernorm_gelu")
     async with app.run_test(size=(120, 40)) as pilot:
         screen = run_screen(app)
         await wait_for(pilot, lambda: screen.run is not None)
         await pilot.press("v")
         await wait_for(pilot, lambda: bool(backend.verify_calls))
-        assert "verify" in screen.jobs
         tabs = screen.query_one("TabbedContent")
-        durations = []
         for key, tab in (("3", "profile"), ("4", "metrics"), ("1", "diff")):
             # Straight to the driver, as a terminal would (Pilot.press also waits for idle).
-            start = time.perf_counter()
             app._driver.send_message(events.Key(key, key))
-            while tabs.active != tab and time.perf_counter() - start < 2:
-                await asyncio.sleep(0.001)
-            durations.append(time.perf_counter() - start)
-            await pilot.pause(0.05)
-        assert "verify" in screen.jobs  # still verifying
-        assert max(durations) < 0.1, durations
+            await wait_for(pilot, lambda tab=tab: tabs.active == tab)
+            assert "verify" in screen.jobs  # still verifying
         await pilot.press("escape")  # cancels the verification
         assert not screen.jobs
         assert isinstance(app.screen, RunScreen)
+        backend.verify_gate.set()
 
 
 async def test_help_palette_and_keymap(workspace: Path, backend: FakeBackend) -> None:
@@ -296,10 +291,9 @@ async def test_metrics_chart_shows_slower_than_eager_iterations(workspace: Path)
     """CPU-interpreter kernels measure far below 1x (even 0.000x in the trailers): still shown."""
     import io
 
+    from kopt.workbench.widgets.metrics_chart import MetricsChart
     from rich.console import Console
     from test_tui_fakes import FakeIteration
-
-    from kopt.workbench.widgets.metrics_chart import MetricsChart
 
     app = KoptApp(backend=FakeBackend(workspace))
     async with app.run_test(size=(120, 40)) as pilot:

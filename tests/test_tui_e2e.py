@@ -8,8 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from test_pipeline_fakes import fakes
-
 from kopt.phases import history
 from kopt.workbench.app import KoptApp
 from kopt.workbench.backend import Backend
@@ -19,6 +17,7 @@ from kopt.workbench.screens.run import RunScreen
 from kopt.workbench.widgets.diff_view import DiffView
 from kopt.workbench.widgets.iteration_table import IterationTable
 from kopt.workbench.widgets.phase_strip import PhaseStrip
+from test_pipeline_fakes import fakes
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +37,8 @@ async def wait_for(pilot, condition, timeout: float = 60.0) -> None:
 async def test_run_to_an_approved_kernel_in_git(workspace: Path, capsys) -> None:
     history.init_workspace(workspace)
     engineers: list = []
-    app = KoptApp(backend=Backend(pipeline_options={"fakes": fakes(engineers)}))
+    app = KoptApp(backend=Backend(pipeline_options={"fakes": fakes(engineers)},
+                                  in_process=True))  # the fakes are Python objects
     async with app.run_test(size=(120, 40)) as pilot:
         home = app.screen
         assert isinstance(home, HomeScreen)
@@ -105,3 +105,38 @@ async def test_a_new_folder_is_offered_kopt_init(workspace: Path) -> None:
         await wait_for(pilot, lambda: (workspace / ".git").is_dir())
         assert isinstance(app.screen, HomeScreen)
         assert app.backend.workspace_problem() is None
+
+
+@pytest.mark.slow  # a child process imports torch: seconds on an idle 2-core CPU
+def test_the_pipeline_runs_in_a_child_process_that_streams_events_and_stops(
+        workspace: Path) -> None:
+    """Backend's default: `run_pipeline` in workbench/pipeline_process.py, so the pipeline's
+    work never holds the TUI's event loop. Cancelled before it starts, the run reports its
+    first events and stops at once (resumable), as in the TUI's own process."""
+    import threading
+
+    from kopt.harness.errors import KoptError
+    from kopt.workbench.backend import RunRequest
+
+    history.init_workspace(workspace)
+    seen = []
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(KoptError, match="stopped .*kopt run --resume"):
+        Backend().run_pipeline(RunRequest(case="pointwise_chain", iterations=1), events=seen.append,
+                               cancel=cancel)
+    assert seen and all(e.kind and isinstance(e.data, dict) for e in seen)
+    runs = history.list_runs("pointwise_chain")
+    assert len(runs) == 1 and runs[0].iterations == []
+
+
+@pytest.mark.slow
+def test_a_failed_pipeline_process_raises_its_error(workspace: Path) -> None:
+    import threading
+
+    from kopt.harness.errors import KoptError
+    from kopt.workbench.backend import RunRequest
+
+    with pytest.raises(KoptError, match="unknown case 'no_such_case'"):
+        Backend().run_pipeline(RunRequest(case="no_such_case"), events=lambda e: None,
+                               cancel=threading.Event())

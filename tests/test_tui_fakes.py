@@ -105,6 +105,8 @@ class FakeBackend(Backend):
         self.feedback_seen: list[str | None] = []
         self.commits = 0
         self.clock = 1000.0
+        self.verify_gate: threading.Event | None = None
+        """When set, verify waits for it (up to 20 s): a verification that runs until released."""
         self.gate: threading.Semaphore | None = None
         """When set, each phase waits for one release after it started (tests step phases)."""
         self.lock = threading.Lock()
@@ -248,6 +250,11 @@ class FakeBackend(Backend):
         return self._unified(old.source if old else "", new.source,
                              old.commit[:8] if old else "empty", new.commit[:8])
 
+    def kernel_source(self, run: Any, commit: str) -> str:
+        """Like the real call: the kernel as the iteration committed it."""
+        found, i = self._find(commit)
+        return found.iterations[i].source
+
     def diff_across(self, run_a: Any, a: str, run_b: Any, b: str) -> str:
         old = run_a.iterations[self._find(a)[1]]
         new = run_b.iterations[self._find(b)[1]]
@@ -282,6 +289,8 @@ class FakeBackend(Backend):
     def verify(self, case: str, candidate: Path) -> dict[str, Any]:
         self.verify_calls.append(candidate)
         time.sleep(self.verify_delay)
+        if self.verify_gate is not None:
+            self.verify_gate.wait(20)
         return self._report("BROKEN" not in candidate.read_text(), str(candidate.name))
 
     def bench(self, case: str, candidate: Path) -> list[dict[str, Any]]:
@@ -303,3 +312,12 @@ class FakeBackend(Backend):
             it = self._commit(self.runs_by_id[run.run_id], author="user", speedup=3.0,
                               verified=True, source=candidate.read_text())
         return it.commit
+
+
+async def wait_for(pilot: Any, condition: Any, timeout: float = 30.0) -> None:
+    """Let the app run until `condition()` holds (fails the test after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the UI")
+        await pilot.pause(0.02)

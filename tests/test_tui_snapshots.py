@@ -11,17 +11,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_tui_fakes import FakeBackend
-
 from kopt.workbench.app import KoptApp
 from kopt.workbench.screens.run import RunScreen
+from test_tui_fakes import FakeBackend
+from textual.widgets._footer import FooterKey
 
 SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
 
 
 async def settle(pilot, condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait for `condition`, and for the footer (it recomposes once focus and size settle)."""
     deadline = time.monotonic() + timeout
-    while not condition():
+
+    def footer_ready() -> bool:
+        keys = list(pilot.app.screen.query(FooterKey))
+        return any(k.key == "question_mark" for k in keys) and all(k.region.width for k in keys)
+
+    while not (condition() and footer_ready()):
         assert time.monotonic() < deadline, "timed out waiting for the UI"
         await pilot.pause(0.02)
     await pilot.pause(0.1)

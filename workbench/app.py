@@ -14,16 +14,15 @@ from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 
-from textual.app import App, SystemCommand
-from textual.binding import Binding
-from textual.screen import Screen
-
 from kopt.harness.errors import KoptError
 from kopt.workbench.backend import Backend, RunRequest
 from kopt.workbench.config import TuiConfig, load_config
 from kopt.workbench.screens.branches import BranchesScreen
 from kopt.workbench.screens.home import HomeScreen
 from kopt.workbench.screens.run import RunScreen
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
 
 SCREENS_WITH_KEYS: tuple[type[Screen], ...] = (HomeScreen, RunScreen, BranchesScreen)
 
@@ -35,9 +34,10 @@ class KoptApp(App[None]):
     TITLE = "kopt"
 
     BINDINGS = [
-        Binding("Q", "quit", "Quit", id="quit"),
         Binding("question_mark", "help", "Help", id="help"),
         Binding("g", "branches", "Branches", id="branches"),
+        # Everywhere, but not in the footer: home shows `q`, other screens `q` back.
+        Binding("Q", "quit", "Quit", show=False, id="quit"),
     ]
 
     def __init__(self, *, backend: Backend | None = None, config: TuiConfig | None = None,
@@ -98,6 +98,29 @@ class KoptApp(App[None]):
             rows.append((", ".join(self.get_key_display(Binding(k, "")) for k in keys),
                          binding.description, binding.id))
         return rows
+
+    async def action_quit(self) -> None:
+        """Quit; while a run or another job is in progress, ask first (its work is lost)."""
+        from kopt.workbench.screens.confirm import ConfirmScreen
+
+        busy = [s for s in self.screen_stack if isinstance(s, RunScreen) and s.jobs]
+        if not busy:
+            self.exit()
+            return
+        if isinstance(self.screen, ConfirmScreen):
+            return
+        jobs = ", ".join(sorted({job for s in busy for job in s.jobs}))
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                for screen in busy:
+                    screen.cancel_jobs()
+                self.exit()
+
+        self.push_screen(ConfirmScreen(
+            question=f"Quit kopt? Running now: {jobs}.",
+            detail="Quitting cancels them; a cancelled run can be resumed with "
+                   "`kopt run --resume RUN_ID`."), answer)
 
     def action_help(self) -> None:
         from kopt.workbench.screens.help import HelpScreen

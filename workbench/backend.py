@@ -38,6 +38,9 @@ class CaseRow:
     """approved | rejected | pending | no runs | invalid (the case does not load)."""
     source: str = "bundled"
     """bundled | user."""
+    latest_empty: bool = False
+    """The latest run has no iteration (cancelled or failed before its first kernel): opening
+    the case offers a new run instead of showing an empty one."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +107,14 @@ def default_engineer() -> str:
 class Backend:
     """The real calls (phases.pipeline, phases.history, harness.verify, harness.bench)."""
 
-    def __init__(self, *, pipeline_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, *, pipeline_options: dict[str, Any] | None = None,
+                 in_process: bool = False) -> None:
         self.pipeline_options = dict(pipeline_options or {})
-        """Extra keyword arguments for `run_pipeline` (e.g. `target`, `device`)."""
+        """Extra keyword arguments for `run_pipeline` (e.g. `target`, `device`); JSON values
+        unless `in_process`."""
+        self.in_process = in_process
+        """Run the pipeline in this process (tests that hand it Python fakes) instead of in
+        a child process (workbench/pipeline_process.py), which keeps the UI's loop free."""
 
     def workspace_problem(self) -> str | None:
         """Why runs cannot be recorded here (not a git repository), or None."""
@@ -156,13 +164,17 @@ class Backend:
 
     def run_pipeline(self, request: RunRequest, *, events: EventSink,
                      cancel: threading.Event) -> RunOutcome:
-        from kopt.phases.pipeline import run_pipeline
+        if self.in_process:
+            from kopt.phases.pipeline import run_pipeline
 
-        result = run_pipeline(request.case, engineer=request.engineer, analyst=request.analyst,
-                              phases=request.phases, iterations=request.iterations,
-                              run_id=request.run_id, events=events, cancel=cancel,
-                              **self.pipeline_options)
-        summary = result.to_dict()
+            summary = run_pipeline(request.case, engineer=request.engineer,
+                                   analyst=request.analyst, phases=request.phases,
+                                   iterations=request.iterations, run_id=request.run_id,
+                                   events=events, cancel=cancel,
+                                   **self.pipeline_options).to_dict()
+        else:
+            summary = run_pipeline_process(request, self.pipeline_options, events=events,
+                                           cancel=cancel)
         status = "verified" if summary.get("verified") else "finished, not verified"
         outcome = summary.get("outcome") or {}
         if summary.get("verified") and outcome.get("summary"):
@@ -195,6 +207,9 @@ class Backend:
     def undo(self, run_id: str) -> None:
         from kopt.phases import history
 
+        if approval_word(history.get_run(run_id).approval) == "pending":
+            raise BadInputError(f"nothing to undo: run {run_id!r} has no approval or rejection",
+                                fix="approve (a) or reject (r) an iteration first")
         history.undo_decision(run_id)
 
     def diff(self, run_id: str, a: str | None, b: str | None) -> str:
@@ -208,7 +223,6 @@ class Backend:
         if run_a.run_id == run_b.run_id:
             return self.diff(run_a.run_id, a, b)
         import git
-
         from kopt.phases import history
 
         with history.open_repo() as repo:
@@ -219,10 +233,51 @@ class Backend:
                 raise BadInputError(f"cannot diff {a[:10]} and {b[:10]}: "
                                     f"{str(err.stderr).strip()[:200]}") from err
 
+    def kernel_source(self, run: Any, commit: str) -> str:
+        """The run's kernel file as iteration `commit` committed it."""
+        from kopt.phases import history
+
+        return history.show_file(commit, f"kernels/{run.case}.py")
+
+    def uncommitted_edit(self, run: Any) -> bool:
+        """Whether the worktree's kernel differs from the last iteration's (an edit that was
+        saved but not committed, like lazygit's unstaged changes)."""
+        path = kernel_path(run)
+        if not run.worktree or not path.is_file():
+            return False
+        if not run.iterations:
+            return True
+        try:
+            return path.read_text() != self.kernel_source(run, run.iterations[-1].commit)
+        except (KoptError, OSError, ValueError):
+            return False
+
+    def worktree_diff(self, run: Any) -> str:
+        """The uncommitted edit: the worktree's kernel against the last iteration's."""
+        import difflib
+
+        latest = run.iterations[-1] if run.iterations else None
+        old = self.kernel_source(run, latest.commit) if latest else ""
+        new = kernel_path(run).read_text()
+        name = f"kernels/{run.case}.py"
+        return "".join(difflib.unified_diff(
+            old.splitlines(True), new.splitlines(True),
+            f"a/{name} (iteration {latest.iteration})" if latest else "/dev/null",
+            f"b/{name} (worktree)"))
+
+    def review_copy(self, run: Any, iteration: Any) -> Path:
+        """Iteration `iteration`'s kernel written to `.kopt/review/<run>/<commit>/`, for
+        re-verifying or re-benching that iteration rather than the worktree's file."""
+        from kopt.harness.paths import kopt_dir
+
+        path = kopt_dir() / "review" / run.run_id / iteration.commit[:12] / f"{run.case}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.kernel_source(run, iteration.commit))
+        return path
+
     def iteration_detail(self, run: Any, iteration: Any) -> IterationDetail:
         """The verification and metrics files committed with the iteration."""
         import git
-
         from kopt.phases import history
 
         detail = IterationDetail()
@@ -303,6 +358,73 @@ class Backend:
             verified=verified, author="user", candidate=rel, paths=["kernels"])
 
 
+def run_pipeline_process(request: RunRequest, options: dict[str, Any], *, events: EventSink,
+                         cancel: threading.Event) -> dict[str, Any]:
+    """`run_pipeline` in a child process (workbench/pipeline_process.py): its events are
+    passed to `events` as they arrive; setting `cancel` asks the child to stop after its
+    current step. Returns `RunResult.to_dict()`; raises `KoptError` when the run failed."""
+    import collections
+    import subprocess
+    import sys
+    from dataclasses import asdict
+
+    from kopt.harness.paths import import_root
+    from kopt.phases.events import Event
+    from kopt.workbench.pipeline_process import CANCEL
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(import_root()), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.Popen([sys.executable, "-m", "kopt.workbench.pipeline_process"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
+
+    def drain() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            stderr_tail.append(line.rstrip())
+
+    def forward_cancel() -> None:
+        while proc.poll() is None:
+            if cancel.wait(0.2):
+                try:
+                    proc.stdin.write(CANCEL + "\n")  # type: ignore[union-attr]
+                    proc.stdin.flush()  # type: ignore[union-attr]
+                except (BrokenPipeError, ValueError, OSError):
+                    pass
+                return
+
+    threading.Thread(target=drain, daemon=True, name="kopt-pipeline-stderr").start()
+    proc.stdin.write(json.dumps({"request": asdict(request), "options": options}) + "\n")
+    proc.stdin.flush()
+    threading.Thread(target=forward_cancel, daemon=True, name="kopt-pipeline-cancel").start()
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+    try:
+        for line in proc.stdout:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "event" in message:
+                events(Event(**message["event"]))
+            elif "result" in message:
+                summary = message["result"]
+            elif "error" in message:
+                error = str(message["error"])
+    finally:
+        returncode = proc.wait()
+        proc.stdin.close()
+    if summary is not None:
+        return summary
+    if error is None:
+        tail = " | ".join(list(stderr_tail)[-3:])
+        error = f"the pipeline process exited with code {returncode}" + \
+            (f": {tail}" if tail else "")
+    raise KoptError(error)
+
+
 def case_row(name: str, description: str, runs: list[Any], *, source: str = "bundled") -> CaseRow:
     """Summarise a case's runs: best speedup and the latest decision."""
     speedups = [r.best_speedup for r in runs if r.best_speedup is not None]
@@ -311,7 +433,7 @@ def case_row(name: str, description: str, runs: list[Any], *, source: str = "bun
         verdict = approval_word(runs[-1].approval)
     return CaseRow(name=name, description=description, runs=len(runs),
                    best_speedup=max(speedups) if speedups else None, verdict=verdict,
-                   source=source)
+                   source=source, latest_empty=bool(runs) and not runs[-1].iterations)
 
 
 def approval_word(approval: Any) -> str:

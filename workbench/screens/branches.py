@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kopt.harness.errors import KoptError
+from kopt.workbench.backend import approval_word, format_speedup
+from kopt.workbench.widgets.diff_view import DiffView
+from kopt.workbench.widgets.key_footer import KeyFooter
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -16,12 +20,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
-
-from kopt.harness.errors import KoptError
-from kopt.workbench.backend import approval_word, format_speedup
-from kopt.workbench.widgets.diff_view import DiffView
 
 
 class BranchesScreen(Screen[None]):
@@ -30,7 +30,10 @@ class BranchesScreen(Screen[None]):
     DEFAULT_CSS = """
     BranchesScreen #branch-body { height: 1fr; }
     BranchesScreen #branch-table { width: 62; border-right: solid $panel-lighten-2; }
-    BranchesScreen.narrow #branch-table { width: 40; }
+    /* Narrow terminals stack the diff under the table, both full width (lazygit-style). */
+    BranchesScreen.narrow #branch-body { layout: vertical; }
+    BranchesScreen.narrow #branch-table { width: 100%; height: 45%; border-right: none;
+                                          border-bottom: solid $panel-lighten-2; }
     BranchesScreen #branch-status { height: 1; padding: 0 1; background: $boost; }
     """
 
@@ -72,7 +75,7 @@ class BranchesScreen(Screen[None]):
             yield DataTable(id="branch-table", cursor_type="row")
             yield DiffView(id="branch-diff")
         yield Static("loading branches…", id="branch-status")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "branches"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kopt.workbench.backend import CaseRow, format_speedup
+from kopt.workbench.widgets.key_footer import KeyFooter
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -11,9 +13,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
-
-from kopt.workbench.backend import CaseRow, format_speedup
+from textual.widgets import DataTable, Header, Input, Static
 
 VERDICT_STYLE = {"approved": "bold green", "rejected": "bold red", "pending": "yellow",
                  "no runs": "dim", "invalid": "bold red"}
@@ -34,6 +34,7 @@ class HomeScreen(Screen[None]):
         Binding("enter", "open_case", "Open", id="open"),
         Binding("n", "new_run", "New run", id="new_run"),
         Binding("i", "import_case", "Import", id="import"),
+        Binding("q", "app.quit", "Quit", id="home_quit"),
         Binding("ctrl+r", "reload", "Reload", id="reload"),
         Binding("j", "cursor_down", "Down", show=False, id="down"),
         Binding("k", "cursor_up", "Up", show=False, id="up"),
@@ -60,6 +61,8 @@ class HomeScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.rows: list[CaseRow] = []
+        self.shown: list[CaseRow] = []
+        """The rows the table holds now, in order (the filter's match when it was filled)."""
         self._asked_init = False
 
     def compose(self) -> ComposeResult:
@@ -67,7 +70,7 @@ class HomeScreen(Screen[None]):
         yield Input(placeholder="filter cases (esc clears)", id="filter")
         yield DataTable(id="cases", cursor_type="row", zebra_stripes=True)
         yield Static("loading cases…", id="status")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "kopt"
@@ -147,31 +150,37 @@ class HomeScreen(Screen[None]):
 
     @property
     def selected_case(self) -> CaseRow | None:
+        """The case under the cursor, read from the rows the table holds (not from the
+        filter, which may already have changed), or None (no match, nothing loaded)."""
         table = self.query_one("#cases", DataTable)
-        rows = self.visible_rows
-        if not rows or not 0 <= table.cursor_row < len(rows):
+        if not 0 <= table.cursor_row < len(self.shown):
             return None
-        return rows[table.cursor_row]
+        return self.shown[table.cursor_row]
 
     def _fill(self) -> None:
         if not self.is_mounted:
             return
         table = self.query_one("#cases", DataTable)
-        keep = self.selected_case.name if self.rows and table.row_count else None
+        before = self.selected_case
         table.clear()
         rows = self.visible_rows
+        self.shown = rows
         for row in rows:
             best = format_speedup(row.best_speedup)
             table.add_row(row.name, row.source, str(row.runs), best,
                           Text(row.verdict, style=VERDICT_STYLE.get(row.verdict, "")),
                           row.description, key=row.name)
-        for i, row in enumerate(rows):
-            if row.name == keep:
-                table.move_cursor(row=i)
+        if not rows and self.rows:
+            table.add_row(Text(f"no case matches {self.filter_text!r}", style="dim italic"),
+                          "", "", "", "", "")
+        # The cursor stays on its case while the filter keeps it, else goes to the first match.
+        names = [row.name for row in rows]
+        table.move_cursor(row=names.index(before.name) if before and before.name in names
+                          else 0)
         shown = f"{len(rows)} of {len(self.rows)} cases" if self.filter_text else \
             f"{len(self.rows)} cases"
         self.query_one("#status", Static).update(
-            f"{shown} · enter open · n new run · i import · g branches · ? help")
+            f"{shown} · enter open · n new run · / filter · ? help")
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -199,6 +208,11 @@ class HomeScreen(Screen[None]):
             return
         if row.verdict == "invalid":
             self.notify(row.description, title=f"{row.name} does not load", severity="error")
+            return
+        if row.runs == 0 or row.latest_empty:
+            # Nothing to review (no run, or the latest was cancelled before its first
+            # iteration): offer a new run rather than open an empty one.
+            self.app.new_run(row.name)
             return
         self.app.open_run(row.name)
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from kopt.workbench.backend import PHASES, RunRequest, default_engineer
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Select
-
-from kopt.workbench.backend import PHASES, RunRequest, default_engineer
+from textual.widgets import Button, Input, Label, OptionList, Select
 
 ENGINEERS = [("offline (no network)", "offline"), ("anthropic (Claude)", "anthropic")]
 ANALYSTS = [("none (rule-based plan)", ""), ("offline", "offline"), ("anthropic", "anthropic")]
@@ -60,8 +59,13 @@ class NewRunScreen(ModalScreen[RunRequest | None]):
         self.dismiss(None)
 
     def action_accept(self) -> None:
-        if isinstance(self.focused, Select) and self.focused.expanded:
-            return  # enter picks the option inside an open dropdown
+        # `enter` is a priority binding (it starts the run from any field), so it reaches us
+        # before an open dropdown: there it picks the highlighted option, as it would without
+        # this binding, and does not start the run with the option shown before.
+        for select in self.query(Select):
+            if select.expanded:
+                select.query_one(OptionList).action_select()  # its overlay
+                return
         phases = [p.strip() for p in self.query_one("#phases", Input).value.split(",") if p.strip()]
         bad = [p for p in phases if p not in PHASES]
         if bad or not phases:

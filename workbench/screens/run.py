@@ -14,17 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.text import Text
-from textual import on, work
-from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
-from textual.message import Message
-from textual.reactive import reactive
-from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
-from textual.worker import get_current_worker
-
 from kopt.harness.errors import KoptError
 from kopt.phases import events as ev
 from kopt.workbench.backend import (
@@ -38,14 +27,31 @@ from kopt.workbench.backend import (
 )
 from kopt.workbench.widgets.agent_log import AgentLog
 from kopt.workbench.widgets.diff_view import DiffView
-from kopt.workbench.widgets.iteration_table import IterationTable
+from kopt.workbench.widgets.iteration_table import IterationTable, WorktreeEdit, table_width
+from kopt.workbench.widgets.key_footer import KeyFooter
 from kopt.workbench.widgets.manifest_view import ManifestView as ManifestPane
 from kopt.workbench.widgets.metrics_chart import MetricsChart
 from kopt.workbench.widgets.phase_strip import PhaseStrip
 from kopt.workbench.widgets.profile_view import ProfileView
 from kopt.workbench.widgets.verification_view import VerificationView
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
+from textual.worker import get_current_worker
 
 TABS = ("diff", "verification", "profile", "metrics", "log", "manifest")
+TAB_LABELS = {"diff": ("1 Diff", "1 Diff"), "verification": ("2 Verification", "2 Ver"),
+              "profile": ("3 Profile", "3 Prof"), "metrics": ("4 Metrics", "4 Met"),
+              "log": ("5 Log", "5 Log"), "manifest": ("6 Manifest", "6 Man")}
+"""(wide, narrow) labels: all six tabs fit beside the iterations at 80 columns."""
+NARROW_WIDTH = 100
+"""Below this many columns the run screen drops table columns and shortens labels."""
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
@@ -78,26 +84,27 @@ class RunScreen(Screen[None]):
 
     DEFAULT_CSS = """
     RunScreen #body { height: 1fr; }
-    RunScreen #left { width: 42; min-width: 34; border-right: solid $panel-lighten-2; }
+    RunScreen #left { width: auto; border-right: solid $panel-lighten-2; }
     RunScreen #run-title { height: auto; padding: 0 1; text-style: bold; }
     RunScreen #panes { width: 1fr; }
     RunScreen #job { height: 1; padding: 0 1; background: $boost; }
-    RunScreen.narrow #left { width: 40; min-width: 36; }
     """
 
     BINDINGS = [
+        # In the footer's order, which is also its priority: on a narrow terminal the last
+        # ones that do not fit are left to `?` (widgets/key_footer.py).
         Binding("a", "approve", "Approve", id="approve"),
         Binding("r", "reject", "Reject", id="reject"),
+        Binding("escape", "escape", "Cancel/back", id="cancel"),
         Binding("v", "verify", "Verify", id="verify"),
         Binding("b", "bench", "Bench", id="bench"),
         Binding("e", "edit", "Edit", id="edit"),
+        Binding("z", "undo", "Undo", id="undo"),
         Binding("w", "toggle_watch", "Watch", id="watch"),
         Binding("d", "toggle_diff_mode", "Diff mode", id="diff_mode"),
-        Binding("c", "toggle_diff_base", "Diff base", show=False, id="diff_base"),
-        Binding("z", "undo", "Undo", id="undo"),
-        Binding("n", "new_run", "New run", show=False, id="new_run"),
-        Binding("escape", "escape", "Cancel/back", id="cancel"),
         Binding("q", "back", "Back", id="back"),
+        Binding("c", "toggle_diff_base", "Diff base", show=False, id="diff_base"),
+        Binding("n", "new_run", "New run", show=False, id="new_run"),
         Binding("h", "tab(-1)", "Prev pane", show=False, id="prev_pane"),
         Binding("l", "tab(1)", "Next pane", show=False, id="next_pane"),
         Binding("1", "show_tab('diff')", "Diff", show=False, id="pane_diff"),
@@ -135,11 +142,13 @@ class RunScreen(Screen[None]):
         """The run's history and manifests, read from git and manifests/."""
 
         def __init__(self, run: Any | None, manifests: list[ManifestView],
-                     generation: int = 0) -> None:
+                     generation: int = 0, edited: bool = False) -> None:
             super().__init__()
             self.run = run
             self.manifests = manifests
             self.generation = generation
+            self.edited = edited
+            """The worktree's kernel differs from the last iteration's (not committed)."""
 
     class DetailLoaded(Message):
         """The diff and recorded verification/metrics of the selected iteration."""
@@ -159,6 +168,14 @@ class RunScreen(Screen[None]):
             self.job = job
             self.result = result
             self.error = error
+
+    class EditorReady(Message):
+        """The kernel file to edit is in place in the worktree (`e`)."""
+
+        def __init__(self, path: Path, note: str = "") -> None:
+            super().__init__()
+            self.path = path
+            self.note = note
 
     class KernelSaved(Message):
         """The watcher saw new content in kernel files of the worktree."""
@@ -184,6 +201,8 @@ class RunScreen(Screen[None]):
         self.last_engineer = request.engineer if request else "offline"
         self.bench_rows: list[dict[str, Any]] | None = None
         self._detail_for: str | None = None
+        self.edit_report: dict[str, Any] | None = None
+        """The latest verification of the worktree's uncommitted kernel (its row's pane)."""
         self._spin = 0
 
     # ---- layout -------------------------------------------------------------------------
@@ -209,29 +228,41 @@ class RunScreen(Screen[None]):
                 with TabPane("6 Manifest", id="manifest"):
                     yield ManifestPane(id="manifest-view")
         yield Static("", id="job")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "kopt"
         self.sub_title = self.case
         self.diff_mode = self.app.config.tui.diff_mode
+        self.watching = self.app.config.tui.watch  # starts once the run is loaded
         self.query_one(IterationTable).focus()
         self.set_interval(0.25, self._tick)
+        self._layout_for(self.app.size.width)
         self._update_title()
         self._update_job_line()
         if self.request is not None:
             self.start_pipeline(self.request)
         else:
             self.load_run()
-        if self.app.config.tui.watch:
-            self.watching = True
 
     def on_unmount(self) -> None:
         self.cancel_event.set()
         self._stop_watcher()
 
     def on_resize(self) -> None:
-        self.set_class(self.app.size.width < 100, "narrow")
+        self._layout_for(self.app.size.width)
+
+    def _layout_for(self, width: int) -> None:
+        """Drop table columns and shorten tab labels on a narrow terminal (k9s-style)."""
+        narrow = width < NARROW_WIDTH
+        self.set_class(narrow, "narrow")
+        self._update_job_line()
+        table = self.query_one(IterationTable)
+        table.narrow = narrow
+        self.query_one("#left").styles.width = table_width(narrow) + 1  # + its border
+        tabs = self.query_one(TabbedContent)
+        for pane, labels in TAB_LABELS.items():
+            tabs.get_tab(pane).label = labels[1] if narrow else labels[0]
 
     # ---- jobs ---------------------------------------------------------------------------
 
@@ -261,7 +292,8 @@ class RunScreen(Screen[None]):
         line.append(f"   watch {'on' if self.watching else 'off'}",
                     style="bold green" if self.watching else "dim")
         base = "previous" if self.diff_base == "parent" else "first"
-        line.append(f" · diff {self.diff_mode} vs {base} iteration", style="dim")
+        mode = "unified (narrow)" if self.has_class("narrow") else self.diff_mode
+        line.append(f" · diff {mode} vs {base} iteration", style="dim")
         self.query_one("#job", Static).update(line)
 
     @property
@@ -361,15 +393,17 @@ class RunScreen(Screen[None]):
         elif runs:
             run = runs[-1]
         manifests = []
+        edited = False
         if run is not None:
             manifests = backend.manifests(run.run_id)
-            if not pipeline_running:
+            if not pipeline_running:  # (a running engineer writes the file before committing)
                 try:
                     run.worktree = str(backend.ensure_worktree(run))
+                    edited = backend.uncommitted_edit(run)
                 except KoptError as err:
                     self.app.call_from_thread(self.notify, err.one_line(), severity="error")
         if not get_current_worker().is_cancelled:
-            self.post_message(self.RunLoaded(run, manifests, generation))
+            self.post_message(self.RunLoaded(run, manifests, generation, edited))
 
     def on_run_screen_run_loaded(self, message: RunLoaded) -> None:
         if message.generation != self._generation:
@@ -384,7 +418,8 @@ class RunScreen(Screen[None]):
         approval = approval_word(self.run.approval)
         table = self.query_one(IterationTable)
         table.set_iterations(list(self.run.iterations), approval=approval,
-                             approved_commit=approved_commit(self.run.approval))
+                             approved_commit=approved_commit(self.run.approval),
+                             edited=message.edited)
         if first_load and not self.pipeline_running:
             self.query_one(PhaseStrip).set_done([m.phase for m in self.manifests
                                                  if m.data.get("status") == "verified"])
@@ -444,6 +479,8 @@ class RunScreen(Screen[None]):
 
     def _base_for(self, iteration: Any) -> tuple[str | None, str]:
         iterations = self.query_one(IterationTable).iterations
+        if isinstance(iteration, WorktreeEdit):
+            return None, "the last iteration"
         if self.diff_base == "first" and iterations and iterations[0].commit != iteration.commit:
             return iterations[0].commit, f"iteration {iterations[0].iteration}"
         return None, "the iteration before"
@@ -454,7 +491,9 @@ class RunScreen(Screen[None]):
             return
         base, base_name = self._base_for(selected)
         self._detail_for = selected.commit
-        title = (f"iteration {selected.iteration} · {selected.phase} · "
+        title = (f"uncommitted edit in the worktree vs {base_name}"
+                 if isinstance(selected, WorktreeEdit) else
+                 f"iteration {selected.iteration} · {selected.phase} · "
                  f"{selected.commit[:8]} vs {base_name}")
         self._detail_worker(self.run, selected, base, title)
 
@@ -462,10 +501,15 @@ class RunScreen(Screen[None]):
     def _detail_worker(self, run: Any, iteration: Any, base: str | None, title: str) -> None:
         backend = self.app.backend
         try:
-            diff = backend.diff(run.run_id, base, iteration.commit)
-        except KoptError as err:
-            diff = f"# diff unavailable: {err.one_line()}"
-        detail = backend.iteration_detail(run, iteration)
+            if isinstance(iteration, WorktreeEdit):
+                diff = backend.worktree_diff(run)
+            else:
+                diff = backend.diff(run.run_id, base, iteration.commit)
+        except (KoptError, OSError) as err:
+            text = err.one_line() if isinstance(err, KoptError) else str(err)
+            diff = f"# diff unavailable: {text}"
+        detail = IterationDetail(verification=self.edit_report) \
+            if isinstance(iteration, WorktreeEdit) else backend.iteration_detail(run, iteration)
         if not get_current_worker().is_cancelled:
             self.post_message(self.DetailLoaded(iteration.commit, diff, title, detail))
 
@@ -514,27 +558,51 @@ class RunScreen(Screen[None]):
         for path in sorted(message.paths):
             self.query_one(AgentLog).add(Text(f"saved {path.name}: re-verifying", style="cyan"))
             self.check_edit(path, offer_commit=not self.pipeline_running)
+        if not self.pipeline_running:
+            self.load_run()  # the "uncommitted" row
 
     def check_edit(self, path: Path, *, offer_commit: bool) -> None:
-        """Re-verify and re-bench an edited kernel; then offer it as a user iteration."""
+        """Re-verify and re-bench the worktree's kernel; then offer it as a user iteration
+        (not when it holds what the last iteration committed: nothing to commit)."""
         self._job_started("verify")
         self.query_one(VerificationView).show_pending(f"verifying {path.name}…")
-        self._check_worker(path, offer_commit)
+        self._check_worker(self.run, None, path, offer_commit)
+
+    def check_iteration(self, iteration: Any) -> None:
+        """Re-verify one committed iteration's kernel (not the worktree's file)."""
+        self._job_started("verify")
+        self.query_one(VerificationView).show_pending(
+            f"verifying iteration {iteration.iteration} ({iteration.commit[:8]})…")
+        self._check_worker(self.run, iteration, None, False)
 
     @work(thread=True, exclusive=True, group="verify")
-    def _check_worker(self, path: Path, offer_commit: bool) -> None:
+    def _check_worker(self, run: Any, iteration: Any | None, path: Path | None,
+                      offer_commit: bool) -> None:
         backend = self.app.backend
         worker = get_current_worker()
+        label = f"iteration {iteration.iteration}" if iteration is not None else \
+            (path.name if path else "")
         try:
+            if iteration is not None:
+                path = backend.review_copy(run, iteration)
+            assert path is not None
+            if offer_commit and not backend.uncommitted_edit(run):
+                latest = run.iterations[-1].iteration if run.iterations else 0
+                self.post_message(self.JobFinished("verify", {
+                    "unchanged": f"{path.name} holds what iteration {latest} committed: "
+                                 "nothing to verify or commit"}))
+                return
             report = backend.verify(self.case, path)
         except KoptError as err:
             self.post_message(self.JobFinished("verify", error=err.one_line()))
             return
         if worker.is_cancelled:
             return
-        self.post_message(self.JobFinished("verify", {"report": report, "path": path}))
-        if not report.get("accepted"):
-            return
+        self.post_message(self.JobFinished("verify", {"report": report, "path": path,
+                                                       "label": label,
+                                                       "worktree": iteration is None}))
+        if not report.get("accepted") or iteration is not None:
+            return  # a committed iteration was benched when it was made; `b` re-benches
         self.post_message(self.JobFinished("bench-start"))
         try:
             rows = backend.bench(self.case, path)
@@ -560,11 +628,17 @@ class RunScreen(Screen[None]):
             self.query_one(AgentLog).add(Text(f"{job} failed: {message.error}", style="red"))
             return
         result = message.result or {}
-        if job == "verify":
+        if job == "verify" and "unchanged" in result:
+            self._load_selected()  # the pane shows the highlighted row's verification again
+            self.notify(result["unchanged"])
+            self.query_one(AgentLog).add(Text(result["unchanged"], style="dim"))
+        elif job == "verify":
             report = result["report"]
-            self.query_one(VerificationView).show(report, source=f"{result['path'].name}, now")
+            if result.get("worktree"):
+                self.edit_report = report
+            self.query_one(VerificationView).show(report, source=f"{result['label']}, now")
             word = "accepted" if report.get("accepted") else "rejected"
-            self.query_one(AgentLog).add(Text(f"verification of {result['path'].name}: {word}",
+            self.query_one(AgentLog).add(Text(f"verification of {result['label']}: {word}",
                                               style="green" if report.get("accepted") else "red"))
             self.notify(f"verification: {word}", severity="information" if
                         report.get("accepted") else "error")
@@ -618,6 +692,10 @@ class RunScreen(Screen[None]):
         if self.run is None or selected is None:
             self.notify("no iteration selected", severity="warning")
             return None
+        if isinstance(selected, WorktreeEdit):
+            self.notify("the uncommitted edit is not an iteration yet: save it with watch on "
+                        "(w) or edit it (e) to verify and commit it", severity="warning")
+            return None
         return selected
 
     def action_approve(self) -> None:
@@ -655,6 +733,10 @@ class RunScreen(Screen[None]):
         if self.run is None:
             self.notify("no run to undo a decision in", severity="warning")
             return
+        if approval_word(self.run.approval) == "pending":
+            self.notify("nothing to undo: this run has no approval or rejection",
+                        severity="warning")
+            return
         self._job_started("decision")
         self._decision_worker("undo", None, None, None)
 
@@ -678,29 +760,43 @@ class RunScreen(Screen[None]):
             return
         self.post_message(self.JobFinished("decision", {"text": text, "next": nxt}))
 
-    def action_verify(self) -> None:
+    def _target(self) -> Any | None:
+        """The highlighted row for `v`/`b`/`e`: an iteration or the uncommitted edit."""
         if self.run is None:
             self.notify("no run yet", severity="warning")
-            return
-        path = kernel_path(self.run)
-        if not path.exists():
-            self.notify(f"no kernel at {path}", severity="error")
+            return None
+        selected = self.query_one(IterationTable).selected
+        if selected is None:
+            self.notify("no iteration yet: e edits the kernel once the run has one",
+                        severity="warning")
+        return selected
+
+    def action_verify(self) -> None:
+        """Re-verify the highlighted iteration (or the uncommitted edit)."""
+        target = self._target()
+        if target is None:
             return
         self.query_one(TabbedContent).active = "verification"
-        self.check_edit(path, offer_commit=False)
+        if isinstance(target, WorktreeEdit):
+            self.check_edit(kernel_path(self.run), offer_commit=False)
+        else:
+            self.check_iteration(target)
 
     def action_bench(self) -> None:
-        if self.run is None:
-            self.notify("no run yet", severity="warning")
+        """Re-bench the highlighted iteration (or the uncommitted edit) against eager."""
+        target = self._target()
+        if target is None:
             return
         self._job_started("bench")
         self.query_one(TabbedContent).active = "metrics"
-        self._bench_worker(kernel_path(self.run))
+        self._bench_worker(self.run, None if isinstance(target, WorktreeEdit) else target)
 
     @work(thread=True, exclusive=True, group="bench")
-    def _bench_worker(self, path: Path) -> None:
+    def _bench_worker(self, run: Any, iteration: Any | None) -> None:
+        backend = self.app.backend
         try:
-            rows = self.app.backend.bench(self.case, path)
+            path = kernel_path(run) if iteration is None else backend.review_copy(run, iteration)
+            rows = backend.bench(self.case, path)
         except KoptError as err:
             self.post_message(self.JobFinished("bench", error=err.one_line()))
             return
@@ -708,10 +804,42 @@ class RunScreen(Screen[None]):
             self.post_message(self.JobFinished("bench", {"rows": rows, "path": path}))
 
     def action_edit(self) -> None:
-        if self.run is None:
-            self.notify("no run yet", severity="warning")
+        """Edit the highlighted iteration's kernel in the worktree: the uncommitted edit or
+        the newest iteration as it is; an older iteration is first written over the
+        worktree's file (refused while an uncommitted edit would be lost)."""
+        target = self._target()
+        if target is None:
             return
-        path = kernel_path(self.run)
+        table = self.query_one(IterationTable)
+        if isinstance(target, WorktreeEdit) or target is table.latest and table.edit is None:
+            self.post_message(self.EditorReady(kernel_path(self.run)))
+            return
+        if table.edit is not None:
+            self.notify("the worktree holds an uncommitted edit: commit it (e on its row, then "
+                        "save) or edit it, before going back to an older iteration",
+                        severity="warning")
+            return
+        self._edit_worker(self.run, target)
+
+    @work(thread=True, exclusive=True, group="edit")
+    def _edit_worker(self, run: Any, iteration: Any) -> None:
+        try:
+            source = self.app.backend.kernel_source(run, iteration.commit)
+            path = kernel_path(run)
+            path.write_text(source)
+        except (KoptError, OSError) as err:
+            text = err.one_line() if isinstance(err, KoptError) else str(err)
+            self.post_message(self.JobFinished("edit", error=text))
+            return
+        self.post_message(self.EditorReady(path, f"starting from iteration {iteration.iteration}"))
+
+    def on_run_screen_editor_ready(self, message: EditorReady) -> None:
+        path = message.path
+        if message.note:
+            self.query_one(AgentLog).add(Text(f"editing {path.name}, {message.note}",
+                                              style="cyan"))
+        if self.watcher is not None:
+            self.watcher.remember(path)  # kopt wrote it: not the user's save
         before = path.read_bytes() if path.exists() else b""
         command = [*shlex.split(self.app.config.editor_command()), str(path)]
         try:
@@ -719,6 +847,7 @@ class RunScreen(Screen[None]):
                 subprocess.run(command, check=False)
         except Exception as err:  # no suspend support (e.g. headless) or editor missing
             self.notify(f"could not run {command[0]!r}: {err}", severity="error")
+            self.load_run()
             return
         self.refresh()
         changed = path.exists() and path.read_bytes() != before
@@ -726,6 +855,7 @@ class RunScreen(Screen[None]):
             return  # the watcher reports it
         if changed:
             self.check_edit(path, offer_commit=not self.pipeline_running)
+        self.load_run()
 
     def action_toggle_watch(self) -> None:
         self.watching = not self.watching

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 
-from rich.text import Text
-from textual.widgets import RichLog
-
 from kopt.phases import events as ev
 from kopt.workbench.backend import format_speedup
+from rich.text import Text
+from textual.binding import Binding
+from textual.widgets import RichLog
 
 
 class AgentLog(RichLog):
@@ -21,6 +21,11 @@ class AgentLog(RichLog):
     DEFAULT_CSS = """
     AgentLog { height: 1fr; }
     """
+
+    BINDINGS = [
+        Binding("j", "scroll_down", "Scroll down", show=False),
+        Binding("k", "scroll_up", "Scroll up", show=False),
+    ]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, wrap=True, markup=False, highlight=False, auto_scroll=False,

@@ -12,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -79,6 +80,11 @@ class DiffView(VerticalScroll):
     DiffView > Static { width: 100%; }
     """
 
+    BINDINGS = [
+        Binding("j", "scroll_down", "Scroll down", show=False),
+        Binding("k", "scroll_up", "Scroll up", show=False),
+    ]
+
     mode: reactive[str] = reactive("split")
     """unified | split: what the user asked for (`d` toggles)."""
     title: reactive[str] = reactive("")
@@ -124,7 +130,8 @@ class DiffView(VerticalScroll):
             body: RenderableType = Text("no differences" if self.title else
                                         "select an iteration to see its diff", style="dim")
         elif self.effective_mode == "unified":
-            body = Syntax(self.diff, "diff", theme=THEME, word_wrap=False)
+            # Long lines wrap: the cropped end of a line is often the edit itself.
+            body = Syntax(self.diff, "diff", theme=THEME, word_wrap=True)
         else:
             body = self._split_table()
         self._body.update(Group(header, body))

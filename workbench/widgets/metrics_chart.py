@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from kopt.workbench.backend import format_speedup
+from kopt.workbench.widgets.profile_view import bar
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
-
-from kopt.workbench.backend import format_speedup
-from kopt.workbench.widgets.profile_view import bar
 
 BAR_WIDTH = 14
 
@@ -22,6 +22,11 @@ class MetricsChart(VerticalScroll):
     DEFAULT_CSS = """
     MetricsChart { height: 1fr; }
     """
+
+    BINDINGS = [
+        Binding("j", "scroll_down", "Scroll down", show=False),
+        Binding("k", "scroll_up", "Scroll up", show=False),
+    ]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -72,11 +77,16 @@ class MetricsChart(VerticalScroll):
                 bench.add_row(str(row.get("variant", "")), _ms(row.get("median_ms")),
                               _ms(row.get("p20_ms")), _ms(row.get("p80_ms")),
                               _num(row.get("pct_of_floor"), "{:.0f}%"),
-                              _num(row.get("speedup_vs_eager"), "{:.2f}x"),
-                              _num(row.get("speedup_vs_compile"), "{:.2f}x"),
+                              _speedup(row.get("speedup_vs_eager")),
+                              _speedup(row.get("speedup_vs_compile")),
                               str(row.get("timing_label", "")))
             parts.append(bench)
         self._body.update(Group(*parts))
+
+
+def _speedup(value: Any) -> str:
+    """Through the backend's one speedup formatter, like every other speedup on screen."""
+    return format_speedup(float(value)) if isinstance(value, int | float) else "—"
 
 
 def _ms(value: Any) -> str:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from kopt.phases import events as ev
 from rich.text import Text
 from textual.widgets import Static
 
-from kopt.phases import events as ev
-
 PHASES = ("architect", "optimizer", "accelerator", "integrator")
+
+SHORT = {"architect": "arch", "optimizer": "opt", "accelerator": "accel",
+         "integrator": "integ"}
+"""Names on a narrow terminal, where the full strip does not fit."""
 
 MARKS = {"pending": ("○", "dim"), "running": ("●", "bold yellow"),
          "verified": ("✓", "bold green"), "failed": ("✗", "bold red"),
@@ -97,14 +100,20 @@ class PhaseStrip(Static):
         self.refresh()
 
     def render(self) -> Text:
+        text = self._line(short=False)
+        if text.cell_len > self.size.width - 2 > 0:
+            text = self._line(short=True)  # e.g. `✓ arch 1.2s → ● opt 3.4s [2/3] → ...`
+        return text
+
+    def _line(self, *, short: bool) -> Text:
         now = time.time()
         text = Text()
         for i, name in enumerate(PHASES):
             state = self.phases[name]
             mark, style = MARKS.get(state.state, MARKS["pending"])
             if i:
-                text.append(" → ", style="dim")
-            text.append(f"{mark} {name}", style=style)
+                text.append(" → " if not short else "→", style="dim")
+            text.append(f"{mark} {SHORT[name] if short else name}", style=style)
             elapsed = state.elapsed(now)
             if elapsed is not None:
                 text.append(f" {elapsed:.1f}s", style="dim")
