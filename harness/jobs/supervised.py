@@ -28,6 +28,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -157,12 +158,15 @@ def end_child(pid: int, link: Link) -> int | None:
     signal that ended it before we did), or None if it was still running."""
     link.close()
     status: int | None = None
-    try:
-        done, raw = os.waitpid(pid, os.WNOHANG)
+    for _ in range(20):  # a child that closed the link is usually exiting: its status says how
+        try:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            break
         if done:
             status = os.waitstatus_to_exitcode(raw)
-    except ChildProcessError:
-        pass
+            break
+        time.sleep(0.05)
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

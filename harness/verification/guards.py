@@ -297,6 +297,12 @@ class IdentitySnapshot:
                     where = getattr(new, "__module__", None) or type(new).__name__
                     changed.append(f"{space}.{attr} replaced (by {where}."
                                    f"{getattr(new, '__qualname__', '?')})")
+        for space in [s for s in self.attributes if s.startswith("triton.runtime.driver")]:
+            # Triton's driver objects: an attribute set on the instance shadows the class's.
+            now = _attributes(spaces.get(space)) if space in spaces else {}
+            changed += [f"{space}.{attr} added (shadows Triton's own)"
+                        for attr in now if attr not in self.attributes[space]
+                        and not attr.startswith("_")]
         for space, attrs in self.attributes.items():
             for attr, obj in attrs.items():
                 code = self.code.get(f"{space}.{attr}")
@@ -447,6 +453,11 @@ def warm_up_triton(device: str) -> None:
 
 def take_baseline() -> Baseline:
     import torch._dynamo  # noqa: F401  (re-wraps torch.manual_seed on first import)
+    from torch._dynamo import mutation_guard
+
+    # What torch.compile's first call patches into nn.Module (a candidate that compiles its
+    # launcher did not do it): installed before the snapshot.
+    mutation_guard.install_generation_tagging_init()
 
     return Baseline(IdentitySnapshot.take(), {t.ident or 0 for t in threading.enumerate()},
                     child_processes(), precision_flags())
