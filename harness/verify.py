@@ -1,11 +1,13 @@
 """The `verification_tool`: is a candidate correct, honest and self-contained?
 
-The parent draws fresh seeds (never visible to the candidate), stages input tensors, runs the
-candidate in one worker (`harness.jobs.candidate`) and, after that worker has exited, the
-baseline in another (`harness.jobs.reference`), so that the reference does not exist anywhere
-while candidate code runs. Every verdict is computed here from raw tensors under the jobs'
-`out/` and from facts recorded by harness code in the worker; nothing the candidate prints or
-writes counts. Check names are stable identifiers (ARCHITECTURE.md).
+The parent draws fresh seeds (never visible to the candidate) and reads the candidate's source
+(`static_clean`). The baseline runs first, in an isolated interpreter (`python -I -S`, never a
+standby) on those inputs; its outputs are loaded here and its job folder removed before any
+candidate's process starts. Each candidate then runs under a supervisor
+(`harness.jobs.supervised`): inputs reach it only after import, and its outputs and facts leave
+as they are produced; the supervisor writes the record after the candidate's process is gone.
+Every verdict is computed here; nothing the candidate prints or writes counts. Check names are
+stable identifiers (ARCHITECTURE.md); docs/VERIFY.md says what each rests on.
 """
 
 from __future__ import annotations
@@ -46,7 +48,12 @@ FALLBACK_SHARE = 0.5
 does the work in PyTorch, whichever ops it picked. A partial fusion that leaves one pointwise
 op of several to PyTorch stays under it."""
 DEFAULT_TIMEOUT_S = 300.0
-"""Per worker job; the Triton interpreter on a `shapes` entry can take a minute."""
+"""Per worker job when one is asked for explicitly (`kopt bench`); `kopt verify` fits its own
+default to the case (`fitted_timeout`)."""
+MAX_TIMEOUT_S = 600.0
+"""The cap of a fitted timeout, and the reference job's limit when none is given."""
+TIMEOUT_FLOOR_S = 60.0
+TIMEOUT_FACTOR = 20.0
 
 
 @dataclass
@@ -141,7 +148,8 @@ def plan_draws(case: Case, sets: Sequence[str], draws: int = DRAWS) -> _Plan:
 REFERENCE_SOURCES = ("harness/worker.py", "harness/case.py", "harness/data.py",
                      "harness/jobs/reference.py", "harness/verification/guards.py",
                      "harness/verification/tensors.py", "harness/verify.py",
-                     "harness/compare.py", "harness/tolerance.py")
+                     "harness/compare.py", "harness/tolerance.py", "harness/jobs/candidate.py",
+                     "harness/jobs/supervised.py", "harness/verification/static.py")
 
 
 def source_fingerprint(case: Case) -> str:
@@ -159,7 +167,7 @@ def source_fingerprint(case: Case) -> str:
 
 
 def verify_candidate(case: Case | str, candidate: Path | str, *, device: str | None = None,
-                     target: Target | str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                     target: Target | str | None = None, timeout: float | None = None,
                      on_line: LineSink | None = None, draws: int = DRAWS,
                      keep_jobs: bool = False) -> VerificationReport:
     """Verify one candidate file against its case (see the module docstring)."""
@@ -169,18 +177,18 @@ def verify_candidate(case: Case | str, candidate: Path | str, *, device: str | N
 
 def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
                       device: str | None = None, target: Target | str | None = None,
-                      timeout: float = DEFAULT_TIMEOUT_S, on_line: LineSink | None = None,
+                      timeout: float | None = None, on_line: LineSink | None = None,
                       draws: int = DRAWS, max_parallel: int = 1,
                       timeouts: dict[str, float] | None = None,
                       keep_jobs: bool = False) -> list[VerificationReport]:
     """Verify several candidates of one case on the same fresh draws, with one reference run
-    after every candidate worker has exited. `timeouts` overrides `timeout` per candidate
-    path (as given)."""
+    before any candidate's process starts. `timeout` per candidate job (None: fitted to the
+    case, `fitted_timeout`); `timeouts` overrides it per candidate path (as given)."""
     start = time.monotonic()
     case = case if isinstance(case, Case) else load_case(case)
     all_paths = candidate_files(candidates)
     dev = resolve_device(case, device)
-    if timeout <= 0:
+    if timeout is not None and timeout <= 0:
         raise BadInputError(f"--timeout must be a positive number of seconds (not {timeout:g})",
                             fix=f"e.g. --timeout {DEFAULT_TIMEOUT_S:g}")
     findings = {p: read_candidate(p) for p in all_paths}
@@ -200,45 +208,58 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
 
     fingerprint = source_fingerprint(case)
 
-    def run_candidate(path: Path) -> tuple[Path, WorkerOutcome, float]:
-        job_dir = stage_job("candidate", cand_request, case=case, candidate=path,
-                            tensors=plan.tensors)
-        t = (timeouts or {}).get(str(path), timeout)
-        t0 = time.monotonic()
-        return job_dir, runner.run(job_dir, timeout=t, env=env, on_line=on_line), t0
-
-    with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
-        cand_runs = list(pool.map(run_candidate, paths))
-    sources_intact = source_fingerprint(case) == fingerprint
-    cand_exit = time.monotonic()
-
+    # The reference first, in an isolated interpreter that no candidate code has touched;
+    # its outputs are held here, in the parent, and its job folder is gone before any
+    # candidate's process starts.
     ref_request = {**common, "sets": [{"name": s, "groups": plan.draws[s] + [plan.inplace[s]]}
                                       for s in sets]}
     ref_dir = stage_job("reference", ref_request, case=case, tensors=plan.tensors)
     try:
-        ref = runner.run(ref_dir, timeout=timeout, env=env, on_line=on_line)
+        ref = runner.run(ref_dir, timeout=timeout or MAX_TIMEOUT_S, env=env, on_line=on_line)
         if not ref.ok:
             raise BadInputError(f"the baseline of case {case.name!r} failed in the reference "
                                 f"worker: {ref.failure_reason()}",
                                 fix=f"run `kopt baseline {case.name}` to see the error")
         ref_outputs = {g: load_outputs(ref_dir / "out" / f"ref-{g}.safetensors")
                        for s in sets for g in plan.draws[s] + [plan.inplace[s]]}
+    finally:
+        if not keep_jobs:
+            cleanup(ref_dir)
+    fitted = timeout or fitted_timeout(ref.elapsed_s, dev)
+
+    def run_candidate(path: Path) -> tuple[Path, WorkerOutcome, float]:
+        job_dir = stage_job("candidate", cand_request, case=case, candidate=path,
+                            tensors=plan.tensors)
+        t = (timeouts or {}).get(str(path), fitted)
+        t0 = time.monotonic()
+        return job_dir, runner.run(job_dir, timeout=t, env=env, on_line=on_line), t0
+
+    with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
+        cand_runs = list(pool.map(run_candidate, paths))
+    try:
+        sources_intact = source_fingerprint(case) == fingerprint
+        cand_exit = time.monotonic()
         judged: dict[Path, VerificationReport] = {}
         for path, (job_dir, outcome, _t0) in zip(paths, cand_runs, strict=True):
             judge = _Judge(case, dev, plan, job_dir, outcome, ref.response or {}, ref_outputs,
                            sources_intact, cand_exit, findings[path], path)
             judged[path] = VerificationReport(case.name, str(path), dev, judge.checks(),
                                               list(sets), time.monotonic() - start)
-            if not keep_jobs:
-                cleanup(job_dir)
         return [judged[p] if p in judged else
                 _not_a_candidate(case.name, p, dev, findings[p], time.monotonic() - start)
                 for p in all_paths]
     finally:
         if not keep_jobs:
-            cleanup(ref_dir)
             for job_dir, _o, _t in cand_runs:
                 cleanup(job_dir)
+
+
+def fitted_timeout(reference_s: float, device: str) -> float:
+    """The default per-candidate timeout: `TIMEOUT_FACTOR` times what the reference job took
+    (start-up included), at least `TIMEOUT_FLOOR_S` (more on the CPU interpreter, which runs a
+    kernel far slower than eager runs the baseline), at most `MAX_TIMEOUT_S`."""
+    floor = TIMEOUT_FLOOR_S * (2 if device == "cpu" else 1)
+    return float(min(MAX_TIMEOUT_S, max(floor, TIMEOUT_FACTOR * reference_s)))
 
 
 @dataclass
@@ -420,12 +441,12 @@ class _Judge:
             return Check("isolated_reference", False,
                          "the case's files or the harness's source changed while candidate code "
                          "ran; the reference would not be the baseline's")
-        ref_pid, cand_pid = self.ref_resp.get("pid"), self.resp.get("pid")
+        ref_pid = self.ref_resp.get("pid")
         return Check("isolated_reference", True,
-                     f"baseline computed in a fresh, isolated interpreter"
-                     f"{f' (pid {ref_pid})' if ref_pid else ''} started after the candidate's "
-                     f"process{f' (pid {cand_pid})' if cand_pid else ''} was gone, from a copy "
-                     f"of the case; seeds never left the parent")
+                     f"baseline computed in an isolated interpreter (python -I -S"
+                     f"{f', pid {ref_pid}' if ref_pid else ''}) before any candidate code ran, "
+                     f"from a copy of the case; its outputs held only by kopt; the case and "
+                     f"the harness unchanged after the candidate ran")
 
     def no_tampering(self) -> Check:
         problems: list[str] = list(self.resp.get("tampering") or [])
@@ -614,6 +635,17 @@ class _Judge:
                     return Check("triton_launched", False,
                                  f"{set_name}: a forward launched no Triton kernel")
                 kernels.update(f.get("kernels", []))
+        for set_name in self.plan.sets:
+            for f in self.forwards(set_name):
+                ran = f.get("device_kernels")
+                if ran is None:
+                    continue  # the CPU interpreter, or no CUDA profiler here
+                named = [k for k in f.get("kernels", []) if any(k in name for name in ran)]
+                if not named:
+                    return Check("triton_launched", False,
+                                 f"{set_name}: the device's own trace (CUDA activity records) "
+                                 f"shows none of the Triton kernels counted as launched "
+                                 f"({', '.join(f.get('kernels', [])) or 'none'})")
         launches = [f["launches"] for s in self.plan.sets for f in self.forwards(s)]
         return Check("triton_launched", True, f"{', '.join(sorted(kernels))} "
                                               f"({min(launches)}-{max(launches)} launches per forward)")

@@ -15,6 +15,10 @@ import pytest
 
 from kopt.harness.verify import CHECK_NAMES, VerificationReport, verify_candidates
 
+# One fixture verifies ~45 candidates (a few CPU seconds each, minutes on a shared machine);
+# its setup counts against the first test's limit.
+pytestmark = pytest.mark.timeout(1800)
+
 CORPUS = Path(__file__).parent / "corpus"
 CASES = CORPUS / "cases"
 

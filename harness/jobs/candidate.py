@@ -345,7 +345,10 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
     counter.take()
     harness_stream = torch.cuda.current_stream() if device == "cuda" else None
     mode_intact = True
+    trace = _DeviceTrace() if device == "cuda" else None
     with torch.no_grad():
+        if trace is not None:
+            trace.start()
         with recorder:
             result = model(*inputs.args, **inputs.kwargs)
             mode_intact = current_mode() is recorder
@@ -358,6 +361,7 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
     seen = [t.detach().clone() if type(t) is torch.Tensor else torch.empty(0) for t in outs]
     if device == "cuda":
         torch.cuda.synchronize()
+    device_kernels = trace.stop() if trace is not None else None
     launches = counter.take()
     named_inputs = {f"input {k}": v for k, v in bases.items()}
     fact: dict[str, Any] = {
@@ -371,7 +375,39 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
         fact["side_streams"] = sorted({x.kernel for x in launches
                                        if x.stream not in (None, harness_stream.cuda_stream)})
         fact["stream_restored"] = torch.cuda.current_stream() == harness_stream
+    if device_kernels is not None:
+        fact["device_kernels"] = device_kernels
     return seen, outs, fact
+
+
+class _DeviceTrace:
+    """CUDA only: the kernels the device really ran during one forward, from the CUDA
+    profiler's activity records (CUPTI through Kineto), not from Python-level counters."""
+
+    def __init__(self) -> None:
+        self._prof: Any = None
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        try:
+            self._prof = profile(activities=[ProfilerActivity.CUDA])
+            self._prof.__enter__()
+        except Exception:  # no CUPTI here: the fact is absent, not empty
+            self._prof = None
+
+    def stop(self) -> dict[str, int] | None:
+        if self._prof is None:
+            return None
+        try:
+            self._prof.__exit__(None, None, None)
+            names: dict[str, int] = {}
+            for event in self._prof.events():
+                if str(getattr(event, "device_type", "")).endswith("CUDA"):
+                    names[event.name] = names.get(event.name, 0) + 1
+            return names
+        except Exception:
+            return None
 
 
 def _leaves(result: Any) -> list[Any]:

@@ -13,7 +13,7 @@ import time
 from rich.markup import escape
 
 from kopt.harness.case import load_case
-from kopt.harness.verify import DEFAULT_TIMEOUT_S, verify_candidate
+from kopt.harness.verify import MAX_TIMEOUT_S, TIMEOUT_FACTOR, TIMEOUT_FLOOR_S, verify_candidate
 from kopt.workbench.output import console, err_console, print_json_line
 
 
@@ -27,8 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="where to run (default: the case's device; cpu = Triton interpreter)")
     p.add_argument("--target", default=None, help="execution target (default: local)")
-    p.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S,
-                   help=f"seconds per worker job (default {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument("--timeout", type=_seconds, default=None,
+                   help=f"seconds the candidate's job may take (default: {TIMEOUT_FACTOR:g}x "
+                        f"the baseline's reference job, at least {TIMEOUT_FLOOR_S:g} s on a GPU "
+                        f"and {2 * TIMEOUT_FLOOR_S:g} s on the CPU, at most {MAX_TIMEOUT_S:g} s)")
     p.add_argument("--verbose", action="store_true", help="stream the workers' output")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=handle)
