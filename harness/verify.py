@@ -659,6 +659,11 @@ class _Judge:
             base_work = sum((ref_set.get("compute_elements") or {}).values())
             ran: set[str] = set()
             for f in self.forwards(set_name):
+                if f.get("hidden_ops"):
+                    return Check("no_pytorch_fallback", False,
+                                 f"{set_name}: PyTorch compute ops ran while the harness's op "
+                                 f"recorder was switched off ({', '.join(f['hidden_ops'][:6])}; "
+                                 f"seen by the profiler's C++ record)")
                 ran.update(f.get("compute_ops", []))
                 work = sum((f.get("compute_elements") or {}).values())
                 if base_work and work:

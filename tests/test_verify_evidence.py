@@ -82,6 +82,7 @@ def test_what_honest_kernels_need_is_allowed() -> None:
     ("import threading", "import threading"),
     ("from triton.runtime import driver", "triton.runtime"),
     ("x = getattr(object, '__globals__')", "'__globals__'"),
+    ("import torch\nn = 'ut' + 'ils'\nx = getattr(torch, n)", "<computed name>"),
 ])
 def test_escape_hatches_are_refused_with_their_line(snippet: str, needle: str) -> None:
     found = scan_source("\n" + snippet + "\n")

@@ -345,13 +345,13 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
     counter.take()
     harness_stream = torch.cuda.current_stream() if device == "cuda" else None
     mode_intact = True
-    trace = _DeviceTrace() if device == "cuda" else None
+    trace = _Trace(device)
     with torch.no_grad():
-        if trace is not None:
-            trace.start()
+        trace.start()
         with recorder:
             result = model(*inputs.args, **inputs.kwargs)
             mode_intact = current_mode() is recorder
+        trace.stop()
     # Before anything touches the result: a tensor subclass may compute only when touched.
     types_seen = [type(x).__module__ + "." + type(x).__qualname__
                   for x in _leaves(result) if isinstance(x, torch.Tensor)]
@@ -361,7 +361,6 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
     seen = [t.detach().clone() if type(t) is torch.Tensor else torch.empty(0) for t in outs]
     if device == "cuda":
         torch.cuda.synchronize()
-    device_kernels = trace.stop() if trace is not None else None
     launches = counter.take()
     named_inputs = {f"input {k}": v for k, v in bases.items()}
     fact: dict[str, Any] = {
@@ -375,39 +374,70 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
         fact["side_streams"] = sorted({x.kernel for x in launches
                                        if x.stream not in (None, harness_stream.cuda_stream)})
         fact["stream_restored"] = torch.cuda.current_stream() == harness_stream
-    if device_kernels is not None:
-        fact["device_kernels"] = device_kernels
+    hidden = trace.hidden_ops(set(recorder.ops))
+    if hidden is not None:
+        fact["hidden_ops"] = hidden
+    if device == "cuda" and trace.device_kernels is not None:
+        fact["device_kernels"] = trace.device_kernels
     return seen, outs, fact
 
 
-class _DeviceTrace:
-    """CUDA only: the kernels the device really ran during one forward, from the CUDA
-    profiler's activity records (CUPTI through Kineto), not from Python-level counters."""
+class _Trace:
+    """The profiler's own record of one forward, beside the dispatch-mode recorder:
 
-    def __init__(self) -> None:
+    - aten ops from PyTorch's C++ `RecordFunction` callbacks, which fire whether or not a
+      Python dispatch mode is on the stack: a compute op seen here but not by the recorder ran
+      while the recorder was switched off (`_disable_current_modes`);
+    - CUDA only: the kernels the device really ran, from the CUDA profiler's activity records
+      (CUPTI through Kineto), not from Python-level counters.
+    A profiler that cannot start leaves both facts absent (never empty)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
         self._prof: Any = None
+        self.events: Any = None
+        self.device_kernels: dict[str, int] | None = None
 
     def start(self) -> None:
         from torch.profiler import ProfilerActivity, profile
 
+        activities = [ProfilerActivity.CPU]
+        if self.device == "cuda":
+            activities.append(ProfilerActivity.CUDA)
         try:
-            self._prof = profile(activities=[ProfilerActivity.CUDA])
+            self._prof = profile(activities=activities)
             self._prof.__enter__()
-        except Exception:  # no CUPTI here: the fact is absent, not empty
+        except Exception:  # noqa: BLE001 (no profiler here)
             self._prof = None
 
-    def stop(self) -> dict[str, int] | None:
+    def stop(self) -> None:
         if self._prof is None:
-            return None
+            return
         try:
             self._prof.__exit__(None, None, None)
+            self.events = list(self._prof.events())
+        except Exception:  # noqa: BLE001 (a candidate that stopped it: the facts stay absent)
+            self.events = None
+            return
+        if self.device == "cuda":
             names: dict[str, int] = {}
-            for event in self._prof.events():
+            for event in self.events:
                 if str(getattr(event, "device_type", "")).endswith("CUDA"):
                     names[event.name] = names.get(event.name, 0) + 1
-            return names
-        except Exception:
+            self.device_kernels = names
+
+    def hidden_ops(self, seen: set[str]) -> list[str] | None:
+        from kopt.harness.verification.guards import NON_COMPUTE_OPS
+
+        if self.events is None:
             return None
+        leaves = set()
+        for event in self.events:
+            name = str(event.name)
+            if name.startswith("aten::") and not any(
+                    str(c.name).startswith("aten::") for c in event.cpu_children):
+                leaves.add(name[len("aten::"):])
+        return sorted(n for n in leaves - seen if n not in NON_COMPUTE_OPS)
 
 
 def _leaves(result: Any) -> list[Any]:

@@ -196,6 +196,12 @@ def scan_source(source: str, filename: str = "candidate.py") -> list[Finding]:
                 found.append(Finding(line, "compile", "dynamic code"))
             if isinstance(node.ctx, ast.Store) and node.id in ("torch", "triton", "tl", "nn"):
                 found.append(Finding(line, f"assignment to {node.id}", "rebinding a module"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("getattr", "hasattr") and len(node.args) >= 2 and \
+                not isinstance(node.args[1], ast.Constant) and \
+                _root_name(node.args[0]) in module_names:
+            found.append(Finding(line, f"{node.func.id}({ast.unparse(node.args[0])}, <computed name>)",
+                                 "an attribute of a module by a name built at run time"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if REFUSED_NAMES.get(node.value) or node.value in REFUSED_MODULES:
                 found.append(Finding(line, f"string {node.value!r}",

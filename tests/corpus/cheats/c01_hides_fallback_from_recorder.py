@@ -1,7 +1,7 @@
 """Class 1 (issue 23): facts recorded in the candidate's own process, forged by it.
 The PyTorch fallback runs inside `_disable_current_modes()`, so the harness's dispatch-mode
 recorder never sees it; the op recorder is also reached through
-`torch._C._get_current_dispatch_mode()` and emptied. A decoy kernel launches."""
+`_get_current_dispatch_mode()` and emptied. A decoy kernel launches."""
 
 import torch
 import torch.nn as nn
@@ -13,7 +13,7 @@ import triton.language as tl
 def _decoy_kernel(x_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.store(x_ptr + offs, tl.load(x_ptr + offs))
-from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode
 
 
 class ModelNew(nn.Module):
@@ -22,7 +22,7 @@ class ModelNew(nn.Module):
         _decoy_kernel[(1,)](scratch, BLOCK=16)
         with _disable_current_modes():
             y = torch.softmax(x, dim=-1)
-        mode = torch._C._get_current_dispatch_mode()
+        mode = _get_current_dispatch_mode()
         if mode is not None and hasattr(mode, "ops"):
             mode.ops.clear()
         return y
