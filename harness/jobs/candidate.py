@@ -130,7 +130,7 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
             resp["stage"] = "forward"
 
             def forward(group: str, poison: str, out_name: str, post: str | None,
-                        inplace: bool = False) -> None:
+                        inplace: bool = False, facts: dict[str, Any] = facts) -> None:
                 record.ops, record.launches = {}, []
                 link.send({"op": "inplace" if inplace else "forward", "inputs": staged[group],
                            "poison": poison})
