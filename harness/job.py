@@ -75,6 +75,9 @@ def candidate_files(candidates: Sequence[Path | str]) -> list[Path]:
     """The candidate paths, each checked to exist (bad input otherwise)."""
     paths = [Path(c).expanduser() for c in candidates]
     for p in paths:
+        if p.is_dir():
+            raise BadInputError(f"candidate {str(p)!r} is a directory",
+                                fix="pass the path of a .py file that defines ModelNew")
         if not p.is_file():
             raise BadInputError(f"candidate file {str(p)!r} does not exist",
                                 fix="pass the path of a .py file that defines ModelNew")

@@ -215,8 +215,11 @@ def _peak_memory(forward: CaseForward) -> int | None:
 def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool = False,
                     artifacts_dir: Path | str | None = None,
                     reference: list[torch.Tensor] | None = None, variant: str | None = None,
-                    timing_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                    timing_options: dict[str, Any] | None = None,
+                    on_output: Callable[[list[torch.Tensor]], None] | None = None) -> dict[str, Any]:
     """Time `forward_impl`, check it against `reference`, write `<artifacts>/<label>/metrics.json`.
+    `on_output` receives the first call's outputs (a candidate's measure job sends them out of
+    the candidate's process, where no reference exists, to be checked by its supervisor).
 
     Returns the metrics dict (ARCHITECTURE.md's keys, plus `timing`, `profile`, `seed`).
     """
@@ -236,6 +239,8 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
     out = output_tensors(fwd())
     if device == "cuda":
         torch.cuda.synchronize()
+    if on_output is not None:
+        on_output(out)
     correctness = _parity(case, out, reference)
     del out
 

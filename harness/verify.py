@@ -1,11 +1,13 @@
 """The `verification_tool`: is a candidate correct, honest and self-contained?
 
-The parent draws fresh seeds (never visible to the candidate), stages input tensors, runs the
-candidate in one worker (`harness.jobs.candidate`) and, after that worker has exited, the
-baseline in another (`harness.jobs.reference`), so that the reference does not exist anywhere
-while candidate code runs. Every verdict is computed here from raw tensors under the jobs'
-`out/` and from facts recorded by harness code in the worker; nothing the candidate prints or
-writes counts. Check names are stable identifiers (ARCHITECTURE.md).
+The parent draws fresh seeds (never visible to the candidate) and reads the candidate's source
+(`static_clean`). The baseline runs first, in an isolated interpreter (`python -I -S`, never a
+standby) on those inputs; its outputs are loaded here and its job folder removed before any
+candidate's process starts. Each candidate then runs under a supervisor
+(`harness.jobs.supervised`): inputs reach it only after import, and its outputs and facts leave
+as they are produced; the supervisor writes the record after the candidate's process is gone.
+Every verdict is computed here; nothing the candidate prints or writes counts. Check names are
+stable identifiers (ARCHITECTURE.md); docs/VERIFY.md says what each rests on.
 """
 
 from __future__ import annotations
@@ -36,12 +38,22 @@ from kopt.harness.verification.tensors import differing_elements, input_keys, lo
 CHECK_NAMES = (
     "loads", "correct", "finite", "isolated_reference", "no_tampering",
     "every_element_written", "depends_on_inputs", "no_mutation", "no_aliasing",
-    "triton_launched", "no_pytorch_fallback", "contained",
+    "triton_launched", "no_pytorch_fallback", "contained", "static_clean",
 )
 DRAWS = 3
 """Fresh random draws per input set (the issue asks for at least 3)."""
+FALLBACK_SHARE = 0.5
+"""A candidate whose PyTorch compute ops (anything but allocation, views and copies:
+`guards.NON_COMPUTE_OPS`) touch at least this share of the elements the baseline's ops touch
+does the work in PyTorch, whichever ops it picked. A partial fusion that leaves one pointwise
+op of several to PyTorch stays under it."""
 DEFAULT_TIMEOUT_S = 300.0
-"""Per worker job; the Triton interpreter on a `shapes` entry can take a minute."""
+"""Per worker job when one is asked for explicitly (`kopt bench`); `kopt verify` fits its own
+default to the case (`fitted_timeout`)."""
+MAX_TIMEOUT_S = 600.0
+"""The cap of a fitted timeout, and the reference job's limit when none is given."""
+TIMEOUT_FLOOR_S = 60.0
+TIMEOUT_FACTOR = 20.0
 
 
 @dataclass
@@ -51,9 +63,16 @@ class Check:
     name: str
     passed: bool
     detail: str
+    ran: bool = True
+    """False when the check could not run (the candidate never imported); `passed` is False."""
+
+    @property
+    def status(self) -> str:
+        return "not run" if not self.ran else ("pass" if self.passed else "fail")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "detail": self.detail}
+        return {"name": self.name, "passed": self.passed, "detail": self.detail,
+                "status": self.status}
 
 
 @dataclass
@@ -66,13 +85,17 @@ class VerificationReport:
     checks: list[Check]
     input_sets: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    not_a_candidate: str = ""
+    """Why the file is not a candidate at all (empty, binary, no Python, no ModelNew): the
+    CLI's bad input (exit 2). Empty when it is one."""
 
     @property
     def accepted(self) -> bool:
         return bool(self.checks) and all(c.passed for c in self.checks)
 
     def failed(self) -> list[str]:
-        return [c.name for c in self.checks if not c.passed]
+        """Checks that ran and failed (checks that could not run are not listed)."""
+        return [c.name for c in self.checks if not c.passed and c.ran]
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
@@ -84,7 +107,8 @@ class VerificationReport:
 
     def to_text(self) -> str:
         """One line per check: what the user reads and the engineer's next attempt is fed."""
-        lines = [f"{c.name}: {'pass' if c.passed else 'FAIL'}: {c.detail}" for c in self.checks]
+        lines = [f"{c.name}: {'pass' if c.passed else 'FAIL' if c.ran else 'not run'}: {c.detail}"
+                 for c in self.checks]
         verdict = "accepted" if self.accepted else f"rejected ({', '.join(self.failed())})"
         return "\n".join(lines + [f"verdict: {verdict}"])
 
@@ -124,7 +148,8 @@ def plan_draws(case: Case, sets: Sequence[str], draws: int = DRAWS) -> _Plan:
 REFERENCE_SOURCES = ("harness/worker.py", "harness/case.py", "harness/data.py",
                      "harness/jobs/reference.py", "harness/verification/guards.py",
                      "harness/verification/tensors.py", "harness/verify.py",
-                     "harness/compare.py", "harness/tolerance.py")
+                     "harness/compare.py", "harness/tolerance.py", "harness/jobs/candidate.py",
+                     "harness/jobs/supervised.py", "harness/verification/static.py")
 
 
 def source_fingerprint(case: Case) -> str:
@@ -142,7 +167,7 @@ def source_fingerprint(case: Case) -> str:
 
 
 def verify_candidate(case: Case | str, candidate: Path | str, *, device: str | None = None,
-                     target: Target | str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                     target: Target | str | None = None, timeout: float | None = None,
                      on_line: LineSink | None = None, draws: int = DRAWS,
                      keep_jobs: bool = False) -> VerificationReport:
     """Verify one candidate file against its case (see the module docstring)."""
@@ -152,17 +177,25 @@ def verify_candidate(case: Case | str, candidate: Path | str, *, device: str | N
 
 def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
                       device: str | None = None, target: Target | str | None = None,
-                      timeout: float = DEFAULT_TIMEOUT_S, on_line: LineSink | None = None,
+                      timeout: float | None = None, on_line: LineSink | None = None,
                       draws: int = DRAWS, max_parallel: int = 1,
                       timeouts: dict[str, float] | None = None,
                       keep_jobs: bool = False) -> list[VerificationReport]:
     """Verify several candidates of one case on the same fresh draws, with one reference run
-    after every candidate worker has exited. `timeouts` overrides `timeout` per candidate
-    path (as given)."""
+    before any candidate's process starts. `timeout` per candidate job (None: fitted to the
+    case, `fitted_timeout`); `timeouts` overrides it per candidate path (as given)."""
     start = time.monotonic()
     case = case if isinstance(case, Case) else load_case(case)
-    paths = candidate_files(candidates)
+    all_paths = candidate_files(candidates)
     dev = resolve_device(case, device)
+    if timeout is not None and timeout <= 0:
+        raise BadInputError(f"--timeout must be a positive number of seconds (not {timeout:g})",
+                            fix=f"e.g. --timeout {DEFAULT_TIMEOUT_S:g}")
+    findings = {p: read_candidate(p) for p in all_paths}
+    paths = [p for p in all_paths if not findings[p].not_a_candidate]
+    if not paths:
+        return [_not_a_candidate(case.name, p, dev, findings[p], time.monotonic() - start)
+                for p in all_paths]
     runner = as_target(target)
     sets = case.verification_sets(on_gpu=dev == "cuda")
     plan = plan_draws(case, sets, draws)
@@ -175,43 +208,117 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
 
     fingerprint = source_fingerprint(case)
 
-    def run_candidate(path: Path) -> tuple[Path, WorkerOutcome, float]:
-        job_dir = stage_job("candidate", cand_request, case=case, candidate=path,
-                            tensors=plan.tensors)
-        t = (timeouts or {}).get(str(path), timeout)
-        t0 = time.monotonic()
-        return job_dir, runner.run(job_dir, timeout=t, env=env, on_line=on_line), t0
-
-    with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
-        cand_runs = list(pool.map(run_candidate, paths))
-    sources_intact = source_fingerprint(case) == fingerprint
-    cand_exit = time.monotonic()
-
+    # The reference first, in an isolated interpreter that no candidate code has touched;
+    # its outputs are held here, in the parent, and its job folder is gone before any
+    # candidate's process starts.
     ref_request = {**common, "sets": [{"name": s, "groups": plan.draws[s] + [plan.inplace[s]]}
                                       for s in sets]}
     ref_dir = stage_job("reference", ref_request, case=case, tensors=plan.tensors)
     try:
-        ref = runner.run(ref_dir, timeout=timeout, env=env, on_line=on_line)
+        ref = runner.run(ref_dir, timeout=timeout or MAX_TIMEOUT_S, env=env, on_line=on_line)
         if not ref.ok:
             raise BadInputError(f"the baseline of case {case.name!r} failed in the reference "
                                 f"worker: {ref.failure_reason()}",
                                 fix=f"run `kopt baseline {case.name}` to see the error")
         ref_outputs = {g: load_outputs(ref_dir / "out" / f"ref-{g}.safetensors")
                        for s in sets for g in plan.draws[s] + [plan.inplace[s]]}
-        reports = []
-        for path, (job_dir, outcome, _t0) in zip(paths, cand_runs, strict=True):
-            judge = _Judge(case, dev, plan, job_dir, outcome, ref.response or {}, ref_outputs,
-                           sources_intact, cand_exit)
-            reports.append(VerificationReport(case.name, str(path), dev, judge.checks(),
-                                              list(sets), time.monotonic() - start))
-            if not keep_jobs:
-                cleanup(job_dir)
-        return reports
     finally:
         if not keep_jobs:
             cleanup(ref_dir)
+    fitted = timeout or fitted_timeout(ref.elapsed_s, dev)
+
+    def run_candidate(path: Path) -> tuple[Path, WorkerOutcome, float]:
+        job_dir = stage_job("candidate", cand_request, case=case, candidate=path,
+                            tensors=plan.tensors)
+        t = (timeouts or {}).get(str(path), fitted)
+        t0 = time.monotonic()
+        return job_dir, runner.run(job_dir, timeout=t, env=env, on_line=on_line), t0
+
+    with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
+        cand_runs = list(pool.map(run_candidate, paths))
+    try:
+        sources_intact = source_fingerprint(case) == fingerprint
+        cand_exit = time.monotonic()
+        judged: dict[Path, VerificationReport] = {}
+        for path, (job_dir, outcome, _t0) in zip(paths, cand_runs, strict=True):
+            judge = _Judge(case, dev, plan, job_dir, outcome, ref.response or {}, ref_outputs,
+                           sources_intact, cand_exit, findings[path], path)
+            judged[path] = VerificationReport(case.name, str(path), dev, judge.checks(),
+                                              list(sets), time.monotonic() - start)
+        return [judged[p] if p in judged else
+                _not_a_candidate(case.name, p, dev, findings[p], time.monotonic() - start)
+                for p in all_paths]
+    finally:
+        if not keep_jobs:
             for job_dir, _o, _t in cand_runs:
                 cleanup(job_dir)
+
+
+def fitted_timeout(reference_s: float, device: str) -> float:
+    """The default per-candidate timeout: `TIMEOUT_FACTOR` times what the reference job took
+    (start-up included), at least `TIMEOUT_FLOOR_S` (more on the CPU interpreter, which runs a
+    kernel far slower than eager runs the baseline), at most `MAX_TIMEOUT_S`."""
+    floor = TIMEOUT_FLOOR_S * (2 if device == "cpu" else 1)
+    return float(min(MAX_TIMEOUT_S, max(floor, TIMEOUT_FACTOR * reference_s)))
+
+
+@dataclass
+class _Source:
+    """What the parent reads of a candidate file before anything runs."""
+
+    not_a_candidate: str = ""
+    findings: list[Any] = field(default_factory=list)
+
+
+def read_candidate(path: Path) -> _Source:
+    """The file as the parent sees it: is it a candidate at all, and what does the static
+    check refuse in it (harness.verification.static)?"""
+    from kopt.harness.verification.static import scan_source
+
+    raw = path.read_bytes()
+    if not raw.strip():
+        return _Source(f"{path} is empty: a candidate defines `class ModelNew(nn.Module)`")
+    if b"\0" in raw:
+        return _Source(f"{path} is a binary file, not Python source")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return _Source(f"{path} is not UTF-8 text (byte {err.start}): not Python source")
+    try:
+        findings = scan_source(text, str(path))
+    except SyntaxError as err:
+        where = f"{path}:{err.lineno}" + (f":{err.offset}" if err.offset else "")
+        code = (err.text or "").strip()
+        return _Source(f"{where}: SyntaxError: {err.msg}" + (f": {code}" if code else ""))
+    if not _binds_model_new(text):
+        return _Source(f"{path} defines no `ModelNew` (a candidate defines "
+                       f"`class ModelNew(nn.Module)`)")
+    return _Source("", findings)
+
+
+def _binds_model_new(text: str) -> bool:
+    import ast
+
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "ModelNew" for t in targets):
+                return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (a.asname or a.name) == "ModelNew" for a in node.names):
+            return True
+    return False
+
+
+def _not_a_candidate(case: str, path: Path, device: str, source: _Source,
+                     elapsed: float) -> VerificationReport:
+    why = source.not_a_candidate
+    checks = [Check("loads", False, why)] + [
+        Check(n, False, "not run: the file is not a candidate", ran=False)
+        for n in CHECK_NAMES if n != "loads"]
+    return VerificationReport(case, str(path), device, checks, [], elapsed, not_a_candidate=why)
 
 
 class _Judge:
@@ -220,7 +327,10 @@ class _Judge:
     def __init__(self, case: Case, device: str, plan: _Plan, job_dir: Path,
                  outcome: WorkerOutcome, ref_response: dict[str, Any],
                  ref_outputs: dict[str, list[torch.Tensor] | None], sources_intact: bool,
-                 cand_exit: float) -> None:
+                 cand_exit: float, source: _Source | None = None,
+                 path: Path | None = None) -> None:
+        self.source = source or _Source()
+        self.path = path
         self.case, self.device, self.plan = case, device, plan
         self.out = job_dir / "out"
         self.outcome = outcome
@@ -231,7 +341,10 @@ class _Judge:
         stage_file = self.out / "stage"
         self.stage = self.resp.get("stage") or (stage_file.read_text().strip()
                                                 if stage_file.is_file() else "start")
-        self.completed = outcome.ok and self.resp.get("stage") == "done"
+        # A record counts only from a worker that exited by itself with status 0: the
+        # supervisor (harness.jobs.supervised) writes it after the candidate's process is gone.
+        self.completed = (outcome.ok and outcome.returncode == 0
+                          and self.resp.get("stage") == "done")
         self._cand: dict[str, list[torch.Tensor] | None] = {}
 
     # -- helpers -------------------------------------------------------------------------------
@@ -251,13 +364,17 @@ class _Judge:
         return (self.resp.get("sets") or {}).get(set_name, {}).get("forwards", [])
 
     def not_checked(self, name: str) -> Check:
+        if self.stage in ("import", "start", "build", "load_state_dict"):
+            return Check(name, False, f"not run: the candidate did not load ({self.stage})",
+                         ran=False)
         return Check(name, False, f"not checked: the candidate did not complete "
                                   f"({self.why_incomplete()})")
 
     def why_incomplete(self) -> str:
         if self.outcome.timed_out or not self.resp:
             return f"{self.outcome.failure_reason()} during {self.stage}"
-        return f"{self.stage} failed: {self.resp.get('error') or self.outcome.failure_reason()}"
+        return (f"{self.stage} failed: {self._error() or self.outcome.failure_reason()}"
+                f"{self._where()}")
 
     # -- checks ----------------------------------------------------------------------------------
 
@@ -265,6 +382,7 @@ class _Judge:
         found = {
             "loads": self.loads(), "contained": self.contained(),
             "isolated_reference": self.isolated_reference(), "no_tampering": self.no_tampering(),
+            "static_clean": self.static_clean(),
         }
         for name, fn in (("correct", self.correct), ("finite", self.finite),
                          ("every_element_written", self.every_element_written),
@@ -275,15 +393,43 @@ class _Judge:
             found[name] = fn() if self.completed else self.not_checked(name)
         return [found[n] for n in CHECK_NAMES]
 
+    def static_clean(self) -> Check:
+        found = self.source.findings
+        if found:
+            more = f" (+{len(found) - 5} more)" if len(found) > 5 else ""
+            return Check("static_clean", False, "refused in the source: "
+                         + "; ".join(f.text() for f in found[:5]) + more)
+        return Check("static_clean", True, "no introspection, patching, process, file or "
+                                           "other-array-library use in the source "
+                                           "(docs/VERIFY.md lists what is allowed)")
+
+    def _where(self) -> str:
+        """The candidate's own file and line where it failed (from the worker's traceback)."""
+        tb = str(self.resp.get("traceback") or "")
+        if self.path is not None and tb.startswith("at candidate.py:"):
+            return " at " + tb.split("\n", 1)[0][3:].replace("candidate.py", str(self.path), 1)
+        return ""
+
+    def _error(self) -> str:
+        err = str(self.resp.get("error") or "")
+        if self.path is not None:
+            err = err.replace("candidate.py", str(self.path))
+        return err
+
     def loads(self) -> Check:
         if self.stage in ("forward", "done"):
+            imp = self.resp.get("import_s")
+            took = f" (import {imp} s)" if imp is not None else ""
             return Check("loads", True, f"imported, built ModelNew, loaded the baseline's "
-                                        f"state_dict strictly (import {self.resp.get('import_s', '?')} s)")
+                                        f"state_dict strictly{took}")
         if self.resp.get("error"):
-            return Check("loads", False, f"{self.stage}: {self.resp['error']}")
+            return Check("loads", False, f"{self.stage}: {self._error()}{self._where()}")
         return Check("loads", False, f"{self.outcome.failure_reason()} during {self.stage}")
 
     def contained(self) -> Check:
+        if (not self.completed and not self.outcome.timed_out and self.resp.get("error")
+                and self.stage in ("import", "build", "load_state_dict")):
+            return Check("contained", False, "not run: the candidate did not load", ran=False)
         if self.completed:
             return Check("contained", True, f"every forward completed; worker exited cleanly in "
                                             f"{self.outcome.elapsed_s:.1f} s")
@@ -295,10 +441,12 @@ class _Judge:
             return Check("isolated_reference", False,
                          "the case's files or the harness's source changed while candidate code "
                          "ran; the reference would not be the baseline's")
+        ref_pid = self.ref_resp.get("pid")
         return Check("isolated_reference", True,
-                     f"baseline computed in a fresh worker (pid {self.ref_resp.get('pid')}) "
-                     f"started after the candidate's worker (pid {self.resp.get('pid')}) exited, "
-                     f"from a copy of the case; seeds never left the parent")
+                     f"baseline computed in an isolated interpreter (python -I -S"
+                     f"{f', pid {ref_pid}' if ref_pid else ''}) before any candidate code ran, "
+                     f"from a copy of the case; its outputs held only by kopt; the case and "
+                     f"the harness unchanged after the candidate ran")
 
     def no_tampering(self) -> Check:
         problems: list[str] = list(self.resp.get("tampering") or [])
@@ -319,7 +467,10 @@ class _Judge:
         if problems:
             more = f" (+{len(problems) - 6} more)" if len(problems) > 6 else ""
             return Check("no_tampering", False, "; ".join(problems[:6]) + more)
-        if not self.resp:
+        if not self.resp or self.resp.get("tampering") is None:
+            if self.stage in ("import", "start") and not self.outcome.timed_out:
+                return Check("no_tampering", False, "not run: the candidate did not load",
+                             ran=False)
             return Check("no_tampering", False, "not checked: the worker left no record "
                                                 f"({self.outcome.failure_reason()})")
         return Check("no_tampering", True, "no torch, clock or harness object replaced; no "
@@ -340,6 +491,19 @@ class _Judge:
                 if not cmp.ok:
                     return Check("correct", False, f"{set_name} draw {i}: {cmp.to_text()}")
                 worst = max(worst, cmp.rel_err)
+            # A result must still hold its values after the next call (checked on the live
+            # tensors the candidate returned, sent again after that call).
+            draws = self.plan.draws[set_name]
+            for i, group in enumerate(draws[:-1]):
+                later = self.cand(f"previous-cand-{draws[i + 1]}")
+                if later is None:
+                    continue
+                cmp = compare_outputs(later, self.ref[group] or [], tol)
+                if not cmp.ok:
+                    return Check("correct", False,
+                                 f"{set_name} draw {i}: the result changed when forward ran "
+                                 f"again (a result must stay valid after the next call): "
+                                 f"{cmp.to_text()}")
         n = len(self.plan.draws[self.plan.sets[0]])
         return Check("correct", True, f"{n} fresh draws x {len(self.plan.sets)} input sets "
                                       f"({', '.join(self.plan.sets)}) within tolerance; worst "
@@ -348,6 +512,11 @@ class _Judge:
     def _structure(self, set_name: str) -> str:
         ref = (self.ref_resp.get("sets") or {}).get(set_name, {}).get("structure") or {}
         for f in self.forwards(set_name):
+            odd = [t for t in f.get("output_types", []) if t != "torch.Tensor"]
+            if odd:
+                return (f"forward returned a {odd[0]}, not a plain torch.Tensor (a tensor "
+                        f"subclass may compute when first touched, outside forward and "
+                        f"outside any timer)")
             got = f.get("structure") or {}
             if len(got.get("devices", [])) != len(ref.get("devices", [])):
                 return (f"{len(got.get('devices', []))} output tensors, the baseline returns "
@@ -451,7 +620,12 @@ class _Judge:
             for f in self.forwards(set_name):
                 if f.get("aliasing"):
                     return Check("no_aliasing", False, f"{set_name}: {'; '.join(f['aliasing'][:3])}")
-        return Check("no_aliasing", True, "outputs share no storage with inputs or weights")
+                if f.get("previous_shares_storage"):
+                    return Check("no_aliasing", False,
+                                 f"{set_name}: a call returned storage that the previous call's "
+                                 f"result still holds (the same output tensor on every call)")
+        return Check("no_aliasing", True, "outputs share no storage with inputs, weights or "
+                                          "the previous call's result")
 
     def triton_launched(self) -> Check:
         kernels: set[str] = set()
@@ -461,22 +635,51 @@ class _Judge:
                     return Check("triton_launched", False,
                                  f"{set_name}: a forward launched no Triton kernel")
                 kernels.update(f.get("kernels", []))
+        for set_name in self.plan.sets:
+            for f in self.forwards(set_name):
+                ran = f.get("device_kernels")
+                if ran is None:
+                    continue  # the CPU interpreter, or no CUDA profiler here
+                named = [k for k in f.get("kernels", []) if any(k in name for name in ran)]
+                if not named:
+                    return Check("triton_launched", False,
+                                 f"{set_name}: the device's own trace (CUDA activity records) "
+                                 f"shows none of the Triton kernels counted as launched "
+                                 f"({', '.join(f.get('kernels', [])) or 'none'})")
         launches = [f["launches"] for s in self.plan.sets for f in self.forwards(s)]
         return Check("triton_launched", True, f"{', '.join(sorted(kernels))} "
                                               f"({min(launches)}-{max(launches)} launches per forward)")
 
     def no_pytorch_fallback(self) -> Check:
         remaining: set[str] = set()
+        worst = 0.0
         for set_name in self.plan.sets:
-            base = set((self.ref_resp.get("sets") or {}).get(set_name, {}).get("compute_ops", []))
+            ref_set = (self.ref_resp.get("sets") or {}).get(set_name, {})
+            base = set(ref_set.get("compute_ops", []))
+            base_work = sum((ref_set.get("compute_elements") or {}).values())
             ran: set[str] = set()
             for f in self.forwards(set_name):
+                if f.get("hidden_ops"):
+                    return Check("no_pytorch_fallback", False,
+                                 f"{set_name}: PyTorch compute ops ran while the harness's op "
+                                 f"recorder was switched off ({', '.join(f['hidden_ops'][:6])}; "
+                                 f"seen by the profiler's C++ record)")
                 ran.update(f.get("compute_ops", []))
+                work = sum((f.get("compute_elements") or {}).values())
+                if base_work and work:
+                    share = work / base_work
+                    worst = max(worst, share)
+                    if share >= FALLBACK_SHARE:
+                        ops = ", ".join(sorted(f.get("compute_ops", [])))
+                        return Check("no_pytorch_fallback", False,
+                                     f"{set_name}: PyTorch compute ops ({ops}) touch "
+                                     f"{share:.0%} of the elements the baseline's ops touch: "
+                                     f"the work is done by PyTorch, not by the Triton kernel")
             if base and base <= ran:
                 return Check("no_pytorch_fallback", False,
                              f"{set_name}: still runs every PyTorch compute op the baseline runs "
                              f"({', '.join(sorted(base))}); a Triton kernel beside them is a decoy")
-            remaining |= ran & base
+            remaining |= ran
+        share = f" ({worst:.0%} of the baseline's PyTorch work)" if remaining else ""
         return Check("no_pytorch_fallback", True,
-                     f"PyTorch ops remaining: {', '.join(sorted(remaining)) or 'none'}")
-
+                     f"PyTorch ops remaining: {', '.join(sorted(remaining)) or 'none'}{share}")

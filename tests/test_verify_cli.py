@@ -26,7 +26,8 @@ def test_accepted_exits_0_with_json_contract(workspace: Path, capsys: pytest.Cap
     assert set(data) == {"accepted", "case", "candidate", "device", "checks"}
     assert data["accepted"] is True and data["case"] == "softmax_small" and data["device"] == "cpu"
     assert [c["name"] for c in data["checks"]] == list(CHECK_NAMES)
-    assert all(set(c) == {"name", "passed", "detail"} and c["passed"] for c in data["checks"])
+    assert all(set(c) == {"name", "passed", "detail", "status"} and c["passed"]
+               and c["status"] == "pass" for c in data["checks"])
     assert "triton_launched" in out and "_softmax_kernel" in out
 
 

@@ -15,6 +15,10 @@ import pytest
 
 from kopt.harness.verify import CHECK_NAMES, VerificationReport, verify_candidates
 
+# One fixture verifies ~45 candidates (a few CPU seconds each, minutes on a shared machine);
+# its setup counts against the first test's limit.
+pytestmark = pytest.mark.timeout(1800)
+
 CORPUS = Path(__file__).parent / "corpus"
 CASES = CORPUS / "cases"
 
@@ -44,9 +48,25 @@ CHEATS: dict[str, tuple[str, str]] = {
     "wrong_state_dict.py": ("ln_gelu_small", "loads"),
     "near_zero_output.py": ("softmax_small", "correct"),
     "edits_case.py": ("ln_gelu_small", "isolated_reference"),
+    # issue 23's classes (docstring of each file names its class)
+    "c01_hides_fallback_from_recorder.py": ("softmax_small", "no_pytorch_fallback"),
+    "c01_numpy_does_the_compute.py": ("softmax_small", "static_clean"),
+    "c02_forges_launch_counter.py": ("softmax_small", "triton_launched"),
+    "c03_fallback_with_other_ops.py": ("softmax_small", "no_pytorch_fallback"),
+    "c04_patches_json.py": ("softmax_small", "no_tampering"),
+    "c05_stdout_flush_overwrites_outputs.py": ("softmax_small", "correct"),
+    "c06_reads_staged_inputs.py": ("softmax_small", "correct"),
+    "c07_plants_pth_for_the_reference.py": ("softmax_small", "correct"),
+    "c08_driver_stream_replaced.py": ("softmax_small", "no_tampering"),
+    "c09_empty_grid_launch.py": ("softmax_small", "triton_launched"),
+    "c09_reference_from_the_stack.py": ("softmax_small", "static_clean"),
+    "c10_writes_its_own_record.py": ("softmax_small", "loads"),
+    "c16_lazy_tensor_subclass.py": ("softmax_small", "correct"),
+    "c17_same_output_every_call.py": ("softmax_small", "no_aliasing"),
 }
-# Verified alone, on its own copy of the case: it rewrites the workspace's cases/*/model.py.
-ALONE = {"edits_case.py"}
+# Verified alone, on its own copy of the case: it rewrites the workspace's cases/*/model.py;
+# the .pth planter writes into the user's site-packages (HOME points at a temporary folder).
+ALONE = {"edits_case.py", "c07_plants_pth_for_the_reference.py"}
 
 HONEST: dict[str, str] = {
     "layernorm_gelu.py": "ln_gelu_small",
@@ -54,6 +74,8 @@ HONEST: dict[str, str] = {
     "softmax.py": "softmax_small",
     "rmsnorm.py": "rmsnorm_small",
     "rmsnorm_partial_fusion.py": "rmsnorm_small",
+    "softmax_autotuned.py": "softmax_small",
+    "softmax_compiled_launcher.py": "softmax_small",
 }
 HANG_TIMEOUT_S = 15.0
 
@@ -61,7 +83,7 @@ HANG_TIMEOUT_S = 15.0
 @pytest.fixture(scope="module")
 def corpus_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, VerificationReport]:
     home = tmp_path_factory.mktemp("corpus-home")
-    old = {k: os.environ.get(k) for k in ("KOPT_HOME", "KOPT_CACHE")}
+    old = {k: os.environ.get(k) for k in ("KOPT_HOME", "KOPT_CACHE", "HOME", "KOPT_TEST_POISON")}
     os.environ["KOPT_HOME"] = str(home)
     os.environ["KOPT_CACHE"] = str(home / "cache")
     try:
@@ -77,8 +99,12 @@ def corpus_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verifi
             for path, report in zip(files, verify_candidates(
                     CASES / case, files, device="cpu", max_parallel=2, timeouts=timeouts), strict=True):
                 reports[path.name] = report
+        # c07's .pth acts only with KOPT_TEST_POISON set, and lands under this HOME.
+        os.environ["HOME"] = str(home)
+        os.environ["KOPT_TEST_POISON"] = "1"
         for name in ALONE:
-            shutil.copytree(CASES / CHEATS[name][0], home / "cases" / CHEATS[name][0])
+            shutil.copytree(CASES / CHEATS[name][0], home / "cases" / CHEATS[name][0],
+                            dirs_exist_ok=True)
             reports[name] = verify_candidates(home / "cases" / CHEATS[name][0],
                                               [CORPUS / "cheats" / name], device="cpu")[0]
         return reports
@@ -105,7 +131,7 @@ def test_cheat_is_rejected_by_its_check(name: str, corpus_reports: dict[str, Ver
     assert not report.accepted
     check = report.check(expected)
     assert not check.passed, f"{name}: {expected} passed: {check.detail}\n{report.to_text()}"
-    assert check.detail and not check.detail.startswith("not checked"), check.detail
+    assert check.detail and not check.detail.startswith(("not checked", "not run")), check.detail
 
 
 @pytest.mark.parametrize("name", sorted(HONEST))
@@ -132,3 +158,17 @@ def test_failure_text_names_the_bad_elements(corpus_reports: dict[str, Verificat
 def test_hang_is_cut_at_the_timeout(corpus_reports: dict[str, VerificationReport]) -> None:
     assert "timed out" in corpus_reports["hangs.py"].check("contained").detail
     assert "SIGSEGV" in corpus_reports["segfaults.py"].check("contained").detail
+
+
+def test_a_file_that_never_imports_says_the_one_cause(tmp_path: Path) -> None:
+    """issue 17: one cause, the other checks 'not run', the user's own file and line."""
+    from kopt.harness.verify import verify_candidate
+
+    bad = tmp_path / "my_kernel.py"
+    bad.write_text("import torch\ndef f(:\n    pass\n")
+    report = verify_candidate(CASES / "softmax_small", bad, device="cpu")
+    assert report.not_a_candidate and str(bad) in report.check("loads").detail
+    assert ":2:" in report.check("loads").detail
+    assert all(c.status == "not run" for c in report.checks if c.name != "loads")
+    assert report.to_dict()["checks"][1]["status"] == "not run"
+    assert "candidate.py" not in report.to_text()

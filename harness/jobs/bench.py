@@ -4,6 +4,10 @@ Request: `{"job": "bench", "case_dir", "device", "precision", "input_set", "vari
 ["eager", "compile"] | ["candidate"], "pool": [group, ...], "check": group,
 "timing_options": {...}}` with `inputs/weights.safetensors` and `inputs/<group>.safetensors`.
 
+A candidate is timed under a supervisor (harness.jobs.supervised): the staged inputs are
+taken off the disk before its process is forked and sent after it is imported; the output
+sample and the results leave through the link and are written once its process is gone.
+
 Between timed calls `rotate(i)` writes the next pool group's values into the live input
 tensors in place (fresh values, same storage: no cache keyed by address or shape helps).
 After timing, the `check` group's values are written in and one forward's outputs are saved
@@ -21,6 +25,96 @@ import torch
 
 
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
+    if request["variants"] == ["candidate"]:
+        return _run_supervised(job_dir, request)
+    return _bench(job_dir, request, _files(job_dir), _save_file(job_dir), None)
+
+
+def _files(job_dir: Path) -> Any:
+    from kopt.harness.verification import tensors
+
+    return lambda name, device: tensors.load_bases(job_dir / "inputs" / f"{name}.safetensors",
+                                                   device)
+
+
+def _save_file(job_dir: Path) -> Any:
+    from kopt.harness.verification import tensors
+
+    return lambda variant, seen: tensors.save_tensors(
+        seen, job_dir / "out" / f"check-{variant}.safetensors")
+
+
+def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
+    """A candidate is timed in a forked child (harness.jobs.supervised): the staged inputs
+    are taken off the disk first and sent after import; the output sample and the results
+    come back through the link and are written here once the child is gone."""
+    from kopt.harness.jobs import supervised
+    from kopt.harness.jobs.candidate import _death
+
+    staged = supervised.take_staged_inputs(job_dir)
+
+    def child(link: Any) -> None:
+        from safetensors.torch import load as st_load
+        from safetensors.torch import save as st_save
+
+        send = link.send
+
+        def load_candidate() -> Any:
+            from kopt.harness.jobs.candidate import _load_candidate
+
+            cls = _load_candidate(job_dir / request["candidate"])
+            send({"ev": "imported"})
+            msg = link.recv()
+            given.update({k: bytes(v) for k, v in (msg.get("inputs") or {}).items()})
+            return cls
+
+        given: dict[str, bytes] = {}
+
+        def load(name: str, device: str) -> Any:
+            return {k: v.to(device) for k, v in st_load(given[name]).items()}
+
+        def save(variant: str, seen: list[Any]) -> None:
+            send({"ev": "sample", "data": st_save({f"o{i}": t.detach().to("cpu").contiguous()
+                                                   for i, t in enumerate(seen)})})
+
+        try:
+            response = _bench(job_dir, request, load, save, load_candidate)
+        except BaseException as err:  # candidate code: any failure is data
+            response = {"ok": False, "error": f"{type(err).__name__}: {err}"[:1000]}
+        send({"ev": "result", "response": _plain_json(response)})
+
+    pid, link = supervised.fork_child(child)
+    sample: bytes | None = None
+    result: dict[str, Any] | None = None
+    try:
+        while result is None:
+            msg = link.recv()
+            if msg.get("ev") == "imported":
+                link.send({"inputs": staged})
+            elif msg.get("ev") == "sample" and sample is None:
+                sample = bytes(msg.get("data") or b"")
+            elif msg.get("ev") == "result":
+                result = dict(msg.get("response") or {})
+    except supervised.ChannelClosed:
+        pass
+    status = supervised.end_child(pid, link)
+    out = supervised.clear_out(job_dir)
+    if result is None:
+        return {"ok": False, "error": _death(status, "no result")}
+    if sample:
+        (out / "check-candidate.safetensors").write_bytes(sample)
+    result["supervisor_pid"] = os.getpid()
+    return result
+
+
+def _plain_json(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value, default=str))
+
+
+def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
+           load_candidate: Any) -> dict[str, Any]:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
@@ -37,13 +131,6 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     case = load_case_dir(job_dir / request["case_dir"])
     input_set = request["input_set"]
     resolved = case.input_set(input_set)
-    weights = tensors.load_bases(job_dir / "inputs" / "weights.safetensors", "cpu")
-    pool = [tensors.load_bases(job_dir / "inputs" / f"{g}.safetensors", device)
-            for g in request["pool"]]
-    check = tensors.load_bases(job_dir / "inputs" / f"{request['check']}.safetensors", device)
-    live = {k: v.clone() for k, v in pool[0].items()}
-    inputs = tensors.materialize(resolved, live, device)
-
     counter = guards.LaunchCounter()
     counter.install()
     if device == "cuda":
@@ -52,12 +139,13 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     base = guards.take_baseline()
 
     variants = request["variants"]
-    if variants == ["candidate"]:
-        from kopt.harness.jobs.candidate import _load_candidate
-
-        cls = _load_candidate(job_dir / request["candidate"])
-    else:
-        cls = model_class(case)
+    # A candidate is imported before any input exists in its process (sent after import).
+    cls = load_candidate() if load_candidate is not None else model_class(case)
+    weights = load("weights", "cpu")
+    pool = [load(g, device) for g in request["pool"]]
+    check = load(request["check"], device)
+    live = {k: v.clone() for k, v in pool[0].items()}
+    inputs = tensors.materialize(resolved, live, device)
     model = instantiate(cls, resolved, case.model_file)
     model.load_state_dict(weights, strict=True)
     model = model.to(device).eval()
@@ -98,7 +186,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             seen = [t.detach().clone() for t in outs]
             if device == "cuda":
                 torch.cuda.synchronize()
-            tensors.save_tensors(seen, job_dir / "out" / f"check-{variant}.safetensors")
+            save_check(variant, seen)
         except Exception as err:
             results[variant] = {"ok": False, "error": f"{type(err).__name__}: {err}"[:1000]}
             continue

@@ -1,16 +1,20 @@
-"""`candidate`: run a candidate's forward on staged inputs, under observation, in the worker.
+"""`candidate`: run a candidate's forward on staged inputs, under observation.
 
 Request: `{"job": "candidate", "case_dir", "candidate", "device", "precision", "sets":
 [{"name", "draws": [group, ...], "inplace": group}]}` with `inputs/weights-<set>.safetensors`
 and `inputs/<group>.safetensors` staged by the parent (harness.verify).
 
-Per input set: draw 0 runs twice with different poison patterns (every element written?),
-every draw runs on fresh tensors, then the last draw's input tensors get the `inplace` group's
-values written into the same storage and run again (depends on inputs?). Writes raw tensors:
-`out/cand-<group>.safetensors`, `out/cand-<set>-poison-b.safetensors`,
-`out/post-<group>.safetensors` (inputs after forward), `out/weights-post-<set>.safetensors`;
-and facts (launches, aten ops, aliasing, tampering, leftovers) to the response. It judges
-nothing: the parent does.
+The worker process is a supervisor (harness.jobs.supervised): it takes the staged inputs off
+the disk, forks a child that imports the candidate, and only after the child says "imported"
+sends it inputs, one forward at a time. Per input set: draw 0 runs twice with different poison
+patterns (every element written?), every draw runs on fresh tensors, then the last draw's input
+tensors get the `inplace` group's values written into the same storage and run again (depends
+on inputs?). After each call the previous call's result is sent again as it is now (a result
+must not change on the next call). Launches and aten compute ops are streamed as they happen.
+When the child is gone the supervisor writes `out/cand-<group>.safetensors`,
+`out/cand-<set>-poison-b.safetensors`, `out/previous-cand-<group>.safetensors`,
+`out/post-<group>.safetensors` (inputs after forward), `out/weights-post-<set>.safetensors` and
+the facts in the response. It judges nothing: the parent does.
 """
 
 from __future__ import annotations
@@ -29,84 +33,284 @@ CANDIDATE_MODULE = "kopt_candidate"
 
 
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
+    """The supervisor (harness.jobs.supervised): never imports the candidate; drives a forked
+    child through the plan, then writes the job's record after the child is gone."""
+    from kopt.harness.jobs import supervised
+
+    staged = supervised.take_staged_inputs(job_dir)
+    out_dir = job_dir / "out"
+    _progress(out_dir, "import")
+    pid, link = supervised.fork_child(lambda lk: _child(lk, job_dir, request))
+    record = _Record()
+    try:
+        _drive(link, request, staged, record, out_dir)
+    except supervised.ChannelClosed as err:
+        record.lost = str(err)
+    status = supervised.end_child(pid, link)
+    out = supervised.clear_out(job_dir)
+    for name, data in record.files.items():
+        (out / f"{name}.safetensors").write_bytes(data)
+    response = record.response
+    response["pid"] = pid
+    response["supervisor_pid"] = os.getpid()
+    if record.lost and response.get("stage") != "done":
+        response["ok"] = False
+        if not response.get("error"):
+            response["error"] = _death(status, record.lost)
+    (out / "stage").write_text(str(response.get("stage")))
+    return response
+
+
+def _death(status: int | None, why: str) -> str:
+    if status is not None and status < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = str(-status)
+        return f"the candidate's process was killed by signal {name} (crash, segfault or out of memory)"
+    if status is not None:
+        return f"the candidate's process exited with status {status} before its work was done"
+    return f"the candidate's process stopped answering ({why})"
+
+
+class _Record:
+    """What the supervisor has received so far: facts as they arrived, and output files."""
+
+    def __init__(self) -> None:
+        self.response: dict[str, Any] = {"ok": False, "stage": "import", "sets": {}}
+        self.files: dict[str, bytes] = {}
+        self.lost = ""
+        self.ops: dict[str, int] = {}
+        self.launches: list[dict[str, Any]] = []
+
+
+def _expect(link: Any, record: _Record, want: str) -> dict[str, Any]:
+    """Messages until `want`; launches and ops streamed meanwhile are kept by the supervisor."""
+    while True:
+        msg = link.recv()
+        ev = msg.get("ev")
+        if ev == "op":
+            name = str(msg.get("name"))
+            record.ops[name] = record.ops.get(name, 0) + int(msg.get("elements") or 0)
+        elif ev == "launch":
+            record.launches.append({"kernel": str(msg.get("kernel")),
+                                    "stream": msg.get("stream"),
+                                    "programs": int(msg.get("programs") or 0)})
+        elif ev == "failed":
+            record.response.update(ok=False, stage=str(msg.get("stage")),
+                                   error=str(msg.get("error"))[:2000],
+                                   traceback=str(msg.get("traceback"))[-3000:])
+            raise _Failed()
+        elif ev == want:
+            return msg
+        else:
+            raise _Failed()
+
+
+class _Failed(Exception):
+    pass
+
+
+def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record: _Record,
+           out_dir: Path) -> None:
+    resp = record.response
+    try:
+        msg = _expect(link, record, "imported")
+        resp["import_s"] = msg.get("import_s")
+        _progress(out_dir, "forward")
+        for item in request["sets"]:
+            set_name = item["name"]
+            facts: dict[str, Any] = {"forwards": []}
+            resp["sets"][set_name] = facts
+            link.send({"op": "set", "name": set_name, "weights": staged[f"weights-{set_name}"]})
+            resp["stage"] = "build"
+            _expect(link, record, "built")
+            resp["stage"] = "forward"
+
+            def forward(group: str, poison: str, out_name: str, post: str | None,
+                        inplace: bool = False, facts: dict[str, Any] = facts) -> None:
+                record.ops, record.launches = {}, []
+                link.send({"op": "inplace" if inplace else "forward", "inputs": staged[group],
+                           "poison": poison})
+                msg = _expect(link, record, "forward")
+                fact = dict(msg.get("fact") or {})
+                # Launches and ops are the ones streamed while forward ran, not a summary.
+                fact["launches"] = len(record.launches)
+                fact["kernels"] = sorted({x["kernel"] for x in record.launches})
+                fact["launch_streams"] = [x["stream"] for x in record.launches]
+                fact["compute_ops"] = sorted(record.ops)
+                fact["compute_elements"] = dict(record.ops)
+                facts["forwards"].append(fact)
+                record.files[out_name] = bytes(msg.get("outputs") or b"")
+                if post is not None:
+                    record.files[post] = bytes(msg.get("post") or b"")
+                if msg.get("previous") is not None:
+                    record.files[f"previous-{out_name}"] = bytes(msg["previous"])
+
+            draws = item["draws"]
+            for i, group in enumerate(draws):
+                forward(group, "a", f"cand-{group}", f"post-{group}")
+                if i == 0 and item.get("poison_b", True):
+                    forward(group, "b", f"cand-{set_name}-poison-b", None)
+            forward(item["inplace"], "a", f"cand-{item['inplace']}", f"post-{item['inplace']}",
+                    inplace=True)
+            facts["inplace_same_storage"] = bool(facts["forwards"][-1].get("inplace_same_storage"))
+            link.send({"op": "weights"})
+            msg = _expect(link, record, "weights")
+            record.files[f"weights-post-{set_name}"] = bytes(msg.get("data") or b"")
+        link.send({"op": "finish"})
+        msg = _expect(link, record, "done")
+        for key in ("tampering", "leftovers", "spawns", "writes"):
+            resp[key] = msg.get(key)
+        resp.update(ok=True, stage="done")
+    except _Failed:
+        try:  # what the child observed up to its failure
+            msg = link.recv()
+            if msg.get("ev") == "observations":
+                for key in ("tampering", "leftovers", "spawns", "writes"):
+                    resp[key] = msg.get(key)
+        except Exception:  # noqa: BLE001 (it may be gone)
+            pass
+
+
+def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
+    """The forked child: imports the candidate, then runs what the supervisor asks, one
+    request at a time. Every fact leaves through `link` as soon as it exists."""
     import triton  # noqa: F401  (imported before the snapshot: triton is not the candidate)
     import triton.language  # noqa: F401
-    from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: F401
+    from safetensors.torch import load as st_load
+    from safetensors.torch import save as st_save
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import instantiate
     from kopt.harness.verification import guards, tensors
 
+    send = link.send
+
+    def send_launch(launch: Any) -> None:
+        send({"ev": "launch", "kernel": launch.kernel, "stream": launch.stream,
+              "programs": launch.programs})
+
+    def send_op(name: str, elements: int) -> None:
+        send({"ev": "op", "name": name, "elements": elements})
+
+    def pack(named: dict[str, torch.Tensor]) -> bytes:
+        return st_save({k: v.detach().to("cpu", copy=True).contiguous() for k, v in named.items()})
+
     device = request["device"]
     guards.set_precision(request.get("precision", "strict"))
     case = load_case_dir(job_dir / request["case_dir"])
-    counter = guards.LaunchCounter()
+    counter = guards.LaunchCounter(sink=send_launch)
     counter.install()
     audit = guards.AuditWatch([job_dir])
     if device == "cuda":
         torch.cuda.init()
     guards.warm_up_triton(device)
+    counter.take()
     base = guards.take_baseline()
-    response: dict[str, Any] = {"ok": False, "stage": "import", "pid": os.getpid(), "sets": {}}
-    out_dir = job_dir / "out"
-    _progress(out_dir, "import")
+
+    def fail(stage: str, err: BaseException) -> None:
+        audit.armed = False
+        send({"ev": "failed", "stage": stage, "error": _error_line(err),
+              "traceback": _candidate_traceback(err, job_dir / request["candidate"])})
+        send({"ev": "observations", **_observations(audit, base, counter)})
 
     audit.armed = True
     t0 = time.monotonic()
     try:
         cls = _load_candidate(job_dir / request["candidate"])
     except BaseException as err:  # candidate code: any failure is data
-        return _failed(response, "import", err, audit, base, counter)
-    response["import_s"] = round(time.monotonic() - t0, 3)
+        fail("import", err)
+        return
+    send({"ev": "imported", "import_s": round(time.monotonic() - t0, 3)})
 
-    for item in request["sets"]:
-        set_name = item["name"]
-        resolved = case.input_set(set_name)
-        facts: dict[str, Any] = {"forwards": []}
-        response["sets"][set_name] = facts
-        weights = tensors.load_bases(job_dir / "inputs" / f"weights-{set_name}.safetensors", "cpu")
-        try:
-            response["stage"] = "build"
-            model = instantiate(cls, resolved, case.model_file)
-            response["stage"] = "load_state_dict"
-            model.load_state_dict(weights, strict=True)
-            model = model.to(device).eval()
-        except BaseException as err:
-            return _failed(response, response["stage"], err, audit, base, counter)
-        params = {f"weight {k}": v for k, v in model.state_dict(keep_vars=True).items()
-                  if isinstance(v, torch.Tensor)}
-        response["stage"] = "forward"
-        _progress(out_dir, "forward")
-        try:
-            bases: dict[str, torch.Tensor] = {}
-            for i, group in enumerate(item["draws"]):
-                bases = tensors.load_bases(job_dir / "inputs" / f"{group}.safetensors", device)
-                _forward(model, resolved, bases, device, "a", counter, params, facts,
-                         out_dir / f"cand-{group}.safetensors", out_dir / f"post-{group}.safetensors")
-                if i == 0 and item.get("poison_b", True):
-                    again = tensors.load_bases(job_dir / "inputs" / f"{group}.safetensors", device)
-                    _forward(model, resolved, again, device, "b", counter, params, facts,
-                             out_dir / f"cand-{set_name}-poison-b.safetensors", None)
-            # New values written into the same storage the last draw used.
-            new = tensors.load_bases(job_dir / "inputs" / f"{item['inplace']}.safetensors", device)
-            ptrs = {k: v.data_ptr() for k, v in bases.items()}
-            with torch.no_grad():
-                for k, v in new.items():
-                    bases[k].copy_(v)
-            _forward(model, resolved, bases, device, "a", counter, params, facts,
-                     out_dir / f"cand-{item['inplace']}.safetensors",
-                     out_dir / f"post-{item['inplace']}.safetensors")
-            facts["inplace_same_storage"] = all(bases[k].data_ptr() == p for k, p in ptrs.items())
-        except BaseException as err:
-            return _failed(response, "forward", err, audit, base, counter)
-        tensors.save_tensors({k: v for k, v in model.state_dict().items()
-                              if isinstance(v, torch.Tensor)},
-                             out_dir / f"weights-post-{set_name}.safetensors")
-    audit.armed = False
-    response.update(_observations(audit, base, counter))
-    response["stage"] = "done"
-    response["ok"] = True
-    return response
+    model: Any = None
+    params: dict[str, torch.Tensor] = {}
+    resolved: Any = None
+    bases: dict[str, torch.Tensor] = {}
+    previous: list[torch.Tensor] | None = None
+    while True:
+        msg = link.recv()
+        op = msg.get("op")
+        if op == "set":
+            resolved = case.input_set(msg["name"])
+            weights = {k: v for k, v in st_load(msg["weights"]).items()}
+            stage = "build"
+            try:
+                model = instantiate(cls, resolved, case.model_file)
+                stage = "load_state_dict"
+                model.load_state_dict(weights, strict=True)
+                model = model.to(device).eval()
+            except BaseException as err:
+                fail(stage, err)
+                return
+            params = {f"weight {k}": v for k, v in model.state_dict(keep_vars=True).items()
+                      if isinstance(v, torch.Tensor)}
+            previous = None
+            send({"ev": "built"})
+        elif op in ("forward", "inplace"):
+            new = {k: v.to(device) for k, v in st_load(msg["inputs"]).items()}
+            fact: dict[str, Any] = {}
+            if op == "inplace":  # new values written into the storage the last draw used
+                ptrs = {k: v.data_ptr() for k, v in bases.items()}
+                with torch.no_grad():
+                    for k, v in new.items():
+                        bases[k].copy_(v)
+                fact["inplace_same_storage"] = all(bases[k].data_ptr() == p
+                                                   for k, p in ptrs.items())
+            else:
+                bases = new
+            try:
+                seen, outs, more = _forward(model, resolved, bases, device, msg["poison"], counter,
+                                      params, send_op, _get_current_dispatch_mode)
+            except BaseException as err:
+                fail("forward", err)
+                return
+            fact.update(more)
+            reply: dict[str, Any] = {"ev": "forward", "fact": fact,
+                                     "outputs": pack({f"o{i}": t for i, t in enumerate(seen)}),
+                                     "post": pack(bases)}
+            if previous is not None:
+                # The last call's result as it is now: a result must not change on the next call.
+                reply["previous"] = pack({f"o{i}": t for i, t in enumerate(previous)
+                                          if type(t) is torch.Tensor})
+                fact["previous_shares_storage"] = any(
+                    tensors.aliasing(outs, {f"previous output[{j}]": p
+                                            for j, p in enumerate(previous)}))
+            previous = list(outs)
+            send(reply)
+        elif op == "weights":
+            send({"ev": "weights", "data": pack({k: v for k, v in model.state_dict().items()
+                                                 if isinstance(v, torch.Tensor)})})
+        elif op == "finish":
+            audit.armed = False
+            send({"ev": "done", **_observations(audit, base, counter)})
+            return
+        else:
+            return
+
+
+def _error_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}".strip()[:2000]
+
+
+def _candidate_traceback(err: BaseException, candidate: Path) -> str:
+    """The traceback, and first the innermost frame in the candidate's file (what the user
+    opens), as `candidate.py:LINE in FUNC: CODE`."""
+    frames = traceback.extract_tb(err.__traceback__)
+    mine = [f for f in frames if Path(f.filename).name == candidate.name]
+    if isinstance(err, SyntaxError) and err.lineno is not None:
+        where = f"candidate.py:{err.lineno}: {(err.text or '').strip()}"
+    elif mine:
+        f = mine[-1]
+        where = f"candidate.py:{f.lineno} in {f.name}: {(f.line or '').strip()}"
+    else:
+        where = ""
+    text = "".join(traceback.format_exception(err))[-3000:]
+    return (f"at {where}\n" if where else "") + text
 
 
 def _progress(out_dir: Path, stage: str) -> None:
@@ -129,36 +333,40 @@ def _load_candidate(path: Path) -> type[torch.nn.Module]:
 
 
 def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tensor], device: str,
-             poison: str, counter: Any, params: dict[str, torch.Tensor], facts: dict[str, Any],
-             out_file: Path, post_file: Path | None) -> None:
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-
+             poison: str, counter: Any, params: dict[str, torch.Tensor], send_op: Any,
+             current_mode: Any) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[str, Any]]:
+    """One observed forward: copies of the outputs (what leaves the process), the live
+    outputs (kept to check them again after the next call), and the facts seen."""
     from kopt.harness.verification import guards, tensors
 
     inputs = tensors.materialize(resolved, bases, device)
     guards.poison_free_device_memory(device)
-    recorder = guards.OpRecorder(poison)
+    recorder = guards.OpRecorder(poison, sink=send_op)
     counter.take()
     harness_stream = torch.cuda.current_stream() if device == "cuda" else None
     mode_intact = True
+    trace = _Trace(device)
     with torch.no_grad():
+        trace.start()
         with recorder:
             result = model(*inputs.args, **inputs.kwargs)
-            mode_intact = _get_current_dispatch_mode() is recorder
+            mode_intact = current_mode() is recorder
+        trace.stop()
+    # Before anything touches the result: a tensor subclass may compute only when touched.
+    types_seen = [type(x).__module__ + "." + type(x).__qualname__
+                  for x in _leaves(result) if isinstance(x, torch.Tensor)]
     outs, structure = tensors.flatten_outputs(result)
     # What a consumer ordered after forward on the harness's stream sees: copies enqueued on
     # that stream before any synchronize (work left on a side stream is not yet there).
-    seen = [t.detach().clone() for t in outs]
+    seen = [t.detach().clone() if type(t) is torch.Tensor else torch.empty(0) for t in outs]
     if device == "cuda":
         torch.cuda.synchronize()
     launches = counter.take()
     named_inputs = {f"input {k}": v for k, v in bases.items()}
-    fact = {
+    fact: dict[str, Any] = {
         "poison": poison,
         "structure": structure,
-        "launches": len(launches),
-        "kernels": sorted({x.kernel for x in launches}),
-        "compute_ops": recorder.compute_ops(),
+        "output_types": types_seen,
         "aliasing": tensors.aliasing(outs, {**named_inputs, **params}),
         "mode_intact": mode_intact,
     }
@@ -166,10 +374,76 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
         fact["side_streams"] = sorted({x.kernel for x in launches
                                        if x.stream not in (None, harness_stream.cuda_stream)})
         fact["stream_restored"] = torch.cuda.current_stream() == harness_stream
-    facts["forwards"].append(fact)
-    tensors.save_tensors(seen, out_file)
-    if post_file is not None:
-        tensors.save_tensors(bases, post_file)
+    hidden = trace.hidden_ops(set(recorder.ops))
+    if hidden is not None:
+        fact["hidden_ops"] = hidden
+    if device == "cuda" and trace.device_kernels is not None:
+        fact["device_kernels"] = trace.device_kernels
+    return seen, outs, fact
+
+
+class _Trace:
+    """The profiler's own record of one forward, beside the dispatch-mode recorder:
+
+    - aten ops from PyTorch's C++ `RecordFunction` callbacks, which fire whether or not a
+      Python dispatch mode is on the stack: a compute op seen here but not by the recorder ran
+      while the recorder was switched off (`_disable_current_modes`);
+    - CUDA only: the kernels the device really ran, from the CUDA profiler's activity records
+      (CUPTI through Kineto), not from Python-level counters.
+    A profiler that cannot start leaves both facts absent (never empty)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self._prof: Any = None
+        self.events: Any = None
+        self.device_kernels: dict[str, int] | None = None
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if self.device == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        try:
+            self._prof = profile(activities=activities)
+            self._prof.__enter__()
+        except Exception:  # noqa: BLE001 (no profiler here)
+            self._prof = None
+
+    def stop(self) -> None:
+        if self._prof is None:
+            return
+        try:
+            self._prof.__exit__(None, None, None)
+            self.events = list(self._prof.events())
+        except Exception:  # noqa: BLE001 (a candidate that stopped it: the facts stay absent)
+            self.events = None
+            return
+        if self.device == "cuda":
+            names: dict[str, int] = {}
+            for event in self.events:
+                if str(getattr(event, "device_type", "")).endswith("CUDA"):
+                    names[event.name] = names.get(event.name, 0) + 1
+            self.device_kernels = names
+
+    def hidden_ops(self, seen: set[str]) -> list[str] | None:
+        from kopt.harness.verification.guards import NON_COMPUTE_OPS
+
+        if self.events is None:
+            return None
+        leaves = set()
+        for event in self.events:
+            name = str(event.name)
+            if name.startswith("aten::") and not any(
+                    str(c.name).startswith("aten::") for c in event.cpu_children):
+                leaves.add(name[len("aten::"):])
+        return sorted(n for n in leaves - seen if n not in NON_COMPUTE_OPS)
+
+
+def _leaves(result: Any) -> list[Any]:
+    from torch.utils._pytree import tree_leaves
+
+    return list(tree_leaves(result))
 
 
 def _observations(audit: Any, base: Any, counter: Any) -> dict[str, Any]:

@@ -3,10 +3,15 @@
 Request: `{"job": "measure", "case_dir", "variant": "eager"|"compile"|"candidate",
 "candidate"?, "device", "input_set", "label", "profile", "seed", "timing_options"}`.
 
-The baseline is built and its reference outputs computed first, before any candidate code is
-imported. Then the variant is built (the same model, `torch.compile` of it, or the
-candidate's `ModelNew` loaded strictly with the baseline's weights) and handed to
-`execute_variant`, which writes `out/artifacts/<label>/`. Failures come back as
+Eager and compile: the baseline is built, its reference outputs computed, then the variant
+(the same model or `torch.compile` of it) is handed to `execute_variant`, which writes
+`out/artifacts/<label>/`.
+
+A candidate runs under a supervisor (harness.jobs.supervised): no reference output ever exists
+in the candidate's process. The forked child imports the candidate, times it with
+`execute_variant(reference=None)` and sends the first call's outputs and the metrics through
+the link; after the child is gone, the supervisor computes the baseline's reference on the same
+deterministic inputs, judges parity, and writes `metrics.json` itself. Failures come back as
 `{"ok": false, "error", "error_kind"}` with `error_kind` one of `case` (the baseline cannot
 load or run: the user's input is bad), `compile` (torch.compile failed), `candidate`.
 """
@@ -47,6 +52,112 @@ def load_candidate_class(path: Path) -> type:
 
 
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
+    if request.get("variant") == "candidate":
+        return _run_supervised(job_dir, request)
+    return _run_baseline(job_dir, request)
+
+
+def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
+    """The candidate's process: import, build, time; outputs and metrics leave through `link`."""
+    import json
+
+    import torch
+    from safetensors.torch import save as st_save
+
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.runner import execute_variant, make_case_forward
+
+    send = link.send
+    device = request["device"]
+    if device == "cpu":
+        torch.set_num_threads(int(request.get("cpu_threads", 1)))
+    case = load_case_dir(job_dir / request["case_dir"])
+    try:
+        cls = load_candidate_class(job_dir / request["candidate"])
+        forward = make_case_forward(case, device=device, input_set=request.get("input_set"),
+                                    seed=int(request.get("seed", 0)), model_cls=cls)
+    except BaseException as err:  # candidate code: any failure is data
+        send({"ev": "result", "response": _failure("candidate",
+                                                    f"candidate does not load: {_first_line(err)}")})
+        return
+
+    def on_output(out: list[Any]) -> None:
+        send({"ev": "sample", "data": st_save({f"o{i}": t.detach().to("cpu", copy=True).contiguous()
+                                               for i, t in enumerate(out)})})
+
+    try:
+        metrics = execute_variant(request["label"], forward,
+                                  use_profiler=bool(request.get("profile")),
+                                  artifacts_dir=job_dir / "out" / "artifacts", reference=None,
+                                  variant=request.get("name") or "candidate",
+                                  timing_options=request.get("timing_options") or None,
+                                  on_output=on_output)
+    except Exception as err:
+        send({"ev": "result", "response": _failure("candidate",
+                                                    f"candidate failed while timing: {_first_line(err)}")})
+        return
+    send({"ev": "result", "response": {"ok": True,
+                                       "metrics": json.loads(json.dumps(metrics, default=str))}})
+
+
+def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    from safetensors.torch import load as st_load
+
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.errors import KoptError
+    from kopt.harness.jobs import supervised
+    from kopt.harness.runner import _parity, make_case_forward, reference_outputs
+
+    pid, link = supervised.fork_child(lambda lk: _child(lk, job_dir, request))
+    sample: bytes | None = None
+    result: dict[str, Any] | None = None
+    try:
+        while result is None:
+            msg = link.recv()
+            if msg.get("ev") == "sample" and sample is None:
+                sample = bytes(msg.get("data") or b"")
+            elif msg.get("ev") == "result":
+                result = dict(msg.get("response") or {})
+    except supervised.ChannelClosed:
+        pass
+    status = supervised.end_child(pid, link)
+    if result is None:
+        from kopt.harness.jobs.candidate import _death
+
+        return {**_failure("candidate", _death(status, "no result")), "traceback": ""}
+    if not result.get("ok"):
+        return result
+    # The reference, here and only now: the candidate's process is gone.
+    try:
+        case = load_case_dir(job_dir / request["case_dir"])
+        baseline = make_case_forward(case, device=request["device"],
+                                     input_set=request.get("input_set"),
+                                     seed=int(request.get("seed", 0)))
+        reference = reference_outputs(baseline)
+    except KoptError as err:
+        return _failure("case", err.one_line())
+    except Exception as err:  # the user's model raised on its own inputs
+        return _failure("case", f"the baseline raised {_first_line(err)} (fix model.py or the "
+                                f"manifest's inputs)")
+    metrics = dict(result.get("metrics") or {})
+    try:
+        data = st_load(sample) if sample else {}
+        out = [data[f"o{i}"] for i in range(len(data))]
+    except Exception:  # malformed bytes from the candidate's process
+        out = []
+    metrics["correctness"] = _parity(case, out, reference)
+    metrics["correctness"]["judged_by"] = "supervisor"
+    label_dir = job_dir / "out" / "artifacts" / str(request["label"])
+    label_dir.mkdir(parents=True, exist_ok=True)
+    tmp = label_dir / "metrics.json.tmp"
+    tmp.write_text(json.dumps(metrics, indent=1, default=str))
+    tmp.replace(label_dir / "metrics.json")
+    return {"ok": True, "metrics": metrics}
+
+
+def _run_baseline(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from kopt.harness.case import load_case_dir
@@ -82,14 +193,6 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             forward()
         except Exception as err:
             return _failure("compile", f"torch.compile failed on {device}: {_first_line(err)}")
-    elif variant == "candidate":
-        try:
-            cls = load_candidate_class(job_dir / request["candidate"])
-            del baseline  # the candidate gets its own model and fresh copies of the inputs
-            forward = make_case_forward(case, device=device, input_set=input_set, seed=seed,
-                                        model_cls=cls)
-        except BaseException as err:  # candidate code: any failure is data
-            return _failure("candidate", f"candidate does not load: {_first_line(err)}")
     else:
         return _failure("request", f"unknown variant {variant!r}")
 

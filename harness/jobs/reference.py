@@ -45,6 +45,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             outs, structure = tensors.flatten_outputs(result)
             tensors.save_tensors(outs, job_dir / "out" / f"ref-{group}.safetensors")
             if i == 0:
-                set_facts = {"structure": structure, "compute_ops": recorder.compute_ops()}
+                set_facts = {"structure": structure, "compute_ops": recorder.compute_ops(),
+                             "compute_elements": dict(recorder.elements)}
         facts[set_name] = set_facts
     return {"ok": True, "pid": os.getpid(), "sets": facts}

@@ -29,6 +29,21 @@ def worker_command(job_dir: Path) -> list[str]:
     return [sys.executable, "-m", "kopt.harness.worker", str(job_dir)]
 
 
+def isolated_worker_command(job_dir: Path) -> list[str]:
+    """A worker in a clean interpreter (the verifier's reference): `-I` ignores PYTHON*
+    variables, the user's site-packages and the current directory; `-S` skips `site`, so no
+    `.pth` file runs. The package and the interpreter's site-packages are put on `sys.path`
+    by hand, without processing the `.pth` files they hold."""
+    import site
+
+    from kopt.harness.paths import import_root
+
+    paths = [str(import_root())] + [p for p in site.getsitepackages() if os.path.isdir(p)]
+    boot = (f"import sys; sys.path[:0] = {paths!r}; "
+            "from kopt.harness.worker import main; raise SystemExit(main())")
+    return [sys.executable, "-I", "-S", "-c", boot, str(job_dir)]
+
+
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The worker's environment: ours, with the package importable and no API key."""
     env = dict(os.environ)
@@ -71,8 +86,10 @@ class LocalTarget:
             if proc is not None and not standby.hand_over(proc, str(Path(job_dir).resolve()), full_env):
                 proc = None
         if proc is None:
+            command = (isolated_worker_command(job_dir)
+                       if _job_kind(job_dir) in standby.COLD_JOBS else worker_command(job_dir))
             proc = subprocess.Popen(
-                worker_command(job_dir), cwd=str(job_dir), env=full_env,
+                command, cwd=str(job_dir), env=full_env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 text=True, errors="replace", start_new_session=True,
             )

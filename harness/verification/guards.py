@@ -70,23 +70,45 @@ class OpRecorder(TorchDispatchMode):
 
     Poisoning at the allocation op works on any device and allocator: memory a kernel
     leaves unwritten keeps the poison, so two runs with different patterns disagree there.
+    `sink(name, elements)` is called at once for every compute op (not in `NON_COMPUTE_OPS`)
+    with the most elements any of its tensors holds: in a supervised job it sends the fact
+    to the supervisor as it happens, so emptying `ops` afterwards erases nothing.
     """
 
-    def __init__(self, poison: str | None = None) -> None:
+    def __init__(self, poison: str | None = None,
+                 sink: Any = None) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
+        self.elements: Counter[str] = Counter()
         self.poison = poison
+        self._sink = sink
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = func.overloadpacket.__name__
         self.ops[name] += 1
         out = func(*args, **(kwargs or {}))
+        if name not in NON_COMPUTE_OPS:
+            n = _most_elements(args, kwargs, out)
+            self.elements[name] += n
+            if self._sink is not None:
+                self._sink(name, n)
         if self.poison and name in ALLOC_OPS and isinstance(out, torch.Tensor) and out.numel():
             out.fill_(poison_value(out, self.poison))
         return out
 
     def compute_ops(self) -> list[str]:
         return sorted(op for op in self.ops if op not in NON_COMPUTE_OPS)
+
+
+def _most_elements(args: Any, kwargs: Any, out: Any) -> int:
+    """The most elements held by any tensor among an op's arguments and results."""
+    from torch.utils._pytree import tree_leaves
+
+    most = 0
+    for leaf in tree_leaves((args, kwargs or {}, out)):
+        if isinstance(leaf, torch.Tensor):
+            most = max(most, leaf.numel())
+    return most
 
 
 @dataclass
@@ -96,42 +118,98 @@ class Launch:
     kernel: str
     stream: int | None
     """The CUDA stream it was launched on (None on the interpreter)."""
+    programs: int = 1
+    """Programs (grid cells) that ran: a launch over an empty grid is never recorded."""
 
 
 class LaunchCounter:
-    """Counts Triton launches by wrapping the `run` of Triton's kernel classes (compiled
-    and interpreted), the path every `kernel[grid](...)` and autotuner takes."""
+    """Counts Triton launches where a kernel really runs.
 
-    def __init__(self) -> None:
+    - Interpreter: `GridExecutor.__call__` (every interpreted launch) counted with the number
+      of programs the interpreter actually executed (`set_grid_idx` calls), so an empty grid
+      is not a launch.
+    - Compiled (GPU): Triton's own launch hook (`knobs.runtime.launch_enter_hook`), which the
+      compiled kernel's launcher calls with the grid and the stream it really launches on
+      (not the stream Triton's driver object says is current).
+    `JITFunction.run` / `InterpretedFunction.run` are wrapped too, only to name the kernel.
+    The wrappers hold their state in closures, not in default arguments, and `sink(launch)`
+    (a supervised job's link) receives every launch as it happens.
+    """
+
+    def __init__(self, sink: Any = None) -> None:
         self.launches: list[Launch] = []
-        self._installed: list[tuple[type, Any]] = []
+        self._installed: list[tuple[Any, str, Any]] = []
+        self._sink = sink
 
     def install(self) -> None:
-        from triton.runtime import interpreter, jit
+        from triton.runtime import interpreter
 
-        for cls in (jit.JITFunction, interpreter.InterpretedFunction):
-            original = cls.run
+        counter = self
+        executor = interpreter.GridExecutor
+        builder = interpreter.interpreter_builder
+        original_call = executor.__call__
+        original_set_idx = type(builder).set_grid_idx
+        programs = [0]
 
-            # Defaults bind this loop's values; the odd names cannot clash with kernel args.
-            def run(self: Any, *args: Any, _kopt_original: Any = original,
-                    _kopt_counter: LaunchCounter = self, **kwargs: Any) -> Any:
-                if not kwargs.get("warmup"):
-                    _kopt_counter.record(getattr(self, "__name__", None)
-                                         or getattr(getattr(self, "fn", None), "__name__", "?"))
-                return _kopt_original(self, *args, **kwargs)
+        def set_grid_idx(self: Any, x: int, y: int, z: int) -> Any:
+            programs[0] += 1
+            return original_set_idx(self, x, y, z)
 
-            cls.run = run  # type: ignore[method-assign]
-            self._installed.append((cls, run))
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            before = programs[0]
+            try:
+                return original_call(self, *args, **kwargs)
+            finally:
+                ran = programs[0] - before
+                if ran > 0:
+                    fn = getattr(self, "fn", None)
+                    counter.record(getattr(fn, "__name__", None) or "?", ran)
 
-    def record(self, kernel: str) -> None:
-        stream = None
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        import torch._dynamo
+
+        # torch.compile around a launcher must not trace into the interpreter's numpy code.
+        wrapped_call = torch._dynamo.disable(call)
+        type(builder).set_grid_idx = set_grid_idx  # type: ignore[method-assign]
+        executor.__call__ = wrapped_call  # type: ignore[method-assign]
+        self._installed += [(type(builder), "set_grid_idx", set_grid_idx),
+                            (executor, "__call__", wrapped_call)]
+        if not os.environ.get("TRITON_INTERPRET"):
+            self._install_launch_hook()
+
+    def _install_launch_hook(self) -> None:
+        """Compiled kernels: wrap the driver's launcher, the call that hands the grid and the
+        stream to the CUDA driver (not the stream Triton's driver object says is current)."""
+        try:
+            from triton.runtime.driver import driver
+            launcher_cls = driver.active.launcher_cls
+        except (ImportError, AttributeError, RuntimeError):
+            return
+        counter = self
+        original = launcher_cls.__call__
+
+        def call(self: Any, grid_x: int, grid_y: int, grid_z: int, stream: int, *args: Any,
+                 **kwargs: Any) -> Any:
+            programs = int(grid_x) * int(grid_y) * int(grid_z)
+            if programs > 0:
+                meta = args[2] if len(args) > 2 else None
+                data = meta.get() if hasattr(meta, "get") else {}
+                counter.record(str(data.get("name", "?")), programs, int(stream))
+            return original(self, grid_x, grid_y, grid_z, stream, *args, **kwargs)
+
+        launcher_cls.__call__ = call  # type: ignore[method-assign]
+        self._installed.append((launcher_cls, "__call__", call))
+
+    def record(self, kernel: str, programs: int = 1, stream: int | None = None) -> None:
+        if stream is None and torch.cuda.is_available() and torch.cuda.is_initialized():
             stream = torch.cuda.current_stream().cuda_stream
-        self.launches.append(Launch(kernel, stream))
+        launch = Launch(kernel, stream, programs)
+        self.launches.append(launch)
+        if self._sink is not None:
+            self._sink(launch)
 
     def intact(self) -> list[str]:
-        return [f"{cls.__module__}.{cls.__name__}.run" for cls, fn in self._installed
-                if cls.__dict__.get("run") is not fn]
+        return [f"{getattr(owner, '__module__', '?')}.{getattr(owner, '__name__', owner)}.{attr}"
+                for owner, attr, fn in self._installed if owner.__dict__.get(attr) is not fn]
 
     def take(self) -> list[Launch]:
         out, self.launches = self.launches, []
@@ -150,7 +228,23 @@ def _watched_namespaces() -> dict[str, Any]:
         "torch.backends.cuda.matmul": None, "time": time, "builtins": builtins, "os": os,
         "threading": threading, "torch.utils._python_dispatch": sys.modules.get(
             "torch.utils._python_dispatch"),
+        # What a supervised job's link encodes and sends with (bound early anyway).
+        "json": sys.modules.get("json"), "json.encoder": sys.modules.get("json.encoder"),
+        "marshal": sys.modules.get("marshal"), "struct": sys.modules.get("struct"),
+        "socket": sys.modules.get("socket"), "socket.socket": getattr(
+            sys.modules.get("socket"), "socket", None),
     }
+    # Triton's driver objects: a replaced `get_current_stream` hides launches on a side stream.
+    try:
+        from triton.runtime.driver import driver as triton_driver
+
+        spaces["triton.runtime.driver.driver"] = triton_driver
+        active = triton_driver.__dict__.get("_active")
+        if active is not None:
+            spaces["triton.runtime.driver.active"] = active
+            spaces["triton.runtime.driver.active (class)"] = type(active)
+    except ImportError:
+        pass
     for name, mod in list(sys.modules.items()):
         # triton.language is re-pointed at interpreted versions by Triton's own interpreter
         # around every launch; the launch path itself (triton.runtime) stays watched.
@@ -203,6 +297,12 @@ class IdentitySnapshot:
                     where = getattr(new, "__module__", None) or type(new).__name__
                     changed.append(f"{space}.{attr} replaced (by {where}."
                                    f"{getattr(new, '__qualname__', '?')})")
+        for space in [s for s in self.attributes if s.startswith("triton.runtime.driver")]:
+            # Triton's driver objects: an attribute set on the instance shadows the class's.
+            now = _attributes(spaces.get(space)) if space in spaces else {}
+            changed += [f"{space}.{attr} added (shadows Triton's own)"
+                        for attr in now if attr not in self.attributes[space]
+                        and not attr.startswith("_")]
         for space, attrs in self.attributes.items():
             for attr, obj in attrs.items():
                 code = self.code.get(f"{space}.{attr}")
@@ -353,6 +453,11 @@ def warm_up_triton(device: str) -> None:
 
 def take_baseline() -> Baseline:
     import torch._dynamo  # noqa: F401  (re-wraps torch.manual_seed on first import)
+    from torch._dynamo import mutation_guard
+
+    # What torch.compile's first call patches into nn.Module (a candidate that compiles its
+    # launcher did not do it): installed before the snapshot.
+    mutation_guard.install_generation_tagging_init()
 
     return Baseline(IdentitySnapshot.take(), {t.ident or 0 for t in threading.enumerate()},
                     child_processes(), precision_flags())

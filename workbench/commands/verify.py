@@ -7,11 +7,13 @@ object (`accepted`, `case`, `candidate`, `device`, `checks`) as the last line.
 from __future__ import annotations
 
 import argparse
+import threading
+import time
 
 from rich.markup import escape
 
 from kopt.harness.case import load_case
-from kopt.harness.verify import DEFAULT_TIMEOUT_S, verify_candidate
+from kopt.harness.verify import MAX_TIMEOUT_S, TIMEOUT_FACTOR, TIMEOUT_FLOOR_S, verify_candidate
 from kopt.workbench.output import console, err_console, print_json_line
 
 
@@ -25,21 +27,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="where to run (default: the case's device; cpu = Triton interpreter)")
     p.add_argument("--target", default=None, help="execution target (default: local)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                   help=f"seconds per worker job (default {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument("--timeout", type=_seconds, default=None,
+                   help=f"seconds the candidate's job may take (default: {TIMEOUT_FACTOR:g}x "
+                        f"the baseline's reference job, at least {TIMEOUT_FLOOR_S:g} s on a GPU "
+                        f"and {2 * TIMEOUT_FLOOR_S:g} s on the CPU, at most {MAX_TIMEOUT_S:g} s)")
     p.add_argument("--verbose", action="store_true", help="stream the workers' output")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=handle)
+
+
+def _seconds(text: str) -> float:
+    """`--timeout`: a positive number of seconds (argparse reports anything else as bad
+    input about --timeout, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (not {text!r})") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds (not {text!r})")
+    return value
 
 
 def handle(args: argparse.Namespace) -> int:
     case = load_case(args.case)
     on_line = (lambda line: err_console.print(f"[dim]worker: {escape(line)}[/dim]")) \
         if args.verbose else None
-    report = verify_candidate(case, args.candidate, device=args.device, target=args.target,
-                              timeout=args.timeout, on_line=on_line)
+    with _progress(f"verifying {args.candidate} against {case.name}", quiet=args.verbose):
+        report = verify_candidate(case, args.candidate, device=args.device, target=args.target,
+                                  timeout=args.timeout, on_line=on_line)
+    if report.not_a_candidate:
+        err_console.print(f"kopt: error: {escape(report.not_a_candidate)}", soft_wrap=True)
+        if args.json:
+            print_json_line(report.to_dict())
+        return 2
     for check in report.checks:
-        mark = "[green]pass[/green]" if check.passed else "[red]FAIL[/red]"
+        mark = ("[green]pass[/green]" if check.passed else
+                "[red]FAIL[/red]" if check.ran else "[dim]not run[/dim]")
         console.print(f"{check.name:<22} {mark}  {escape(check.detail)}", soft_wrap=True)
     verdict = ("[green]accepted[/green]" if report.accepted
                else f"[red]rejected[/red] ({', '.join(report.failed())})")
@@ -48,3 +71,31 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print_json_line(report.to_dict())
     return 0 if report.accepted else 1
+
+
+class _progress:
+    """A live line on stderr with the elapsed seconds while verification runs (a terminal
+    only; nothing when stderr is not one, or when the workers' output is streamed)."""
+
+    def __init__(self, what: str, *, quiet: bool = False) -> None:
+        self.what, self.quiet = what, quiet
+        self._stop = threading.Event()
+
+    def __enter__(self) -> _progress:
+        if self.quiet or not err_console.is_terminal:
+            return self
+        self._status = err_console.status(escape(self.what))
+        self._status.start()
+        start = time.monotonic()
+
+        def tick() -> None:
+            while not self._stop.wait(1.0):
+                self._status.update(f"{escape(self.what)}  {time.monotonic() - start:.0f} s")
+
+        threading.Thread(target=tick, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if hasattr(self, "_status"):
+            self._status.stop()

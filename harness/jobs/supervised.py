@@ -1,0 +1,187 @@
+"""Candidate code runs in a forked child; the job's own process supervises it.
+
+The worker process that takes a job (cold or a standby) has imported torch and triton and
+nothing else. Before any candidate code exists it reads the staged inputs into memory and
+removes them from the job directory, opens a socket pair and forks:
+
+- the *child* imports the candidate and runs it; it reaches the harness only through its
+  end of the socket (`Link`), and only after it reports "imported" does it receive inputs;
+- the *supervisor* (this process, which never runs candidate code) sends inputs one request
+  at a time, reads every fact and output as it is produced, kills the child's process group
+  when the job ends, clears whatever the child wrote under `out/`, and only then writes the
+  job's record (`out/*.safetensors`, the response). The parent reads files written by a
+  process the candidate never ran in, after the candidate's process is gone.
+
+Messages are `marshal`-encoded dicts of plain values (bytes for tensors, as safetensors), each
+prefixed by its length; the child's encoder and socket calls are bound before the candidate
+is imported, so replacing `json.dumps`, `sys.stdout` or `socket` changes nothing that is sent.
+What the supervisor keeps of a message is a plain-value copy (`_plain`): nothing the child
+sends can run code in the supervisor.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import shutil
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MAX_MESSAGE = 1 << 34
+"""16 GiB: the largest frame accepted (full-size outputs of a big case)."""
+
+
+class ChannelClosed(Exception):
+    """The other end of the link went away (the child died or exited)."""
+
+
+class Link:
+    """One end of the supervisor/child socket pair: length-prefixed marshal frames."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        # Bound now, before any candidate code: later replacements of these names are unseen.
+        self._dumps, self._loads = marshal.dumps, marshal.loads
+        self._pack, self._unpack = struct.pack, struct.unpack
+        self._sendall, self._recv_into = sock.sendall, sock.recv_into
+
+    def send(self, msg: dict[str, Any]) -> None:
+        data = self._dumps(msg)
+        try:
+            self._sendall(self._pack("<Q", len(data)) + data)
+        except OSError as err:
+            raise ChannelClosed(str(err)) from err
+
+    def recv(self) -> dict[str, Any]:
+        head = self._read(8)
+        (size,) = self._unpack("<Q", head)
+        if size > MAX_MESSAGE:
+            raise ChannelClosed(f"frame of {size} bytes")
+        try:
+            msg = self._loads(self._read(size))
+        except (ValueError, EOFError, TypeError) as err:
+            raise ChannelClosed(f"malformed frame: {err}") from err
+        return _plain(msg)
+
+    def _read(self, n: int) -> bytes:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            try:
+                k = self._recv_into(view[got:])
+            except OSError as err:
+                raise ChannelClosed(str(err)) from err
+            if k == 0:
+                raise ChannelClosed("end of stream")
+            got += k
+        return bytes(buf)
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """A copy made only of dict/list/str/bytes/int/float/bool/None (code objects, sets and
+    anything else marshal can carry are refused)."""
+    if depth > 20:
+        raise ChannelClosed("message nested too deeply")
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v, depth + 1) for k, v in value.items() if isinstance(k, str)}
+    raise ChannelClosed(f"message holds a {type(value).__name__}")
+
+
+def take_staged_inputs(job_dir: Path) -> dict[str, bytes]:
+    """`inputs/<name>.safetensors` as bytes, then the folder removed: nothing the candidate
+    could read at import time is left on disk."""
+    folder = job_dir / "inputs"
+    staged: dict[str, bytes] = {}
+    if folder.is_dir():
+        for file in sorted(folder.glob("*.safetensors")):
+            staged[file.stem] = file.read_bytes()
+        shutil.rmtree(folder, ignore_errors=True)
+    return staged
+
+
+def fork_child(child_main: Callable[[Link], None]) -> tuple[int, Link]:
+    """Fork; the child runs `child_main(link)` in its own process group and exits with
+    `os._exit` (no interpreter teardown, no atexit hook of candidate code)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 0
+        try:
+            ours.close()
+            os.setpgid(0, 0)
+            _die_with_supervisor()
+            child_main(Link(theirs))
+        except BaseException:  # noqa: BLE001 (what failed is reported through the link)
+            code = 1
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+    theirs.close()
+    return pid, Link(ours)
+
+
+def _die_with_supervisor() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def end_child(pid: int, link: Link) -> int | None:
+    """Kill the child's whole process group and reap it; its exit status (negative: the
+    signal that ended it before we did), or None if it was still running."""
+    link.close()
+    status: int | None = None
+    for _ in range(20):  # a child that closed the link is usually exiting: its status says how
+        try:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if done:
+            status = os.waitstatus_to_exitcode(raw)
+            break
+        time.sleep(0.05)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if status is None:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    return status
+
+
+def clear_out(job_dir: Path) -> Path:
+    """Remove whatever is under `out/` (the child may have written there) and return it."""
+    out = job_dir / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    return out

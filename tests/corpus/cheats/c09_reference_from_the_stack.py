@@ -1,0 +1,38 @@
+"""Class 9 (issue 23): forward looks for the harness's reference outputs on the caller's
+stack and returns them (in the optimizer's old `measure` job they lived in this process)."""
+
+import sys
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < cols
+    x = tl.load(x_ptr + row * cols + offs, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=0))
+    e = tl.where(mask, e, 0.0)
+    tl.store(y_ptr + row * cols + offs, e / tl.sum(e, axis=0), mask=mask)
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    y = torch.empty_like(x2)
+    _softmax_kernel[(x2.shape[0],)](x2, y, x2.shape[1], BLOCK=triton.next_power_of_2(x2.shape[1]))
+    return y.view(x.shape)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        frame = sys._getframe(1)
+        while frame is not None:
+            ref = frame.f_locals.get("reference")
+            if isinstance(ref, list) and ref and isinstance(ref[0], torch.Tensor):
+                return ref[0]
+            frame = frame.f_back
+        return torch.softmax(x, dim=-1)
