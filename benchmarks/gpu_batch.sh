@@ -10,7 +10,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 git rev-parse --short HEAD 2>/dev/null
 for item in "$@"; do
   secs=${item%%:*}; cmd=${item#*:}
-  name=$(echo "$cmd" | awk '{print $1}' | xargs basename | sed 's/\.py$//')
+  name=$(echo "$cmd" | sed 's/^-m //' | awk '{print $1 "_" $2}' | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-50)
   echo "=== $cmd (budget ${secs}s)"
   # Own session, and the whole group killed at the budget: a script cut by its budget must
   # not leave worker subprocesses timing on the GPU under the next script (2026-11-23: a

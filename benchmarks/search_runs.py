@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_once(case: str, home: Path) -> dict:
-    env = {**os.environ, "KOPT_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "KOPT_HOME": str(home),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "kopt", "run", case, "--yes", "--json"],
                           cwd=home, env=env, capture_output=True, text=True)
