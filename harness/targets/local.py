@@ -32,13 +32,18 @@ def worker_command(job_dir: Path) -> list[str]:
 def isolated_worker_command(job_dir: Path) -> list[str]:
     """A worker in a clean interpreter (the verifier's reference): `-I` ignores PYTHON*
     variables, the user's site-packages and the current directory; `-S` skips `site`, so no
-    `.pth` file runs. The package and the interpreter's site-packages are put on `sys.path`
-    by hand, without processing the `.pth` files they hold."""
+    `.pth` file runs. The package and the folders kopt itself imports from (its own
+    `sys.path`: site-packages, the user's PYTHONPATH, folders that `.pth` files added when kopt
+    started) are put on `sys.path` by hand, so nothing a `.pth` file planted since then runs,
+    and the working directory is left out."""
     import site
 
     from kopt.harness.paths import import_root
 
-    paths = [str(import_root())] + [p for p in site.getsitepackages() if os.path.isdir(p)]
+    cwd = os.getcwd()
+    paths = list(dict.fromkeys(
+        [str(import_root())]
+        + [p for p in [*sys.path, *site.getsitepackages()] if p and p != cwd and os.path.isdir(p)]))
     boot = (f"import sys; sys.path[:0] = {paths!r}; "
             "from kopt.harness.worker import main; raise SystemExit(main())")
     return [sys.executable, "-I", "-S", "-c", boot, str(job_dir)]
