@@ -93,10 +93,31 @@ def _meta_inputs(case: Case, input_set: str) -> tuple[list[Any], dict[str, Any]]
     return [make(a) for a in resolved.args], {k: make(v) for k, v in resolved.kwargs.items()}
 
 
-def _count(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, float]:
+def _sdpa_flops(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any,
+                out_shape: Any = None, **kwargs: Any) -> int:
+    """Attention FLOPs (QK^T and PV), grouped-query attention included: key and value may have
+    fewer heads than the query (older torch's own formula refuses that)."""
+    b, h_q, s_q, d = query_shape[0], query_shape[-3], query_shape[-2], query_shape[-1]
+    s_k, d_v = key_shape[-2], value_shape[-1]
+    return 2 * b * h_q * s_q * s_k * d + 2 * b * h_q * s_q * s_k * d_v
+
+
+def flop_counter() -> Any:
+    """torch's FlopCounterMode (matmul, convolution, attention FLOPs), with an attention
+    formula that holds for grouped-query attention on every torch version."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    aten = torch.ops.aten
+    ops = [getattr(aten, n) for n in ("_scaled_dot_product_efficient_attention",
+                                      "_scaled_dot_product_flash_attention",
+                                      "_scaled_dot_product_cudnn_attention",
+                                      "_scaled_dot_product_flash_attention_for_cpu")
+           if hasattr(aten, n)]
+    return FlopCounterMode(display=False, custom_mapping={op: _sdpa_flops for op in ops})
+
+
+def _count(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, float]:
+    with torch.no_grad(), flop_counter() as counter:
         out = model(*args, **kwargs)
     return out, float(counter.get_total_flops())
 

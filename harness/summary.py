@@ -23,7 +23,7 @@ def _nbytes(tensors: list[torch.Tensor]) -> int:
 
 def _hooked_forward(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any]
                     ) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    from torch.utils.flop_counter import FlopCounterMode
+    from kopt.harness.roofline import flop_counter
 
     layers: list[dict[str, Any]] = []
     handles = []
@@ -39,7 +39,7 @@ def _hooked_forward(model: torch.nn.Module, args: list[Any], kwargs: dict[str, A
                                "bytes": _nbytes(own) + _nbytes(outs)})
             handles.append(mod.register_forward_hook(hook))
     try:
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        with torch.no_grad(), flop_counter() as counter:
             out = model(*args, **kwargs)
     finally:
         for h in handles:

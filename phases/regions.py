@@ -78,7 +78,7 @@ def _module_of(node: torch.fx.Node) -> str:
 def _time_nodes(gm: torch.fx.GraphModule, args: list[Any], kwargs: dict[str, Any],
                 device: str) -> tuple[dict[str, float], dict[str, float]]:
     """Median ms and FLOPs of every call_function node over `ITERATIONS` runs."""
-    from torch.utils.flop_counter import FlopCounterMode
+    from kopt.harness.roofline import flop_counter
 
     gpu = device.startswith("cuda")
     samples: dict[str, list[float]] = {}
@@ -91,7 +91,7 @@ def _time_nodes(gm: torch.fx.GraphModule, args: list[Any], kwargs: dict[str, Any
             if n.op != "call_function":
                 return super().run_node(n)
             if self.counting:
-                with FlopCounterMode(display=False) as counter:
+                with flop_counter() as counter:
                     out = super().run_node(n)
                 flops[n.name] = float(counter.get_total_flops())
                 return out

@@ -431,13 +431,24 @@ class _Trace:
 
         if self.events is None:
             return None
-        leaves = set()
+        hidden = set()
         for event in self.events:
             name = str(event.name)
-            if name.startswith("aten::") and not any(
+            if not name.startswith("aten::") or any(
                     str(c.name).startswith("aten::") for c in event.cpu_children):
-                leaves.add(name[len("aten::"):])
-        return sorted(n for n in leaves - seen if n not in NON_COMPUTE_OPS)
+                continue
+            op = name[len("aten::"):]
+            if op in seen or op in NON_COMPUTE_OPS:
+                continue
+            # An op the recorder saw may run others below the dispatcher (convolution ->
+            # cudnn_convolution): a leaf under a recorded op was not hidden from it.
+            parent, covered = getattr(event, "cpu_parent", None), False
+            while parent is not None and not covered:
+                covered = str(parent.name).removeprefix("aten::") in seen
+                parent = getattr(parent, "cpu_parent", None)
+            if not covered:
+                hidden.add(op)
+        return sorted(hidden)
 
 
 def _leaves(result: Any) -> list[Any]:

@@ -328,7 +328,7 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     if unfused:
         src.append("Left to PyTorch: " + "; ".join(f"{u['node']} ({u['reason']})" for u in unfused) + ".")
     src.append('Generated for any input of the traced rank and dtypes; sizes are read at run time.\n"""\n')
-    src.append("import math\nimport os\n\nimport torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n")
+    src.append("import math\n\nimport torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n")
     src.append("# Launch parameters the accelerator phase may search, per kernel.")
     src.append("KOPT_TUNABLES = " + _pretty(tunables) + "\n")
     src.append("# Defaults for an H100 (the accelerator rewrites this dict with measured winners):")
@@ -342,9 +342,9 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append("MIN_BLOCK = 16")
     src.append("# More warps than this per program only adds scheduling overhead on Hopper.")
     src.append("MAX_WARPS = 32")
-    src.append("# The CPU interpreter (TRITON_INTERPRET=1) runs the same kernels; its bf16 tl.dot is wrong,")
+    src.append("# Without a GPU the kernels run in Triton's CPU interpreter, whose bf16 tl.dot is wrong,")
     src.append("# so matmul kernels upcast their tiles to fp32 there (never on a GPU).")
-    src.append('_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"')
+    src.append("_INTERPRETED = not torch.cuda.is_available()")
     src.append("# ...and its float32 -> bfloat16 conversion truncates: kernels round by hand there.")
     src.append("ROUND_BF16_BY_HAND = tl.constexpr(_INTERPRETED)\n")
     for h in sorted(helpers):

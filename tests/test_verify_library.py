@@ -1,0 +1,34 @@
+"""Library calls (GEMM, convolution, attention) that the baseline makes may stay in a
+candidate: the offline engineer keeps them and generates the graph between them. Everything
+else the baseline computes must not run in PyTorch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from kopt.harness.roofline import flop_counter
+from kopt.harness.verify import verify_candidates
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+def test_a_kept_library_gemm_is_not_a_fallback_but_a_torch_epilogue_is() -> None:
+    honest, cheat = verify_candidates(
+        CORPUS / "cases" / "linear_relu_small",
+        [CORPUS / "honest" / "linear_relu_library_gemm.py",
+         CORPUS / "cheats" / "library_gemm_with_torch_epilogue.py"], device="cpu")
+    assert honest.accepted, honest.to_text()
+    assert "library calls kept" in honest.check("no_pytorch_fallback").detail
+    assert not cheat.accepted
+    assert not cheat.check("no_pytorch_fallback").passed, cheat.to_text()
+
+
+def test_attention_flops_count_grouped_query_attention() -> None:
+    """Key and value with fewer heads than the query (GQA): 4 * b * h_q * s_q * s_k * d."""
+    q, kv = torch.randn(2, 8, 16, 32), torch.randn(2, 2, 16, 32)
+    with flop_counter() as counter:
+        F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+    assert counter.get_total_flops() == 4 * 2 * 8 * 16 * 16 * 32
