@@ -221,14 +221,28 @@ def probe(file: Path, class_name: str = "Model",
         if all(params[n].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
                for n in list(bound.arguments)[1:]):
             names = list(bound.arguments)[1:]
+            # Integer parameters left at their defaults are sizes too (`hidden=300`): written
+            # down, they shrink with the inputs in smoke.
+            for pname, param in params.items():
+                if (names is not None and pname not in bound.arguments
+                        and param.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                           inspect.Parameter.KEYWORD_ONLY)
+                        and type(param.default) is int):
+                    names.append(pname)
+                    init.append(param.default)
+            init_json = _jsonable(init)
     except (TypeError, ValueError):
         names = None
+
+    def build() -> Any:
+        return cls(**dict(zip(names, init, strict=True))) if names is not None else cls(*init)
+
     try:
         with torch.device("meta"):
-            cls(*init)
+            build()
     except BaseException:
         try:
-            cls(*init)
+            build()
         except BaseException as err:
             return fail(f"Model(*get_init_inputs()) raised {type(err).__name__}: {err}",
                         "make get_init_inputs() match Model's constructor")

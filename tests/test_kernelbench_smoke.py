@@ -234,3 +234,54 @@ def test_a_problem_no_sizing_can_run_gets_no_smoke_set_and_says_why(
     assert reply["smoke"]["warning"].startswith("no smoke set")
     assert kopt(["import-kernelbench", str(file), "--name", "fixed2"]) == 0
     assert "warning: no smoke set" in capsys.readouterr().out
+
+
+def test_new_from_a_users_module_with_shapes_on_the_command_line(
+        tmp_path: Path, workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = write_problem(tmp_path, "mine", """\
+        import torch
+        import torch.nn as nn
+
+        class Gate(nn.Module):
+            def __init__(self, hidden=300):
+                super().__init__()
+                self.proj = nn.Linear(hidden, hidden)
+
+            def forward(self, x, y):
+                return torch.sigmoid(self.proj(x)) * y
+    """)
+    assert kopt(["new", "gate", "--from", f"{file}:Gate", "--inputs", "512x300:float32,512x300",
+                 "--json"]) == 0
+    reply = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    case = load_case_dir(Path(reply["path"]))
+    assert case.directory == workspace / "cases" / "gate"
+    assert case.manifest.model.class_name == "Gate"
+    x, y = case.input_set("main").args
+    assert isinstance(x, TensorSpec) and x.shape == [512, 300] and y.shape == [512, 300]  # type: ignore[union-attr]
+    small_x, _ = case.input_set("smoke").args
+    assert small_x.shape[0] < 512  # type: ignore[union-attr]
+    assert case.manifest.description.startswith("Made by `kopt new gate --from")
+    out, _ = smoke_forward(case)
+    assert out.shape == tuple(small_x.shape)  # type: ignore[union-attr]
+    assert "kopt new gate" in case.manifest_file.read_text().splitlines()[0]
+
+
+def test_new_from_a_file_with_get_inputs_and_its_errors(
+        tmp_path: Path, workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = write_problem(tmp_path, "kb", GROUPNORM)
+    assert kopt(["new", "gn", "--from", str(file)]) == 0  # class defaults to Model
+    assert "smoke set:" in capsys.readouterr().out
+    assert load_case_dir(workspace / "cases" / "gn").input_set("smoke").init_kwargs["num_groups"] == 64
+    assert kopt(["new", "gn", "--from", str(file)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a case" in err and "--name" not in err
+    assert kopt(["new", "other"]) == 0 and kopt(["new", "other"]) == 2
+    assert "--name" not in capsys.readouterr().err
+    assert kopt(["new", "bad", "--from", f"{file}:Model", "--inputs", "8xq"]) == 2
+    assert "--inputs item '8xq'" in capsys.readouterr().err
+    assert kopt(["new", "nocls", "--from", f"{file}:Missing"]) == 2
+    assert "defines no nn.Module class 'Missing'" in capsys.readouterr().err
+    no_inputs = write_problem(tmp_path, "noinputs", "import torch.nn as nn\nclass M(nn.Module):\n"
+                              "    def forward(self, x):\n        return x\n")
+    assert kopt(["new", "ni", "--from", f"{no_inputs}:M"]) == 2
+    assert "--inputs SHAPES" in capsys.readouterr().err
