@@ -30,6 +30,7 @@ import shutil
 import string
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,25 +254,90 @@ def probe(file: Path, class_name: str = "Model",
             "constants": constants, "doc": doc.strip().splitlines()[0] if doc.strip() else ""}
 
 
+class _ProbeStandby:
+    """One probe process started ahead of its file (`--standby`): torch and kopt's harness
+    imported, waiting for a request on stdin, so that `kopt suite` skips those imports for
+    every problem after the first. It has run no user code; it exits when its stdin closes
+    (the parent is gone). Used only when `import_kernelbench(..., warm=True)`."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None
+        self._env: dict[str, str] | None = None
+
+    def take(self, env: dict[str, str]) -> subprocess.Popen[str] | None:
+        with self._lock:
+            proc, penv, self._proc, self._env = self._proc, self._env, None, None
+        if proc is not None and (penv != env or proc.poll() is not None):
+            proc.kill()
+            proc.wait()
+            return None
+        return proc
+
+    def prepare(self, env: dict[str, str]) -> None:
+        with self._lock:
+            if self._proc is not None:
+                return
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "kopt.harness.kernelbench", "--standby"],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True, env=env, cwd=tempfile.gettempdir(), start_new_session=True)
+                self._env = env
+            except OSError:
+                self._proc = None
+
+
+    def clear(self) -> None:
+        with self._lock:
+            proc, self._proc, self._env = self._proc, None, None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+
+
+_STANDBY = _ProbeStandby()
+
+
+def close_probe_standby() -> None:
+    """End the waiting probe process, if any (`kopt suite` calls this when it is done)."""
+    _STANDBY.clear()
+
+
 def _run_probe(file: Path, name: str, class_name: str = "Model", inputs: str | None = None,
-               origin: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+               origin: str | None = None, warm: bool = False
+               ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Probe `file` and derive its manifest (smoke trials included) in a subprocess: the
-    manifest and the smoke report's dict."""
+    manifest and the smoke report's dict. `warm`: take a standby probe process when one is
+    waiting, and leave one waiting for the next call."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(import_root()), env.get("PYTHONPATH", "")])
-    request = json.dumps({"name": name, "class": class_name, "inputs": inputs, "origin": origin})
+    request = {"name": name, "class": class_name, "inputs": inputs, "origin": origin}
+    proc = _STANDBY.take(env) if warm else None
+    if proc is None:
+        proc = subprocess.Popen([sys.executable, "-m", "kopt.harness.kernelbench", str(file),
+                                 json.dumps(request)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, cwd=str(file.parent), start_new_session=True)
+        feed = None
+    else:
+        feed = json.dumps({"file": str(file), "request": request}) + "\n"
+    if warm:
+        _STANDBY.prepare(env)
     try:
-        proc = subprocess.run([sys.executable, "-m", "kopt.harness.kernelbench", str(file), request],
-                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env,
-                              cwd=str(file.parent))
+        stdout, stderr = proc.communicate(feed, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
         raise BadInputError(f"{file}: probing it did not finish within {PROBE_TIMEOUT_S} s",
                             fix="make the problem's sizes smaller") from None
-    lines = proc.stdout.strip().splitlines()
+    lines = stdout.strip().splitlines()
     try:
         result = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
         raise BadInputError(f"{file}: importing it crashed (exit {proc.returncode}: {tail})",
                             fix=f"run `python {file}` to see why") from None
     if not result.get("ok"):
@@ -815,7 +881,7 @@ def write_case(file: Path, manifest: dict[str, Any], out_dir: Path, *,
 def import_kernelbench(file: str | Path, *, name: str | None = None,
                        out: str | Path | None = None, class_name: str = "Model",
                        inputs: str | None = None, command: str | None = None,
-                       report: dict[str, Any] | None = None) -> Path:
+                       report: dict[str, Any] | None = None, warm: bool = False) -> Path:
     """Turn a KernelBench problem file (or any file with an nn.Module `class_name` and example
     inputs from its get_inputs() or `inputs` shapes) into a case directory; returns it.
     The smoke set was built and run before anything is written; `report`, when given, is
@@ -832,7 +898,7 @@ def import_kernelbench(file: str | Path, *, name: str | None = None,
     out_dir = _fresh_dir(Path(out) if out is not None else user_cases_dir() / name,
                          "--name NAME" if command is None else "another NAME")
     origin = f"Made by `{command}`." if command else None
-    manifest, smoke = _run_probe(file, name, class_name, inputs, origin)
+    manifest, smoke = _run_probe(file, name, class_name, inputs, origin, warm=warm)
     if report is not None:
         report.update(smoke)
     return write_case(file, manifest, out_dir, command=command)
@@ -854,6 +920,16 @@ if __name__ == "__main__":  # the probe subprocess: one JSON line on stdout
 
     if not torch.cuda.is_available():  # KernelBench files often call .cuda() on their inputs
         torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+    if sys.argv[1] == "--standby":  # imports done; wait for the file (see _ProbeStandby)
+        import kopt.harness.data  # noqa: F401
+        import kopt.harness.memory  # noqa: F401
+
+        line = sys.stdin.readline()
+        if not line.strip():
+            sys.exit(0)
+        job = json.loads(line)
+        os.chdir(Path(job["file"]).parent)
+        sys.argv[1:] = [job["file"], json.dumps(job["request"])]
     try:
         outcome = _subprocess_main(Path(sys.argv[1]),
                                    json.loads(sys.argv[2]) if len(sys.argv) > 2 else {"name": "case"})

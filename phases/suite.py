@@ -149,7 +149,8 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     smoke: dict[str, Any] = {}
     try:
         directory = import_kernelbench(problem.file, name=problem.name,
-                                       out=root / "cases" / problem.name, report=smoke)
+                                       out=root / "cases" / problem.name, report=smoke,
+                                       warm=True)
         case = load_case_dir(directory)
     except KoptError as err:
         row.status, row.detail = "import failed", err.one_line()[:300]
@@ -312,6 +313,9 @@ def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: i
                 with ThreadPoolExecutor(max_workers=jobs) as pool:
                     rows = list(pool.map(one, problems))
     finally:
+        from kopt.harness.kernelbench import close_probe_standby
+
+        close_probe_standby()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     return SuiteResult(rows, device, time.perf_counter() - start, str(root) if keep else "")
