@@ -7,9 +7,10 @@ and on a GPU time eager, torch.compile and the candidate with the harness timer 
 with the suite's quicker stopping rule). One problem that crashes, hangs or runs out of memory
 costs its own row only: every user-code step runs in a subprocess with a timeout.
 
-Speed: problems are prepared (import, codegen, verification) by `jobs` threads at once while
-GPU timing runs one problem at a time; local workers reuse the standby process
-(`harness.targets.standby`); each row carries the seconds of each step.
+Speed: problems are prepared (import, codegen, verification) by `jobs` threads at once; a
+GPU timing waits until no verification runs and holds the GPU alone; the import probe and the
+local workers reuse standby processes that have torch imported (`harness.kernelbench`,
+`harness.targets.standby`); each row carries the seconds of each step.
 """
 
 from __future__ import annotations
@@ -131,8 +132,44 @@ def _workspace(root: Path) -> Iterator[None]:
 
 _CODEGEN_LOCK = threading.Lock()
 """torch.export is not meant to run in several threads at once."""
-_GPU_LOCK = threading.Lock()
-"""One problem is timed on the GPU at a time."""
+
+
+class _GpuShare:
+    """Verifications may share the GPU with each other; a timing has it alone (no other
+    problem's kernels run while one is timed, so the times stay believable)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive)
+            self._exclusive = True  # new verifications wait from here on
+            self._cond.wait_for(lambda: self._shared == 0)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+_GPU = _GpuShare()
 
 
 def prepare_problem(problem: Problem, root: Path, *, device: str,
@@ -179,7 +216,8 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
 
     t0 = time.perf_counter()
     try:
-        report = verify_candidate(case, candidate, device=device, timeout=timeout)
+        with _GPU.shared():
+            report = verify_candidate(case, candidate, device=device, timeout=timeout)
     except KoptError as err:
         row.status, row.detail = "failed", f"verification could not run: {err.one_line()}"[:300]
         return row, case, None
@@ -236,7 +274,7 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
     try:
         row, case, candidate = prepare_problem(problem, root, device=device, timeout=timeout)
         if candidate is not None and device == "cuda":
-            with _GPU_LOCK:
+            with _GPU.exclusive():
                 time_problem(row, case, candidate, device=device, rounds=rounds,
                              timing=QUICK_TIMING if timing is None else timing, timeout=timeout)
         return row
