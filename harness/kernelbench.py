@@ -53,7 +53,7 @@ SMOKE_MAX_NUMEL = 1 << 18
 # No op of the smoke forward may produce more elements than this: the Triton interpreter walks
 # a generated kernel's output program by program, and an architect + optimizer smoke run must
 # finish in under a minute on a 2-core CPU (a 2 M-element transposed-convolution output took
-# over 300 s, issue 22; on 2025-11-25 a 246 K-element convolution epilogue took 246 s to verify
+# over 300 s, issue 22; on 2026-11-25 a 246 K-element convolution epilogue took 246 s to verify
 # on a shared 2-core machine, load 12).
 SMOKE_OP_BUDGET = 1 << 16
 # A shrunk size never goes below this (the batch: 2): a 4x4 image still has edges and a middle ...
