@@ -505,10 +505,10 @@ class _Sizes:
         return need
 
     def floor(self, v: int, sizes: dict[int, int]) -> int:
-        """The least smoke size of v: 2 for the batch; else SMOKE_MIN, and no less than a
+        """The least smoke size of v: 2 for a batch (that is no other size); else SMOKE_MIN, and no less than a
         small constructor int that v was at least (a kernel or pool size stays <= a spatial size)."""
-        if v == self.batch:
-            return 2
+        if v == self.batch and not any(v in shape[1:] for shape in self.shapes):
+            return 2  # a batch that is no other size of the inputs
         small = [sizes.get(g, g) for g in self.ctor_ints if g < v and g <= SMOKE_KERNEL_MAX]
         return min(v, max([SMOKE_MIN, *small]))
 
