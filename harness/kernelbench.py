@@ -30,6 +30,7 @@ import shutil
 import string
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,18 @@ SMOKE_DIM = 64
 SMOKE_SIZES = (64, 96, 48, 80, 112, 40, 72, 56)
 # No smoke tensor above this many elements (about 1 MB of float32): smaller dims halve until it fits.
 SMOKE_MAX_NUMEL = 1 << 18
+# No op of the smoke forward may produce more elements than this: the Triton interpreter walks
+# a generated kernel's output program by program, and an architect + optimizer smoke run must
+# finish in under a minute on a 2-core CPU (a 2 M-element transposed-convolution output took
+# over 300 s, issue 22; on 2026-11-25 a 246 K-element convolution epilogue took 246 s to verify
+# on a shared 2-core machine, load 12).
+SMOKE_OP_BUDGET = 1 << 16
+# A shrunk size never goes below this (the batch: 2): a 4x4 image still has edges and a middle ...
+SMOKE_MIN = 4
+# ... nor below a constructor int up to this size that it was at least (kernel and pool sizes).
+SMOKE_KERNEL_MAX = 16
+# Smoke sizings built and run at most per import (each a constructor and one smoke forward).
+SMOKE_TRIALS = 12
 # get_inputs() is drawn this many times (seeds 0, 1, ...) to observe integer value ranges.
 PROBE_DRAWS = 3
 PROBE_TIMEOUT_S = 300
@@ -92,8 +105,48 @@ def _describe_tensor(t: Any) -> dict[str, Any]:
     return info
 
 
-def probe(file: Path) -> dict[str, Any]:
-    """Import `file`, call get_init_inputs()/get_inputs(), describe what they return."""
+def parse_input_shapes(text: str) -> list[tuple[list[int], str]]:
+    """`8x128:float32,8x128` -> [([8, 128], 'float32'), ([8, 128], 'float32')]."""
+    specs: list[tuple[list[int], str]] = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        shape_text, _, dtype = item.partition(":")
+        dtype = dtype or "float32"
+        try:
+            shape = [int(x) for x in shape_text.lower().split("x")]
+        except ValueError:
+            shape = []
+        if not shape or any(n < 0 for n in shape) or dtype not in DTYPES:
+            raise BadInputError(f"--inputs item {item!r} is not SIZExSIZE[:DTYPE]",
+                                fix="write e.g. --inputs 8x128:float32,8x128 (dtype one of "
+                                    f"{', '.join(sorted(set(DTYPES.values())))})")
+        specs.append((shape, DTYPES[dtype]))
+    if not specs:
+        raise BadInputError(f"--inputs {text!r} names no tensor", fix="write e.g. --inputs 8x128")
+    return specs
+
+
+def _inputs_from_shapes(specs: list[tuple[list[int], str]]) -> Any:
+    import torch
+
+    def get_inputs() -> list[Any]:
+        out = []
+        for shape, dtype in specs:
+            dt = getattr(torch, dtype)
+            if dt.is_floating_point:
+                out.append(torch.randn(shape, dtype=dt))
+            elif dt == torch.bool:
+                out.append(torch.rand(shape) < 0.5)
+            else:
+                out.append(torch.randint(0, 100, shape, dtype=dt))
+        return out
+
+    return get_inputs
+
+
+def probe(file: Path, class_name: str = "Model",
+          input_shapes: list[tuple[list[int], str]] | None = None) -> dict[str, Any]:
+    """Import `file`, call get_init_inputs()/get_inputs() (or draw `input_shapes`), describe
+    what they return."""
     import importlib.util
 
     import torch
@@ -112,11 +165,17 @@ def probe(file: Path) -> dict[str, Any]:
         return fail(f"does not import: {type(err).__name__}: {err}", f"run `python {file}`")
     finally:
         sys.path.remove(str(file.parent))
-    cls = getattr(module, "Model", None)
+    cls = getattr(module, class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
-        return fail("defines no `class Model(nn.Module)`", "a KernelBench file names its module Model")
-    if not callable(getattr(module, "get_inputs", None)):
-        return fail("defines no get_inputs()", "add get_inputs() returning the forward's arguments")
+        if class_name == "Model":
+            return fail("defines no `class Model(nn.Module)`",
+                        "a KernelBench file names its module Model")
+        return fail(f"defines no nn.Module class {class_name!r}", "name a class the file defines")
+    get_inputs = (_inputs_from_shapes(input_shapes) if input_shapes
+                  else getattr(module, "get_inputs", None))
+    if not callable(get_inputs):
+        return fail("defines no get_inputs()", "add get_inputs() returning the forward's "
+                    "arguments" + ("" if class_name == "Model" else ", or pass --inputs SHAPES"))
     try:
         torch.manual_seed(0)
         get_init = getattr(module, "get_init_inputs", None)
@@ -131,9 +190,11 @@ def probe(file: Path) -> dict[str, Any]:
                     "return only numbers, strings, booleans and lists/tuples of them")
     inputs: list[dict[str, Any]] = []
     for seed in range(PROBE_DRAWS):  # one draw at a time: a full-size problem may be large
+        if seed and not any(isinstance(i.get("min"), int) for i in inputs):
+            break  # later draws only widen integer ranges
         torch.manual_seed(seed)
         try:
-            drawn = module.get_inputs()
+            drawn = get_inputs()
         except BaseException as err:
             return fail(f"get_inputs() raised {type(err).__name__}: {err}",
                         "fix get_inputs() so that it returns the forward's arguments")
@@ -162,44 +223,138 @@ def probe(file: Path) -> dict[str, Any]:
         if all(params[n].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
                for n in list(bound.arguments)[1:]):
             names = list(bound.arguments)[1:]
+            # Integer parameters left at their defaults are sizes too (`hidden=300`): written
+            # down, they shrink with the inputs in smoke.
+            for pname, param in params.items():
+                if (names is not None and pname not in bound.arguments
+                        and param.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                           inspect.Parameter.KEYWORD_ONLY)
+                        and type(param.default) is int):
+                    names.append(pname)
+                    init.append(param.default)
+            init_json = _jsonable(init)
     except (TypeError, ValueError):
         names = None
+
+    def build() -> Any:
+        return cls(**dict(zip(names, init, strict=True))) if names is not None else cls(*init)
+
     try:
         with torch.device("meta"):
-            cls(*init)
+            build()
     except BaseException:
         try:
-            cls(*init)
+            build()
         except BaseException as err:
             return fail(f"Model(*get_init_inputs()) raised {type(err).__name__}: {err}",
                         "make get_init_inputs() match Model's constructor")
     constants = {k: v for k, v in vars(module).items()
                  if not k.startswith("_") and type(v) in (int, float)}
     doc = inspect.getdoc(cls) or ""
-    return {"ok": True, "inputs": inputs, "init": init_json, "init_names": names,
+    return {"ok": True, "class": class_name, "inputs": inputs, "init": init_json, "init_names": names,
             "constants": constants, "doc": doc.strip().splitlines()[0] if doc.strip() else ""}
 
 
-def _run_probe(file: Path) -> dict[str, Any]:
+class _ProbeStandby:
+    """One probe process started ahead of its file (`--standby`): torch and kopt's harness
+    imported, waiting for a request on stdin, so that `kopt suite` skips those imports for
+    every problem after the first. It has run no user code; it exits when its stdin closes
+    (the parent is gone). Used only when `import_kernelbench(..., warm=True)`."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None
+        self._env: dict[str, str] | None = None
+
+    def take(self, env: dict[str, str]) -> subprocess.Popen[str] | None:
+        with self._lock:
+            proc, penv, self._proc, self._env = self._proc, self._env, None, None
+        if proc is not None and (penv != env or proc.poll() is not None):
+            proc.kill()
+            proc.wait()
+            return None
+        return proc
+
+    def prepare(self, env: dict[str, str]) -> None:
+        with self._lock:
+            if self._proc is not None:
+                return
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "kopt.harness.kernelbench", "--standby"],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True, env=env, cwd=tempfile.gettempdir(), start_new_session=True)
+                self._env = env
+            except OSError:
+                self._proc = None
+
+
+    def clear(self) -> None:
+        with self._lock:
+            proc, self._proc, self._env = self._proc, None, None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+
+
+_STANDBY = _ProbeStandby()
+
+
+def close_probe_standby() -> None:
+    """End the waiting probe process, if any (`kopt suite` calls this when it is done)."""
+    _STANDBY.clear()
+
+
+def _run_probe(file: Path, name: str, class_name: str = "Model", inputs: str | None = None,
+               origin: str | None = None, warm: bool = False
+               ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Probe `file` and derive its manifest (smoke trials included) in a subprocess: the
+    manifest and the smoke report's dict. `warm`: take a standby probe process when one is
+    waiting, and leave one waiting for the next call."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(import_root()), env.get("PYTHONPATH", "")])
+    request = {"name": name, "class": class_name, "inputs": inputs, "origin": origin}
+    proc = _STANDBY.take(env) if warm else None
+    if proc is None:
+        proc = subprocess.Popen([sys.executable, "-m", "kopt.harness.kernelbench", str(file),
+                                 json.dumps(request)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, cwd=str(file.parent), start_new_session=True)
+        feed = None
+    else:
+        feed = json.dumps({"file": str(file), "request": request}) + "\n"
+    if warm:
+        _STANDBY.prepare(env)
     try:
-        proc = subprocess.run([sys.executable, "-m", "kopt.harness.kernelbench", str(file)],
-                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env,
-                              cwd=str(file.parent))
+        stdout, stderr = proc.communicate(feed, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise BadInputError(f"{file}: get_inputs() did not finish within {PROBE_TIMEOUT_S} s",
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        raise BadInputError(f"{file}: probing it did not finish within {PROBE_TIMEOUT_S} s",
                             fix="make the problem's sizes smaller") from None
-    lines = proc.stdout.strip().splitlines()
+    lines = stdout.strip().splitlines()
     try:
         result = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
         raise BadInputError(f"{file}: importing it crashed (exit {proc.returncode}: {tail})",
                             fix=f"run `python {file}` to see why") from None
     if not result.get("ok"):
         raise BadInputError(f"{file}: {result['error']}", fix=result.get("fix"))
-    return result
+    return result["manifest"], result["smoke"]
+
+
+def _subprocess_main(file: Path, request: dict[str, Any]) -> dict[str, Any]:
+    shapes = parse_input_shapes(request["inputs"]) if request.get("inputs") else None
+    result = probe(file, request.get("class") or "Model", shapes)
+    if not result.get("ok"):
+        return result
+    if request.get("origin"):
+        result["origin"] = request["origin"]
+    manifest, report = derive_case(result, request["name"], file)
+    return {"ok": True, "manifest": manifest, "smoke": report.to_dict()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,27 +450,298 @@ def _tensor_spec(i: int, info: dict[str, Any], constants: dict[str, Any],
     return spec
 
 
-def _smoke_sizes(shapes: list[list[int]], pinned: set[int], extra: set[int]) -> dict[int, int]:
-    """Original size -> smoke size; equal sizes map to equal sizes, pinned sizes stay."""
-    large = [s for shape in shapes for s in shape] + sorted(extra)
+@dataclass
+class _Sizes:
+    """What smoke sizing works from: the main tensor shapes and the constructor's ints."""
+
+    shapes: list[list[int]]
+    ctor_ints: set[int]
+    shrink_ctor: bool
+    """Constructor ints may shrink with the inputs (they are named arguments)."""
+    pinned: set[int]
+    """Sizes that never shrink (positional constructor arguments kopt cannot rename)."""
+    batch: int | None
+    """Dim 0 of the first tensor input with two or more dims: shrunk first."""
+    ties: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Derived size -> (base size, factor): inputs of one rank whose sizes at the same dim
+    differ by an integer factor (`D` and `D * stride`) keep that factor in smoke."""
+
+    def __post_init__(self) -> None:
+        for a in self.shapes:
+            for b in self.shapes:
+                if len(a) != len(b) or len(a) < 3:
+                    continue
+                for small, big in zip(a[2:], b[2:], strict=True):  # spatial dims only
+                    if small < big and big % small == 0 and big not in self.ties \
+                            and small not in self.ties:
+                        self.ties[big] = (small, big // small)
+
+    def tie(self, sizes: dict[int, int]) -> dict[int, int]:
+        """`sizes` with every derived size set from its base."""
+        out = {k: v for k, v in sizes.items() if k not in self.ties}
+        for big, (small, k) in self.ties.items():
+            if small in out:
+                out[big] = out[small] * k
+        return out
+
+    def shrinkable(self) -> set[int]:
+        values = {s for shape in self.shapes for s in shape}
+        if self.shrink_ctor:
+            values |= self.ctor_ints
+        return {v for v in values if v >= 2 * SMOKE_MIN and v not in self.pinned
+                and v not in self.ties} | (
+            {self.batch} if self.batch and self.batch > 2 and self.batch not in self.pinned
+            and self.batch not in self.ties else set())
+
+    def divisor(self, v: int, sizes: dict[int, int]) -> int:
+        """What v's smoke size must be a multiple of: every constructor int that divides v
+        (group counts, heads), at its own smoke size."""
+        need = 1
+        if v == self.batch and v not in self.ctor_ints:
+            return need  # a batch that no constructor argument names divides nothing
+        for g in self.ctor_ints:
+            if 2 <= g < v and v % g == 0:
+                need = math.lcm(need, sizes.get(g, g))
+        return need
+
+    def floor(self, v: int, sizes: dict[int, int]) -> int:
+        """The least smoke size of v: 2 for a batch (that is no other size); else SMOKE_MIN, and no less than a
+        small constructor int that v was at least (a kernel or pool size stays <= a spatial size)."""
+        if v == self.batch and not any(v in shape[1:] for shape in self.shapes):
+            return 2  # a batch that is no other size of the inputs
+        small = [sizes.get(g, g) for g in self.ctor_ints if g < v and g <= SMOKE_KERNEL_MAX]
+        return min(v, max([SMOKE_MIN, *small]))
+
+    def halve(self, v: int, sizes: dict[int, int]) -> int | None:
+        """v's next smaller smoke size (about half), or None when it cannot shrink."""
+        cur = sizes.get(v, v)
+        need = self.divisor(v, sizes)
+        new = (cur // 2) // need * need
+        if new < max(need, self.floor(v, sizes)) or new >= cur:
+            return None
+        return new
+
+
+def _initial_sizes(sz: _Sizes, scale: int) -> dict[int, int]:
+    """Original size -> smoke size: sizes above SMOKE_DIM take SMOKE_SIZES (times `scale`) in
+    order of appearance, equal sizes together, rounded to what their divisors need; then the
+    inputs shrink to SMOKE_MAX_NUMEL elements, batch first."""
+    order: list[int] = []
+    for s in [s for shape in sz.shapes for s in shape] + sorted(sz.ctor_ints if sz.shrink_ctor else ()):
+        if s > SMOKE_DIM * scale and s not in sz.pinned and s not in order and s not in sz.ties:
+            order.append(s)
+    targets = {v: SMOKE_SIZES[i % len(SMOKE_SIZES)] * scale for i, v in enumerate(order)}
     sizes: dict[int, int] = {}
-    for s in large:
-        if s > SMOKE_DIM and s not in pinned and s not in sizes:
-            target = SMOKE_SIZES[len(sizes) % len(SMOKE_SIZES)]
-            sizes[s] = target if s % 16 == 0 else target - 3
-    while True:
-        biggest = max((math.prod(sizes.get(s, s) for s in shape) for shape in shapes), default=0)
-        if biggest <= SMOKE_MAX_NUMEL:
-            return sizes
-        free = [s for shape in shapes for s in shape if s not in pinned and sizes.get(s, s) > 8]
-        if not free:
-            return sizes
-        s = max(free, key=lambda v: sizes.get(v, v))
-        sizes[s] = sizes.get(s, s) // 2
+    for v in sorted(order):  # divisors first: their smoke sizes decide their multiples'
+        need = sz.divisor(v, sizes)
+        t = targets[v]
+        if need == 1 and v % 16:
+            t -= 3  # the odd twin keeps ragged edges ragged
+        s = max(sz.floor(v, sizes), need * max(1, round(t / need)))
+        if s < v:
+            sizes[v] = s
+    sizes = sz.tie(sizes)
+    return _shrink(sizes, sz, lambda sizes: max(
+        (math.prod(sizes.get(s, s) for s in shape) for shape in sz.shapes), default=0),
+        SMOKE_MAX_NUMEL * scale * scale, prefer=max(sz.shapes, key=math.prod, default=[]))
+
+
+def _shrink(sizes: dict[int, int], sz: _Sizes, measure: Any, budget: int,
+            prefer: list[int], exact: bool = True) -> dict[int, int]:
+    """Halve sizes until `measure(sizes)` is within `budget` (not `exact`: measured once, then
+    estimated as shrinking with each halving): the batch first, then the largest of `prefer`
+    (dims of the tensor over budget), then any size."""
+    sizes = dict(sizes)
+    estimate = float(measure(sizes))
+    while (estimate := float(measure(sizes)) if exact else estimate) > budget:
+        shrinkable = sz.shrinkable()
+        current = {v: sizes.get(v, v) for v in shrinkable}
+        wanted = {k for d in prefer for k, v in sizes.items() if v == d}
+        wanted = (wanted | {d for d in prefer if d not in sizes}) & shrinkable
+        order = ([sz.batch] if sz.batch in shrinkable else []) + \
+            sorted(wanted, key=lambda v: -current[v]) + sorted(shrinkable, key=lambda v: -current[v])
+        for v in order:
+            new = sz.halve(v, sizes)
+            if new is not None:
+                estimate *= new / current[v]
+                sizes[v] = new
+                sizes = sz.tie(sizes)
+                break
+        else:
+            break
+    return sizes
+
+
+@dataclass
+class SmokeTrial:
+    """One smoke sizing, built and run: did it work, and how large did the forward get?"""
+
+    strategy: str
+    sizes: dict[int, int]
+    ok: bool = False
+    stage: str = ""
+    """Where it failed: `constructor`, `inputs` or `forward` ('' when it ran)."""
+    error: str = ""
+    largest: int = 0
+    """Elements of the largest tensor any op produced."""
+    shape: list[int] = field(default_factory=list)
+    op: str = ""
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        sizes = ", ".join(f"{k}->{v}" for k, v in sorted(self.sizes.items())) or "none shrunk"
+        if not self.ok:
+            return f"{self.strategy} ({sizes}): {self.stage} failed: {self.error}"
+        return (f"{self.strategy} ({sizes}): largest op output {self.largest} elements "
+                f"{self.shape} ({self.op})")
+
+
+def _smoke_override(sizes: dict[int, int], d: _Derivation, init: list[Any],
+                    names: list[str] | None) -> dict[str, Any]:
+    args: list[dict[str, Any]] = []
+    for a in d.args:
+        if "shape" not in a:
+            args.append({})
+            continue
+        over: dict[str, Any] = {"shape": [sizes.get(s, s) for s in a["shape"]]}
+        if a.get("init") == "randint" and a["high"] in sizes:
+            over["high"] = sizes[a["high"]]
+        args.append(over)
+    smoke: dict[str, Any] = {"args": args}
+    if names is not None and init:
+        kwargs = dict(zip(names, init, strict=True))
+        changed = {k: _remap(v, sizes) for k, v in kwargs.items() if _remap(v, sizes) != v}
+        if changed:
+            smoke["init_kwargs"] = changed
+    return smoke
+
+
+def try_smoke(file: Path, manifest: dict[str, Any], strategy: str,
+              sizes: dict[int, int]) -> SmokeTrial:
+    """Build the manifest's smoke model (seeded default weights) and run one smoke forward on
+    its smoke inputs, recording the largest tensor any op produced (harness.memory)."""
+    import time
+
+    import torch
+
+    from kopt.harness.case import Case, parse_manifest
+    from kopt.harness.data import agent_provide_inputs, instantiate, model_class
+    from kopt.harness.memory import largest_op_output
+
+    trial = SmokeTrial(strategy, dict(sizes))
+    t0 = time.perf_counter()
+    data = {**manifest, "model": {**manifest["model"], "module": file.name}}
+    case = Case(file.parent, parse_manifest(data, file))
+    resolved = case.input_set("smoke")
+    stage = "constructor"
+    try:
+        cls = model_class(case)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = instantiate(cls, resolved, file).eval()
+            stage = "inputs"
+            inputs = agent_provide_inputs(case, "smoke", cache=False)
+            stage = "forward"
+            with torch.no_grad():
+                _, trial.largest, trial.shape, trial.op = largest_op_output(
+                    lambda: model(*inputs.args, **inputs.kwargs))
+        trial.ok = True
+    except Exception as err:  # user code: any failure rejects this sizing
+        cause = err.__cause__ if isinstance(err, CaseError) and err.__cause__ else err
+        trial.stage, trial.error = stage, f"{type(cause).__name__}: {str(cause)[:200]}"
+    trial.op = trial.op.removeprefix("aten.")
+    trial.seconds = time.perf_counter() - t0
+    return trial
+
+
+# Strategies tried in order until one sizing runs within SMOKE_OP_BUDGET.
+_STRATEGIES = (
+    ("shrink inputs and constructor sizes", 1, True),
+    ("shrink less", 2, True),
+    ("keep constructor sizes", 1, False),
+)
+
+
+def search_smoke(file: Path, manifest: dict[str, Any], d: _Derivation, sz: _Sizes,
+                 init: list[Any], names: list[str] | None
+                 ) -> tuple[dict[str, Any] | None, SmokeTrial | None, list[SmokeTrial]]:
+    """The first sizing whose smoke model builds and runs with no op output above
+    SMOKE_OP_BUDGET elements (over budget: shrink again, batch first; failed: the next
+    strategy); else the smallest one that ran; else None. Every sizing returned has run."""
+    trials: list[SmokeTrial] = []
+    tried: set[tuple[tuple[int, int], ...]] = set()
+    smokes: dict[int, dict[str, Any]] = {}
+
+    def attempt(strategy: str, sizes: dict[int, int]) -> SmokeTrial | None:
+        key = tuple(sorted(sizes.items()))
+        if key in tried or len(trials) >= SMOKE_TRIALS:
+            return None
+        tried.add(key)
+        smoke = _smoke_override(sizes, d, init, names)
+        trial = try_smoke(file, {**manifest, "smoke": smoke}, strategy, sizes)
+        smokes[id(trial)] = smoke
+        trials.append(trial)
+        return trial
+
+    for strategy, scale, shrink_ctor in _STRATEGIES:
+        if shrink_ctor and not sz.shrink_ctor:
+            continue
+        local = _Sizes(sz.shapes, sz.ctor_ints, shrink_ctor, sz.pinned | (
+            set() if shrink_ctor else sz.ctor_ints), sz.batch)
+        sizes = _initial_sizes(local, scale)
+        trial = attempt(strategy, sizes)
+        while trial is not None and trial.ok and trial.largest > SMOKE_OP_BUDGET:
+            smaller = _shrink(sizes, local, lambda s, t=trial: t.largest, SMOKE_OP_BUDGET,
+                              prefer=trial.shape, exact=False)
+            if smaller == sizes:
+                break
+            sizes = smaller
+            trial = attempt(strategy, sizes)
+        if trial is not None and trial.ok and trial.largest <= SMOKE_OP_BUDGET:
+            return smokes[id(trial)], trial, trials
+    ran = [t for t in trials if t.ok]
+    if ran:
+        best = min(ran, key=lambda t: t.largest)
+        return smokes[id(best)], best, trials
+    return None, None, trials
+
+
+@dataclass
+class SmokeReport:
+    """How the smoke set was chosen: every sizing tried, and the one kept (None: no smoke set)."""
+
+    trials: list[SmokeTrial]
+    chosen: SmokeTrial | None
+
+    @property
+    def within_budget(self) -> bool:
+        return self.chosen is not None and self.chosen.largest <= SMOKE_OP_BUDGET
+
+    def warning(self) -> str:
+        """A line for the terminal when the smoke set is missing or over budget, else ''."""
+        if self.chosen is None:
+            last = self.trials[-1].summary() if self.trials else "nothing to try"
+            return f"no smoke set: none of {len(self.trials)} sizing(s) built and ran ({last})"
+        if not self.within_budget:
+            return (f"the smoke set is over budget ({self.chosen.largest} elements in one op "
+                    f"output > {SMOKE_OP_BUDGET}): CPU runs of this case will be slow")
+        return ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"within_budget": self.within_budget, "warning": self.warning(),
+                "chosen": self.chosen.summary() if self.chosen else None,
+                "trials": [t.summary() for t in self.trials]}
 
 
 def derive_manifest(result: dict[str, Any], name: str, file: Path) -> dict[str, Any]:
-    """manifest.yaml's contents for a probed KernelBench file."""
+    """manifest.yaml's contents for a probed KernelBench file (see `derive_case`)."""
+    return derive_case(result, name, file)[0]
+
+
+def derive_case(result: dict[str, Any], name: str, file: Path
+                ) -> tuple[dict[str, Any], SmokeReport]:
+    """manifest.yaml's contents for a probed file, with a smoke set that was built and run
+    here (`try_smoke`: call this where the user's code may run), and how it was chosen."""
     d = _Derivation()
     constants = result["constants"]
     infos = result["inputs"]
@@ -327,55 +753,69 @@ def derive_manifest(result: dict[str, Any], name: str, file: Path) -> dict[str, 
     init, names = result["init"], result["init_names"]
     shapes = [a["shape"] for a in d.args if "shape" in a]
     init_ints = set(_ints_in(init))
+    batch = next((s[0] for s in shapes if len(s) >= 2), None)
     if names is not None:
-        pinned: set[int] = set()
-        # Large constructor ints are sizes (in_features, vocab_size, ...): shrink them too.
-        sizes = _smoke_sizes(shapes, pinned, {v for v in init_ints if v > SMOKE_DIM})
+        sz = _Sizes(shapes, init_ints, True, set(), batch)
     else:
         pinned = {v for v in init_ints if any(v in s for s in shapes)}
-        sizes = _smoke_sizes(shapes, pinned, set())
+        sz = _Sizes(shapes, init_ints, False, pinned, batch)
         if pinned & {s for shape in shapes for s in shape if s > SMOKE_DIM}:
             d.guesses.append(f"sizes {sorted(pinned)} kept in smoke: they are positional "
                              "constructor arguments kopt cannot rename")
-    for i, a in enumerate(d.args):
-        if "shape" not in a:
-            if type(a["value"]) is int and a["value"] in sizes:
-                d.guesses.append(f"arg {i} = {a['value']} equals a shrunk size but is kept "
-                                 "in smoke (a plain value, not a size kopt can see)")
-            d.smoke_args.append({})
-            continue
-        over: dict[str, Any] = {"shape": [sizes.get(s, s) for s in a["shape"]]}
-        if a.get("init") == "randint" and a["high"] in sizes:
-            over["high"] = sizes[a["high"]]
-        d.smoke_args.append(over)
-    if sizes:
-        d.guesses.append("smoke shrinks sizes " + ", ".join(f"{k}->{v}" for k, v in sizes.items())
-                         + " (equal sizes together)")
 
-    model: dict[str, Any] = {"module": "model.py", "class": "Model"}
-    smoke: dict[str, Any] = {"args": d.smoke_args}
+    model: dict[str, Any] = {"module": "model.py", "class": result.get("class", "Model")}
     if names is not None and init:
         model["init_kwargs"] = dict(zip(names, init, strict=True))
-        smoke_init = {k: _remap(v, sizes) for k, v in model["init_kwargs"].items()}
-        changed = {k: v for k, v in smoke_init.items() if v != model["init_kwargs"][k]}
-        if changed:
-            smoke["init_kwargs"] = changed
     elif init:
         model["init_args"] = init
+    manifest: dict[str, Any] = {"name": name, "description": "", "model": model,
+                                "inputs": {"args": d.args, "kwargs": {}}, "device": "auto",
+                                "precision": "strict"}
+    smoke, chosen, trials = search_smoke(file, manifest, d, sz, init, names)
+    smoke_note = _smoke_note(chosen, trials)
+    for i, a in enumerate(d.args):
+        if "shape" not in a and type(a["value"]) is int and chosen and a["value"] in chosen.sizes:
+            d.guesses.append(f"arg {i} = {a['value']} equals a shrunk size but is kept "
+                             "in smoke (a plain value, not a size kopt can see)")
 
     consts = ", ".join(f"{k}={v}" for k, v in constants.items())
-    description = " ".join(filter(None, [
-        f"Imported from KernelBench file {file.name}.",
+    origin = result.get("origin") or f"Imported from KernelBench file {file.name}."
+    manifest["description"] = " ".join(filter(None, [
+        origin,
         result["doc"],
         f"Constants: {consts}." if consts else "",
         "Guessed by kopt import-kernelbench (check them): " + "; ".join(d.guesses) + "."
         if d.guesses else "",
+        smoke_note,
         "precision: strict (float32 matmuls are compared without TF32; set tf32 if acceptable)."
         if any(a.get("dtype") == "float32" for a in d.args) else "",
     ]))
-    return {"name": name, "description": description, "model": model,
-            "inputs": {"args": d.args, "kwargs": {}}, "device": "auto",
-            "precision": "strict", "smoke": smoke}
+    if smoke is not None:
+        manifest["smoke"] = smoke
+    return manifest, SmokeReport(trials, chosen)
+
+
+def _smoke_note(chosen: SmokeTrial | None, trials: list[SmokeTrial]) -> str:
+    """The description's sentence on the smoke set: sizes chosen and why, or why none."""
+    if chosen is None:
+        why = trials[-1].summary() if trials else "no sizing to try"
+        return (f"NO SMOKE SET: no smoke sizing of {len(trials)} tried built and ran ({why}); "
+                "CPU runs use the main inputs.")
+    sizes = ", ".join(f"{k}->{v}" for k, v in sorted(chosen.sizes.items())) or "none"
+    failed = [t for t in trials if not t.ok]
+    over = [t for t in trials if t.ok and t is not chosen]
+    why = [f"ran in {chosen.seconds:.1f} s with the largest op output {chosen.largest} elements "
+           f"{chosen.shape} ({chosen.op}; budget {SMOKE_OP_BUDGET})"]
+    if over:
+        why.append(f"{len(over)} larger sizing(s) ran over that budget")
+    if failed:
+        why.append("rejected: " + "; ".join(f"{t.stage} failed with "
+                                            f"{', '.join(f'{k}->{v}' for k, v in sorted(t.sizes.items()))}"
+                                            f" ({t.error})" for t in failed[:3]))
+    text = f"Smoke sizes {sizes} ({chosen.strategy}): " + ", ".join(why) + "."
+    if chosen.largest > SMOKE_OP_BUDGET:
+        text += " OVER BUDGET: no sizing tried ran within it, CPU runs of this case are slow."
+    return text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,20 +855,21 @@ def _case_name(name: str) -> str:
     return name
 
 
-def _fresh_dir(out: Path) -> Path:
+def _fresh_dir(out: Path, another: str = "another NAME") -> Path:
     """`out`, resolved, after checking it holds no case yet (it is created by the writer)."""
     out = out.expanduser().resolve()
     if (out / MANIFEST_NAME).exists() or (out / "model.py").exists():
         raise BadInputError(f"{out} already holds a case",
-                            fix="pass --out DIR or --name NAME, or remove that directory")
+                            fix=f"pass --out DIR or {another}, or remove that directory")
     return out
 
 
-def write_case(file: Path, manifest: dict[str, Any], out_dir: Path) -> Path:
+def write_case(file: Path, manifest: dict[str, Any], out_dir: Path, *,
+               command: str | None = None) -> Path:
     """Write `file` unmodified as model.py and `manifest` as manifest.yaml; check it loads."""
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(file, out_dir / "model.py")
-    header = f"# Written by `kopt import-kernelbench {file.name}`; edit freely.\n"
+    header = f"# Written by `{command or 'kopt import-kernelbench ' + file.name}`; edit freely.\n"
     (out_dir / MANIFEST_NAME).write_text(header + dump_manifest(manifest))
     try:
         load_case_dir(out_dir)
@@ -439,17 +880,29 @@ def write_case(file: Path, manifest: dict[str, Any], out_dir: Path) -> Path:
 
 
 def import_kernelbench(file: str | Path, *, name: str | None = None,
-                       out: str | Path | None = None) -> Path:
-    """Turn a KernelBench problem file into a case directory; returns that directory."""
+                       out: str | Path | None = None, class_name: str = "Model",
+                       inputs: str | None = None, command: str | None = None,
+                       report: dict[str, Any] | None = None, warm: bool = False) -> Path:
+    """Turn a KernelBench problem file (or any file with an nn.Module `class_name` and example
+    inputs from its get_inputs() or `inputs` shapes) into a case directory; returns it.
+    The smoke set was built and run before anything is written; `report`, when given, is
+    filled with how it was chosen (`SmokeReport.to_dict()`)."""
     file = Path(file).expanduser().resolve()
     if not file.is_file():
         raise BadInputError(f"{file}: no such file",
                             fix="pass a KernelBench .py file defining Model, get_inputs() and "
                                 "get_init_inputs()")
-    name = _case_name(name or re.sub(r"[^A-Za-z0-9_-]", "_", file.stem))
-    out_dir = _fresh_dir(Path(out) if out is not None else user_cases_dir() / name)
-    result = _run_probe(file)
-    return write_case(file, derive_manifest(result, name, file), out_dir)
+    if inputs is not None:
+        parse_input_shapes(inputs)  # bad input fails here, before the subprocess
+    default = file.stem if class_name == "Model" else f"{file.stem}_{class_name}"
+    name = _case_name(name or re.sub(r"[^A-Za-z0-9_-]", "_", default))
+    out_dir = _fresh_dir(Path(out) if out is not None else user_cases_dir() / name,
+                         "--name NAME" if command is None else "another NAME")
+    origin = f"Made by `{command}`." if command else None
+    manifest, smoke = _run_probe(file, name, class_name, inputs, origin, warm=warm)
+    if report is not None:
+        report.update(smoke)
+    return write_case(file, manifest, out_dir, command=command)
 
 
 def scaffold_case(name: str, out: str | Path | None = None) -> Path:
@@ -468,6 +921,21 @@ if __name__ == "__main__":  # the probe subprocess: one JSON line on stdout
 
     if not torch.cuda.is_available():  # KernelBench files often call .cuda() on their inputs
         torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
-    outcome = probe(Path(sys.argv[1]))
+    if sys.argv[1] == "--standby":  # imports done; wait for the file (see _ProbeStandby)
+        import kopt.harness.data  # noqa: F401
+        import kopt.harness.memory  # noqa: F401
+
+        line = sys.stdin.readline()
+        if not line.strip():
+            sys.exit(0)
+        job = json.loads(line)
+        os.chdir(Path(job["file"]).parent)
+        sys.argv[1:] = [job["file"], json.dumps(job["request"])]
+    try:
+        outcome = _subprocess_main(Path(sys.argv[1]),
+                                   json.loads(sys.argv[2]) if len(sys.argv) > 2 else {"name": "case"})
+    except BadInputError as err:
+        outcome = {"ok": False, "error": err.message if hasattr(err, "message") else str(err),
+                   "fix": getattr(err, "fix", None)}
     sys.stdout.flush()
     print(json.dumps(outcome))

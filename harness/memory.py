@@ -80,3 +80,28 @@ def cuda_peak_bytes(call: Callable[[], Any], resident: Iterable[torch.Tensor]) -
     call()
     torch.cuda.synchronize()
     return resident_bytes(resident) + torch.cuda.max_memory_allocated() - before
+
+
+class _LargestOutput(TorchDispatchMode):
+    """Records the largest tensor (by elements) any op returns during the mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numel = 0
+        self.shape: list[int] = []
+        self.op = ""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.numel() > self.numel:
+                self.numel, self.shape, self.op = t.numel(), list(t.shape), str(func)
+        return out
+
+
+def largest_op_output(call: Callable[[], Any]) -> tuple[Any, int, list[int], str]:
+    """`call()`'s result, and the element count, shape and op name of the largest tensor any
+    op produced during it: what the Triton interpreter will walk when a kernel takes that op."""
+    with _LargestOutput() as mode:
+        out = call()
+    return out, mode.numel, mode.shape, mode.op

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "kopt.workbench.commands.doctor",
     "kopt.workbench.commands.verify",
     "kopt.workbench.commands.bench",
+    "kopt.workbench.commands.suite",
     "kopt.workbench.commands.run",
     "kopt.workbench.commands.manifest",
     "kopt.workbench.commands.history",

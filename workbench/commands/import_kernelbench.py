@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
 import yaml
 from rich.table import Table
 
-from kopt.harness.case import ScalarSpec, load_case_dir
+from kopt.harness.case import Case, ScalarSpec, load_case_dir
 from kopt.harness.kernelbench import import_kernelbench
 from kopt.workbench.output import console, print_json_line
 
@@ -28,24 +30,38 @@ def _describe(spec: object) -> str:
     return f"{list(spec.shape)} {spec.dtype} {spec.init}"  # type: ignore[attr-defined]
 
 
-def handle(args: argparse.Namespace) -> int:
-    directory = import_kernelbench(args.file, name=args.name, out=args.out)
-    case = load_case_dir(directory)
-    main, smoke = case.input_set("main"), case.input_set("smoke")
-    if args.json:
-        print_json_line({"case": case.name, "path": str(directory),
+def show_case(case: Case, directory: Path, smoke: dict[str, Any], as_json: bool) -> None:
+    """The imported case: its inputs beside the smoke set, and how the smoke set was chosen
+    (a warning line when there is none or it is over budget). Shared with `kopt new --from`."""
+    if as_json:
+        print_json_line({"case": case.name, "path": str(directory), "smoke": smoke,
                          "manifest": yaml.safe_load(case.manifest_file.read_text())})
-        return 0
+        return
+    main = case.input_set("main")
+    has_smoke = case.manifest.smoke is not None
     table = Table(title=f"case {case.name} ({directory})")
     table.add_column("arg")
     table.add_column("main")
     table.add_column("smoke")
-    for i, (m, s) in enumerate(zip(main.args, smoke.args, strict=True)):
-        table.add_row(str(i), _describe(m), _describe(s))
+    smoke_args = case.input_set("smoke").args if has_smoke else [None] * len(main.args)
+    for i, (m, s) in enumerate(zip(main.args, smoke_args, strict=True)):
+        table.add_row(str(i), _describe(m), _describe(s) if s is not None else "(none)")
     console.print(table)
     init = main.init_kwargs or main.init_args
     if init:
-        console.print(f"constructor: {init!r}; smoke: {smoke.init_kwargs or smoke.init_args!r}")
+        small = case.input_set("smoke") if has_smoke else None
+        console.print(f"constructor: {init!r}; smoke: "
+                      f"{(small.init_kwargs or small.init_args) if small else None!r}")
+    if smoke.get("chosen"):
+        console.print(f"smoke set: {smoke['chosen']}")
+    if smoke.get("warning"):
+        console.print(f"[yellow]warning:[/yellow] {smoke['warning']}")
     console.print(f"guesses are listed in {case.manifest_file}'s description; "
                   f"next: `kopt baseline {directory}`")
+
+
+def handle(args: argparse.Namespace) -> int:
+    smoke: dict[str, Any] = {}
+    directory = import_kernelbench(args.file, name=args.name, out=args.out, report=smoke)
+    show_case(load_case_dir(directory), directory, smoke, args.json)
     return 0

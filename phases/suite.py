@@ -1,0 +1,439 @@
+"""`kopt suite`: the offline engineer on a directory of KernelBench problems, one row each.
+
+For every problem file: import it (`harness.kernelbench`, into a temporary workspace, never
+the user's `./cases`), generate a candidate with the offline engineer, verify it with the real
+verifier (on the GPU when there is one, else on the smoke inputs in the Triton interpreter),
+and on a GPU time eager, torch.compile and the candidate with the harness timer (`bench_case`,
+with the suite's quicker stopping rule). One problem that crashes, hangs or runs out of memory
+costs its own row only: every user-code step runs in a subprocess with a timeout.
+
+Speed: problems are prepared (import, codegen, verification) by `jobs` threads at once; a
+GPU timing waits until no verification runs and holds the GPU alone; the import probe and the
+local workers reuse standby processes that have torch imported (`harness.kernelbench`,
+`harness.targets.standby`); each row carries the seconds of each step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kopt.harness.errors import BadInputError, KoptError
+
+QUICK_TIMING = {"rel_err_target": 0.03, "max_seconds": 1.0}
+"""The suite's stopping rule: 3% relative error or one second per variant (`kopt bench` uses
+the timer's 1% default)."""
+FULL_TIMING: dict[str, Any] = {}
+PROBLEM_TIMEOUT_S = 240.0
+"""Per worker job of one problem (verification, timing); the probe has its own limit."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem file and the level it belongs to (from its directory's name)."""
+
+    file: Path
+    level: str
+
+    @property
+    def name(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_-]", "_", f"{self.level}_{self.file.stem}")
+
+
+@dataclass
+class SuiteRow:
+    """One problem's outcome. `status`: verified, rejected, import failed, codegen failed,
+    failed (verification or timing could not run), timeout."""
+
+    problem: str
+    level: str
+    file: str
+    status: str = "failed"
+    detail: str = ""
+    """The failing checks, or why the problem stopped."""
+    kernels: int | None = None
+    pct_of_floor: float | None = None
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    kopt_ms: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    codegen_s: float | None = None
+    smoke_within_budget: bool | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Wall seconds per step: import, codegen, verify, time."""
+
+    @property
+    def verified(self) -> bool:
+        return self.status == "verified"
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "verified": self.verified, "total_s": round(self.total_s, 2)}
+
+
+def level_of(directory: Path) -> str:
+    """`level2` for a directory named level2 / level_2 / Level 2; else the directory's name."""
+    m = re.search(r"level[\s_-]*(\d+)", directory.name, re.I)
+    return f"level{m.group(1)}" if m else directory.name
+
+
+def _natural(path: Path) -> tuple[Any, ...]:
+    return tuple(int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", path.name))
+
+
+def discover(dirs: Sequence[str | Path], *, filter_text: str | None = None,
+             limit: int | None = None) -> list[Problem]:
+    """Problem files (`*.py`) of each directory in natural name order (2 before 10), those
+    whose name contains `filter_text`, at most `limit` per directory."""
+    problems: list[Problem] = []
+    for d in dirs:
+        directory = Path(d).expanduser().resolve()
+        if not directory.is_dir():
+            raise BadInputError(f"{d}: not a directory", fix="pass directories of problem .py files")
+        files = sorted((f for f in directory.glob("*.py") if not f.name.startswith("_")), key=_natural)
+        if filter_text:
+            files = [f for f in files if filter_text.lower() in f.name.lower()]
+        problems += [Problem(f, level_of(directory)) for f in files[:limit]]
+    if not problems:
+        raise BadInputError(f"no problem files in {', '.join(map(str, dirs))}"
+                            + (f" matching {filter_text!r}" if filter_text else ""),
+                            fix="pass directories holding KernelBench .py files")
+    return problems
+
+
+@contextmanager
+def _workspace(root: Path) -> Iterator[None]:
+    """Everything kopt writes (cases, caches, job folders) goes under `root` meanwhile."""
+    old = os.environ.get("KOPT_HOME")
+    os.environ["KOPT_HOME"] = str(root)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("KOPT_HOME", None)
+        else:
+            os.environ["KOPT_HOME"] = old
+
+
+_CODEGEN_LOCK = threading.Lock()
+"""torch.export is not meant to run in several threads at once."""
+
+
+class _GpuShare:
+    """Verifications may share the GPU with each other; a timing has it alone (no other
+    problem's kernels run while one is timed, so the times stay believable)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive)
+            self._exclusive = True  # new verifications wait from here on
+            self._cond.wait_for(lambda: self._shared == 0)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+_GPU = _GpuShare()
+
+
+def prepare_problem(problem: Problem, root: Path, *, device: str,
+                    timeout: float = PROBLEM_TIMEOUT_S) -> tuple[SuiteRow, Any, Path | None]:
+    """Import, generate and verify one problem: its row, the case and the candidate file
+    (None when it did not get that far)."""
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.kernelbench import import_kernelbench
+    from kopt.harness.verify import verify_candidate
+    from kopt.phases.engineers.offline import generate_candidate
+
+    row = SuiteRow(problem.name, problem.level, str(problem.file))
+    t0 = time.perf_counter()
+    smoke: dict[str, Any] = {}
+    try:
+        directory = import_kernelbench(problem.file, name=problem.name,
+                                       out=root / "cases" / problem.name, report=smoke,
+                                       warm=True)
+        case = load_case_dir(directory)
+    except KoptError as err:
+        row.status, row.detail = "import failed", err.one_line()[:300]
+        return row, None, None
+    finally:
+        row.seconds["import"] = time.perf_counter() - t0
+    row.smoke_within_budget = bool(smoke.get("within_budget"))
+    if device == "cpu" and case.manifest.smoke is None:
+        row.status, row.detail = "import failed", str(smoke.get("warning") or "no smoke set")
+        return row, case, None
+
+    t0 = time.perf_counter()
+    try:
+        with _CODEGEN_LOCK:
+            result = generate_candidate(case)
+    except Exception as err:  # the engineer's own failure on this problem: its row only
+        row.status, row.detail = "codegen failed", f"{type(err).__name__}: {err}"[:300]
+        return row, case, None
+    finally:
+        row.seconds["codegen"] = time.perf_counter() - t0
+    row.codegen_s = result.seconds
+    row.kernels = len(result.kernels)
+    candidate = root / "kernels" / f"{problem.name}.py"
+    candidate.parent.mkdir(parents=True, exist_ok=True)
+    candidate.write_text(result.source)
+
+    t0 = time.perf_counter()
+    try:
+        with _GPU.shared():
+            report = verify_candidate(case, candidate, device=device, timeout=timeout)
+    except KoptError as err:
+        row.status, row.detail = "failed", f"verification could not run: {err.one_line()}"[:300]
+        return row, case, None
+    finally:
+        row.seconds["verify"] = time.perf_counter() - t0
+    if not report.accepted:
+        row.status = "rejected"
+        bad = [c for c in report.checks if not c.passed]
+        row.detail = "; ".join(f"{c.name}: {c.detail}" for c in bad)[:300]
+        return row, case, None
+    row.status = "verified"
+    return row, case, candidate
+
+
+def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, rounds: int,
+                 timing: dict[str, Any], timeout: float = PROBLEM_TIMEOUT_S) -> None:
+    """Eager, torch.compile and the candidate with the harness timer (GPU only), `rounds`
+    times, the median of each: fills the row's times, speedups and % of floor."""
+    from kopt.harness.bench import bench_case
+
+    t0 = time.perf_counter()
+    medians: dict[str, list[float]] = {"eager": [], "compile": [], "kopt": []}
+    pct: list[float] = []
+    try:
+        for _ in range(max(1, rounds)):
+            rows = bench_case(case, [candidate], device=device, unverified=True, timeout=timeout,
+                              timing_options=timing)
+            for r in rows:
+                key = r["variant"] if r["variant"] in ("eager", "compile") else "kopt"
+                if r["median_ms"]:
+                    medians[key].append(r["median_ms"])
+                elif key == "kopt":
+                    row.status, row.detail = "failed", f"timing: {r.get('note') or 'no time'}"[:300]
+                if key == "kopt" and r["pct_of_floor"]:
+                    pct.append(r["pct_of_floor"])
+    except KoptError as err:
+        row.status, row.detail = "failed", f"timing: {err.one_line()}"[:300]
+    finally:
+        row.seconds["time"] = time.perf_counter() - t0
+
+    def med(v: list[float]) -> float | None:
+        return sorted(v)[len(v) // 2] if v else None
+
+    row.eager_ms, row.compile_ms, row.kopt_ms = (med(medians[k]) for k in ("eager", "compile", "kopt"))
+    row.pct_of_floor = med(pct)
+    if row.kopt_ms:
+        row.speedup_vs_eager = row.eager_ms / row.kopt_ms if row.eager_ms else None
+        row.speedup_vs_compile = row.compile_ms / row.kopt_ms if row.compile_ms else None
+
+
+def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
+                timing: dict[str, Any] | None = None, timeout: float = PROBLEM_TIMEOUT_S) -> SuiteRow:
+    """One problem end to end; never raises (a failure is the row's status)."""
+    try:
+        row, case, candidate = prepare_problem(problem, root, device=device, timeout=timeout)
+        if candidate is not None and device == "cuda":
+            with _GPU.exclusive():
+                time_problem(row, case, candidate, device=device, rounds=rounds,
+                             timing=QUICK_TIMING if timing is None else timing, timeout=timeout)
+        return row
+    except Exception as err:  # a bug must cost one row, not the suite
+        return SuiteRow(problem.name, problem.level, str(problem.file), "failed",
+                        f"{type(err).__name__}: {err}"[:300])
+
+
+@dataclass
+class SuiteResult:
+    rows: list[SuiteRow]
+    device: str
+    seconds: float
+    workdir: str
+
+    def summary(self) -> dict[str, Any]:
+        return summarize(self.rows) | {"device": self.device, "seconds": round(self.seconds, 1),
+                                       "workdir": self.workdir}
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+
+
+def _stats(rows: Sequence[SuiteRow]) -> dict[str, Any]:
+    timed = [r for r in rows if r.speedup_vs_eager]
+    return {"problems": len(rows), "verified": sum(r.verified for r in rows),
+            "timed": len(timed),
+            "geomean_vs_eager": geomean([r.speedup_vs_eager or 0 for r in timed]),
+            "geomean_vs_compile": geomean([r.speedup_vs_compile or 0 for r in timed]),
+            "slower_than_eager": sum(1 for r in timed if (r.speedup_vs_eager or 0) < 1.0)}
+
+
+def summarize(rows: Sequence[SuiteRow]) -> dict[str, Any]:
+    """Verified count, geomeans vs eager and compile, count slower than eager: overall and
+    per level."""
+    levels = sorted({r.level for r in rows}, key=lambda s: _natural(Path(s)))
+    return {**_stats(rows), "levels": {lv: _stats([r for r in rows if r.level == lv])
+                                       for lv in levels}}
+
+
+def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: int | None = None,
+              rounds: int = 1, timing: dict[str, Any] | None = None,
+              timeout: float = PROBLEM_TIMEOUT_S, workdir: Path | None = None,
+              on_start: Callable[[Problem], None] | None = None,
+              on_row: Callable[[SuiteRow], None] | None = None) -> SuiteResult:
+    """Every problem, `jobs` at a time (GPU timing one at a time); rows in problem order.
+    Writes only under `workdir` (a temporary folder, removed afterwards, when None)."""
+    from kopt.harness.device import gpu_available
+
+    device = device or ("cuda" if gpu_available() else "cpu")
+    if jobs is None:
+        jobs = max(1, min(4, (os.cpu_count() or 2) // 4)) if device == "cuda" else 1
+    keep = workdir is not None
+    root = Path(workdir).resolve() if workdir else Path(tempfile.mkdtemp(prefix="kopt-suite-"))
+    root.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+
+    def one(problem: Problem) -> SuiteRow:
+        if on_start:
+            on_start(problem)
+        row = run_problem(problem, root, device=device, rounds=rounds, timing=timing,
+                          timeout=timeout)
+        if on_row:
+            on_row(row)
+        return row
+
+    try:
+        with _workspace(root):
+            if jobs <= 1:
+                rows = [one(p) for p in problems]
+            else:
+                with ThreadPoolExecutor(max_workers=jobs) as pool:
+                    rows = list(pool.map(one, problems))
+    finally:
+        from kopt.harness.kernelbench import close_probe_standby
+
+        close_probe_standby()
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return SuiteResult(rows, device, time.perf_counter() - start, str(root) if keep else "")
+
+
+# -- reports --------------------------------------------------------------------------------------
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def to_markdown(result: SuiteResult) -> str:
+    """The rows as a markdown table, then the summary (overall and per level)."""
+    lines = ["| problem | level | verified | kernels | % of floor | vs eager | vs compile "
+             "| codegen s | total s | detail |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result.rows:
+        detail = r.detail.replace("|", "/").replace("\n", " ")[:120]
+        lines.append(
+            f"| {r.problem} | {r.level} | {'yes' if r.verified else r.status} "
+            f"| {'-' if r.kernels is None else r.kernels} "
+            f"| {'-' if r.pct_of_floor is None else f'{r.pct_of_floor:.0f}%'} "
+            f"| {_x(r.speedup_vs_eager)} | {_x(r.speedup_vs_compile)} "
+            f"| {'-' if r.codegen_s is None else f'{r.codegen_s:.2f}'} | {r.total_s:.1f} | {detail} |")
+    s = result.summary()
+    lines += ["", f"Device: {result.device}; {s['seconds']} s in all.", "",
+              "| level | problems | verified | timed | geomean vs eager | geomean vs compile "
+              "| slower than eager |", "|---|---|---|---|---|---|---|"]
+    for name, st in [*s["levels"].items(), ("all", s)]:
+        lines.append(f"| {name} | {st['problems']} | {st['verified']} | {st['timed']} "
+                     f"| {_x(st['geomean_vs_eager'])} | {_x(st['geomean_vs_compile'])} "
+                     f"| {st['slower_than_eager']} |")
+    if result.device != "cuda":
+        lines += ["", "CPU (Triton interpreter, smoke inputs): verification only, no timings."]
+    return "\n".join(lines) + "\n"
+
+
+def write_chart(result: SuiteResult, path: Path) -> Path | None:
+    """A PNG of speedup vs eager (and vs compile) per problem, sorted; None when no problem
+    was timed (CPU)."""
+    timed = sorted((r for r in result.rows if r.speedup_vs_eager), key=lambda r: r.speedup_vs_eager or 0)
+    if not timed:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.12 * len(timed) + 2), 4.5))
+    xs = range(len(timed))
+    ax.bar(xs, [r.speedup_vs_eager or 0 for r in timed], label="vs eager", color="#4c72b0")
+    ax.plot(xs, [r.speedup_vs_compile or float("nan") for r in timed], "o", ms=3,
+            label="vs torch.compile", color="#dd8452")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_ylabel("speedup (x)")
+    ax.set_xlabel(f"{len(timed)} problems, sorted by speedup vs eager")
+    ax.set_xticks([])
+    s = result.summary()
+    ax.set_title(f"kopt suite on {result.device}: geomean {_x(s['geomean_vs_eager'])} vs eager, "
+                 f"{_x(s['geomean_vs_compile'])} vs compile")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_reports(result: SuiteResult, out: Path) -> list[Path]:
+    """`out` with .md, .json and .png suffixes (the chart only when problems were timed)."""
+    import json
+
+    base = out.with_suffix("") if out.suffix in (".md", ".json", ".png") else out
+    base.parent.mkdir(parents=True, exist_ok=True)
+    md, js, png = (base.with_name(base.name + ext) for ext in (".md", ".json", ".png"))
+    md.write_text(to_markdown(result))
+    js.write_text(json.dumps({"summary": result.summary(),
+                              "rows": [r.to_dict() for r in result.rows]}, indent=1, default=str))
+    written = [md, js]
+    chart = write_chart(result, png)
+    if chart:
+        written.append(chart)
+    return written

@@ -1,0 +1,134 @@
+"""`kopt suite DIR...`: the offline engineer on every problem file of the directories.
+
+One row per problem (verified or the failing check, kernels, % of floor, speedup vs eager and
+vs torch.compile, codegen seconds), a summary overall and per level, a progress bar while it
+runs. Exit 0 when every problem verified, 1 when one did not, 2 bad input. See docs/SUITE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kopt.harness.errors import BadInputError
+from kopt.phases.suite import (
+    FULL_TIMING,
+    PROBLEM_TIMEOUT_S,
+    QUICK_TIMING,
+    Problem,
+    SuiteRow,
+    discover,
+    run_suite,
+    write_reports,
+)
+from kopt.workbench.output import console, print_json_line
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("suite", help="run the offline engineer on a directory of KernelBench problems",
+                       description="Import, generate, verify and (on a GPU) time every problem "
+                                   "file of the directories, in a temporary workspace.")
+    p.add_argument("dirs", metavar="DIR", nargs="+", help="directories of problem .py files")
+    p.add_argument("--rounds", type=int, default=1, help="timing rounds per problem (median)")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="at most N problems per directory (the first by name)")
+    p.add_argument("--filter", default=None, metavar="SUBSTR",
+                   help="only problem files whose name contains SUBSTR")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="problems prepared at once (default: 1 on the CPU, up to 4 on a GPU)")
+    p.add_argument("--full-timing", action="store_true",
+                   help="the timer's default stopping rule (1%% error) instead of the quick one")
+    p.add_argument("--timeout", type=float, default=PROBLEM_TIMEOUT_S,
+                   help=f"seconds per worker job of one problem (default {PROBLEM_TIMEOUT_S:g})")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="default: cuda when a GPU is visible, else cpu (verification only)")
+    p.add_argument("--keep", metavar="DIR", default=None,
+                   help="work in DIR and keep it (cases, candidates); default a temporary folder")
+    p.add_argument("--out", metavar="FILE", default=None,
+                   help="write FILE.md, FILE.json and FILE.png (chart of speedups)")
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    p.set_defaults(func=handle)
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _line(row: SuiteRow) -> str:
+    steps = " ".join(f"{k} {v:.1f}s" for k, v in row.seconds.items())
+    if row.verified:
+        what = "[green]verified[/green]"
+        if row.speedup_vs_eager:
+            what += f" {_x(row.speedup_vs_eager)} eager, {_x(row.speedup_vs_compile)} compile"
+    else:
+        what = f"[red]{escape(row.status)}[/red]: {escape(row.detail[:100])}"
+    return f"{escape(row.problem)}: {what} ({steps})"
+
+
+def handle(args: argparse.Namespace) -> int:
+    if args.rounds < 1 or (args.limit is not None and args.limit < 1) or args.timeout <= 0:
+        raise BadInputError(f"--rounds {args.rounds} / --limit {args.limit} / --timeout "
+                            f"{args.timeout:g} must be positive", fix="pass numbers above 0")
+    problems = discover(args.dirs, filter_text=args.filter, limit=args.limit)
+    timing = FULL_TIMING if args.full_timing else QUICK_TIMING
+    progress = Progress(TextColumn("[bold]suite[/bold]"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("{task.description}"),
+                        console=console, transient=True, disable=args.json)
+    task = progress.add_task("", total=len(problems))
+    running: list[str] = []
+
+    def on_start(problem: Problem) -> None:
+        running.append(problem.name)
+        progress.update(task, description=escape(", ".join(running[-2:])))
+
+    def on_row(row: SuiteRow) -> None:
+        if row.problem in running:
+            running.remove(row.problem)
+        progress.console.print(_line(row))
+        progress.update(task, advance=1, description=escape(", ".join(running[-2:])))
+
+    with progress:
+        result = run_suite(problems, device=args.device, jobs=args.jobs, rounds=args.rounds,
+                           timing=timing, timeout=args.timeout,
+                           workdir=Path(args.keep) if args.keep else None,
+                           on_start=on_start, on_row=on_row)
+    summary = result.summary()
+    written = write_reports(result, Path(args.out)) if args.out else []
+    if args.json:
+        print_json_line({**summary, "rows": [r.to_dict() for r in result.rows],
+                         "written": [str(p) for p in written]})
+    else:
+        _print_tables(result)
+        for p in written:
+            console.print(f"wrote {p}")
+    return 0 if summary["verified"] == summary["problems"] else 1
+
+
+def _print_tables(result) -> None:  # type: ignore[no-untyped-def]
+    table = Table(title=f"kopt suite ({result.device})")
+    for col in ("problem", "verified", "kernels", "% of floor", "vs eager", "vs compile",
+                "codegen s", "total s"):
+        table.add_column(col, no_wrap=col == "problem")
+    for r in result.rows:
+        table.add_row(escape(r.problem), "yes" if r.verified else f"[red]{escape(r.status)}[/red]",
+                      "-" if r.kernels is None else str(r.kernels),
+                      "-" if r.pct_of_floor is None else f"{r.pct_of_floor:.0f}%",
+                      _x(r.speedup_vs_eager), _x(r.speedup_vs_compile),
+                      "-" if r.codegen_s is None else f"{r.codegen_s:.2f}", f"{r.total_s:.1f}")
+    console.print(table)
+    s = result.summary()
+    summary = Table(title="summary")
+    for col in ("level", "problems", "verified", "timed", "geomean vs eager",
+                "geomean vs compile", "slower than eager"):
+        summary.add_column(col)
+    for name, st in [*s["levels"].items(), ("all", s)]:
+        summary.add_row(name, str(st["problems"]), str(st["verified"]), str(st["timed"]),
+                        _x(st["geomean_vs_eager"]), _x(st["geomean_vs_compile"]),
+                        str(st["slower_than_eager"]))
+    console.print(summary)
+    if result.device != "cuda":
+        console.print("CPU (Triton interpreter, smoke inputs): verification only, no timings.")
