@@ -33,7 +33,7 @@ from kopt.harness.job import as_target, candidate_files, cleanup, stage_job
 from kopt.harness.paths import PACKAGE_ROOT
 from kopt.harness.targets.base import LineSink, Target, WorkerOutcome
 from kopt.harness.tolerance import tolerance_for
-from kopt.harness.verification.guards import LIBRARY_OPS
+from kopt.harness.verification.guards import library_ops_of
 from kopt.harness.verification.tensors import differing_elements, input_keys, load_outputs
 
 CHECK_NAMES = (
@@ -660,7 +660,7 @@ class _Judge:
             base = set(ref_set.get("compute_ops", []))
             # Library calls the baseline makes (GEMM, convolution, attention) may stay: the
             # share and the superset test look at the rest of the baseline's work.
-            kept = base & LIBRARY_OPS
+            kept = library_ops_of(base)
             if base - kept:
                 base -= kept
             base_work = sum(n for op, n in (ref_set.get("compute_elements") or {}).items()

@@ -32,3 +32,22 @@ def test_attention_flops_count_grouped_query_attention() -> None:
     with flop_counter() as counter:
         F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
     assert counter.get_total_flops() == 4 * 2 * 8 * 16 * 16 * 32
+
+
+def test_a_library_family_the_baseline_calls_is_kept_whole() -> None:
+    """`linear` in the baseline may become `mm` plus a fused bias in the candidate."""
+    from kopt.harness.verification.guards import library_ops_of
+
+    kept = library_ops_of({"addmm", "gelu"})
+    assert {"mm", "addmm", "bmm"} <= kept and "gelu" not in kept
+    assert "cudnn_convolution" not in kept and library_ops_of({"relu"}) == frozenset()
+
+
+def test_the_channel_carries_shapes_and_scalars_marshal_refuses() -> None:
+    import marshal
+
+    from kopt.harness.jobs.supervised import _wire
+
+    msg = {"shape": torch.Size([3, 1]), "n": torch.tensor(3).item(), "dtype": torch.float32}
+    assert marshal.loads(marshal.dumps(_wire(msg))) == {"shape": [3, 1], "n": 3,
+                                                        "dtype": "torch.float32"}

@@ -52,7 +52,7 @@ class Link:
         self._sendall, self._recv_into = sock.sendall, sock.recv_into
 
     def send(self, msg: dict[str, Any]) -> None:
-        data = self._dumps(msg)
+        data = self._dumps(_wire(msg))
         try:
             self._sendall(self._pack("<Q", len(data)) + data)
         except OSError as err:
@@ -88,6 +88,28 @@ class Link:
             self._sock.close()
         except OSError:
             pass
+
+
+def _wire(value: Any, depth: int = 0) -> Any:
+    """`value` in the types marshal carries: tuple subclasses (torch.Size) as lists, int and
+    float subclasses and scalar objects (numpy, SymInt) as int/float, anything else as text."""
+    if value is None or type(value) in (bool, int, float, str, bytes):
+        return value
+    if depth > 20:
+        return repr(value)[:200]
+    if isinstance(value, dict):
+        return {str(k): _wire(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_wire(v, depth + 1) for v in value]
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, bool):
+        return bool(value)
+    if hasattr(value, "__index__"):
+        return int(value.__index__())
+    if hasattr(value, "__float__"):
+        return float(value)
+    return str(value)
 
 
 def _plain(value: Any, depth: int = 0) -> Any:

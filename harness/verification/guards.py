@@ -38,20 +38,31 @@ NON_COMPUTE_OPS = frozenset({
     "narrow", "view_as", "expand_as", "flatten", "unflatten", "movedim", "_reshape_alias",
 })
 
-LIBRARY_OPS = frozenset({
-    "mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv", "dot", "_int_mm",
-    "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-    "conv_transpose2d", "conv_transpose3d", "cudnn_convolution", "cudnn_convolution_transpose",
-    "mkldnn_convolution", "convolution_overrideable", "_slow_conv2d_forward",
-    "slow_conv3d_forward", "slow_conv_transpose2d", "slow_conv_transpose3d",
-    "_nnpack_spatial_convolution", "scaled_dot_product_attention",
-    "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-    "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward",
-    "_efficient_attention_forward",
-})
-"""Library calls (GEMM, convolution, attention): a candidate may keep those the baseline
-makes (the offline engineer generates the graph between them); they are not a fallback."""
+LIBRARY_FAMILIES: dict[str, frozenset[str]] = {
+    "gemm": frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv",
+                       "dot", "_int_mm"}),
+    "convolution": frozenset({
+        "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+        "conv_transpose2d", "conv_transpose3d", "cudnn_convolution",
+        "cudnn_convolution_transpose", "mkldnn_convolution", "convolution_overrideable",
+        "_slow_conv2d_forward", "slow_conv3d_forward", "slow_conv_transpose2d",
+        "slow_conv_transpose3d", "_nnpack_spatial_convolution"}),
+    "attention": frozenset({
+        "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+        "_flash_attention_forward", "_efficient_attention_forward"}),
+}
+"""Library calls (GEMM, convolution, attention): a candidate may keep a family the baseline
+calls (the offline engineer generates the graph between them; `linear` may become `mm` plus a
+fused bias); they are not a fallback."""
+LIBRARY_OPS = frozenset().union(*LIBRARY_FAMILIES.values())
+
+
+def library_ops_of(ops: set[str]) -> frozenset[str]:
+    """Every op of the library families that `ops` (a baseline's compute ops) calls."""
+    return frozenset().union(*(f for f in LIBRARY_FAMILIES.values() if ops & f))
+
 
 ALLOC_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
                        "new_empty_strided"})
