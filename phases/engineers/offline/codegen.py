@@ -40,6 +40,9 @@ def _launch_config(kernel, kind, n, m=0, k=0):
     elif kind == "tiled":  # n: the hw extent, m: the channels
         cfg["BLOCK_HW"] = min(cfg["BLOCK_HW"], max(MIN_BLOCK, triton.next_power_of_2(n)))
         cfg["BLOCK_C"] = min(cfg["BLOCK_C"], max(MIN_BLOCK, triton.next_power_of_2(m)))
+    elif kind == "tiled_reduction":  # n: the reduced extent, m: the contiguous extent after it
+        cfg["BLOCK_SIZE"] = min(cfg["BLOCK_SIZE"], max(MIN_BLOCK, triton.next_power_of_2(n)))
+        cfg["BLOCK_C"] = min(cfg["BLOCK_C"], max(MIN_BLOCK, triton.next_power_of_2(m)))
     elif kind == "reduction":
         block = min(cfg["BLOCK_SIZE"], MAX_ROW_BLOCK, max(MIN_BLOCK, triton.next_power_of_2(n)))
         cfg["BLOCK_SIZE"] = block

@@ -9,6 +9,7 @@ so cross-entropy's long rows are read once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,10 +69,44 @@ def _positive_constant(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < float(v) < float("inf")
 
 
+def is_tiled(group: Group) -> bool:
+    """A reduction over a dim that is not the innermost (`x.mean(0)`, dim 1 of (B, R, C)):
+    its kernel walks 2-D tiles (see `_ReductionWriter.tiled`)."""
+    rd = group.rdim
+    if rd is None or rd == len(group.domain) - 1 or math.prod(group.domain[rd + 1:]) <= 1:
+        return False
+    return not any(n.op == "select" for n in group.nodes)
+
+
 class _ReductionWriter(_Writer):
     one_pass = True
     col, col_mask = "cr", "cmask"
     """The reduced dim's coordinate and its mask in loads (a select's direct load swaps them)."""
+
+    def __init__(self, group: Group, part: Partition, sym_code: Any) -> None:
+        super().__init__(group, part, sym_code)
+        self.tiled = is_tiled(group)
+        """An outer or middle-dim reduction: each program reduces a (BLOCK_SIZE, BLOCK_C) tile
+        per step, BLOCK_SIZE along the reduced dim and BLOCK_C along the contiguous dims after
+        it (one coalesced row of BLOCK_C elements per reduced index), instead of one program
+        per output element walking its column with a stride. Row values are (1, BLOCK_C)."""
+
+    def red(self, fn: str, x: str) -> str:
+        """A reduction over the reduced axis (keeping it, as (1, BLOCK_C), when tiled)."""
+        return f"tl.{fn}({x}, axis=0{', keep_dims=True' if self.tiled else ''})"
+
+    def row_full(self, value: str, dtype: str) -> str:
+        """A running row value's initial value."""
+        return f"tl.full([1, BLOCK_C], {value}, {dtype})" if self.tiled else value
+
+    def acc_shape(self) -> str:
+        return "[BLOCK_SIZE, BLOCK_C]" if self.tiled else "[BLOCK_SIZE]"
+
+    def col_step(self) -> list[str]:
+        """The reduced coordinate and its mask for one block starting at `start`."""
+        if self.tiled:
+            return ["cr = start + rows", "cmask = (cr < n_cols) & imask"]
+        return ["cr = start + cols", "cmask = cr < n_cols"]
 
     def coord(self, k: int) -> str:
         if k == self.g.rdim:
@@ -80,7 +115,11 @@ class _ReductionWriter(_Writer):
         return f"c{k}"
 
     def load_mask(self, dm: DimMap) -> str | None:
-        return self.col_mask if self.g.rdim in dm else None
+        if self.g.rdim in dm:
+            return self.col_mask
+        if self.tiled and any(d is not None and d > self.g.rdim for d in dm):
+            return "imask"
+        return None
 
     def value(self, n: Node, scope: _Scope) -> Operand:
         if n.op not in REDUCTIONS:
@@ -91,7 +130,7 @@ class _ReductionWriter(_Writer):
         if not self.one_pass:
             raise EngineerError(f"internal: reduction {n.name} read before its pass")
         var = self.fresh("r")
-        self.emit(f"{var} = tl.{self.reduce_fn(n)}({self.masked_input(n, scope)}, axis=0)"
+        self.emit(f"{var} = {self.red(self.reduce_fn(n), self.masked_input(n, scope))}"
                   f"  # {n.origin}: {n.op} over dim {n.kwargs['dim']}")
         op = Operand(var, compute_type(n.dtype))
         scope.values[("val", n)] = op
@@ -214,8 +253,8 @@ class _ReductionWriter(_Writer):
         """One loop step of an amax and the online sums that it stabilises, per block: the
         block's max first, then one f per element against the running max (scalars)."""
         acc_m = f"acc_{peak.name}"
-        inits.append(f"{acc_m} = {_NEG_INF}")
-        inits += [f"acc_{o.total.name} = 0.0" for o in sums]
+        inits.append(f"{acc_m} = {self.row_full(_NEG_INF, 'tl.float32')}")
+        inits += [f"acc_{o.total.name} = {self.row_full('0.0', 'tl.float32')}" for o in sums]
         e = self.fresh("e")
         self.emit(f"{e} = {self.masked_input(peak, scope)}")
         self.emit("# online (single-pass) max/sum per block: the running max takes the block's max, the")
@@ -228,12 +267,13 @@ class _ReductionWriter(_Writer):
         # benchmarks/xent_gpu.py). One f per lane and element, with a select for which side
         # grew, was slower still (0.226 ms, call 16): the loop is bound by its ALU work.
         m_new, m_safe = self.fresh("m"), self.fresh("m")
-        self.emit(f"{m_new} = tl.maximum({acc_m}, tl.max({e}, axis=0))  # {peak.origin}: amax (running)")
+        self.emit(f"{m_new} = tl.maximum({acc_m}, {self.red('max', e)})  # {peak.origin}: amax (running)")
         self.emit(f"{m_safe} = tl.where({m_new} == {_NEG_INF}, 0.0, {m_new})")
         for o in sums:
             acc = f"acc_{o.total.name}"
+            terms = self.red("sum", f"tl.{o.fn}({o.arg(e + ' - ' + m_safe)})")
             self.emit(f"{acc} = {acc} * tl.{o.fn}({o.arg(f'{acc_m} - {m_safe}')}) + "
-                      f"tl.sum(tl.{o.fn}({o.arg(f'{e} - {m_safe}')}), axis=0)  # {o.total.origin}: sum (running)")
+                      f"{terms}  # {o.total.origin}: sum (running)")
         self.emit(f"{acc_m} = {m_new}")
 
     def emit_select(self, sel: Node, idx: Operand, scope: _Scope,
@@ -310,7 +350,7 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     for o in full:
         w.store(o, outs[o], scope, "cmask")
     for o in rows:
-        w.store(o, outs[o], scope, None)
+        w.store(o, outs[o], scope, "imask" if w.tiled else None)
     one = w.lines
     # looped: one loop per level of `loop_levels` (an amax, the online sums it stabilises, the
     # selects and the other reductions that only need the row share one), then one loop that
@@ -330,8 +370,8 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
         at, inits = len(w.lines), []
         w.emit("for start in range(0, n_cols, BLOCK_SIZE):")
         w.indent += 1
-        w.emit("cr = start + cols")
-        w.emit("cmask = cr < n_cols")
+        for line in w.col_step():
+            w.emit(line)
         loop = _Scope(top)
         picked = {}
         for red in reds:
@@ -344,8 +384,8 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
             else:
                 acc_t = "tl.float32" if compute_type(red.dtype).startswith("tl.float") else "tl.int64"
                 neutral = _NEUTRAL[red.op] if acc_t == "tl.float32" else "0"
-                inits.append(f"acc_{red.name} = tl.zeros([BLOCK_SIZE], {acc_t})" if red.op == "sum" else
-                             f"acc_{red.name} = tl.full([BLOCK_SIZE], {neutral}, {acc_t})")
+                inits.append(f"acc_{red.name} = tl.zeros({w.acc_shape()}, {acc_t})" if red.op == "sum" else
+                             f"acc_{red.name} = tl.full({w.acc_shape()}, {neutral}, {acc_t})")
                 x = w.masked_input(red, loop)
                 if red.op == "sum":
                     w.emit(f"acc_{red.name} += {x}  # {red.origin}: {red.op}")
@@ -376,7 +416,7 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
             if red in sums_of:  # the running max is a scalar already
                 w.emit(f"{var} = acc_{red.name}  # {red.origin}: the row's max")
             else:
-                w.emit(f"{var} = tl.{w.reduce_fn(red)}(acc_{red.name}, axis=0)")
+                w.emit(f"{var} = {w.red(w.reduce_fn(red), f'acc_{red.name}')}")
             top.values[("val", red)] = Operand(var, compute_type(red.dtype))
             if red in sums_of:
                 ms = w.fresh("m")
@@ -385,26 +425,94 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     if full:
         w.emit("for start in range(0, n_cols, BLOCK_SIZE):")
         w.indent += 1
-        w.emit("cr = start + cols")
-        w.emit("cmask = cr < n_cols")
+        for line in w.col_step():
+            w.emit(line)
         loop = _Scope(top)
         for o in full:
             w.store(o, outs[o], loop, "cmask")
         w.indent -= 1
     for o in rows:
-        w.store(o, outs[o], top, None)
+        w.store(o, outs[o], top, "imask" if w.tiled else None)
     looped = w.lines
     r = len(group.domain)
+    sizes = ["n_cols"] + [f"D{k}" for k in range(r) if k != group.rdim]
+    if w.tiled:
+        rd = group.rdim
+        inner = list(range(rd + 1, r))
+        head = ["pid = tl.program_id(0).to(tl.int64)",
+                f"n_inner = {' * '.join(f'D{k}' for k in inner)}  # the contiguous dims after the reduced one",
+                "n_iblocks = tl.cdiv(n_inner, BLOCK_C)",
+                "outer = pid // n_iblocks",
+                "ci = ((pid % n_iblocks) * BLOCK_C + tl.arange(0, BLOCK_C))[None, :]",
+                "imask = ci < n_inner"]
+        needed = sorted(w.coords_needed)
+        head += _decompose_dims("ci", [k for k in needed if k > rd], inner, "c")
+        head += _decompose_dims("outer", [k for k in needed if k < rd], list(range(rd)), "c")
+        head += ["rows = tl.arange(0, BLOCK_SIZE)[:, None]",
+                 "if ONE_PASS:  # the reduced extent fits one tile: read once, keep it in registers",
+                 "    cr = rows", "    cmask = (cr < n_cols) & imask"]
+        body = one + ["    else:  # a long reduced extent: loops over (BLOCK_SIZE, BLOCK_C) tiles, then the outputs"]
+        return _finish_simple(w, group, part, name, "tiled_reduction", head, body + looped, sizes,
+                              _tiled_tunables(group), _tiled_default(group),
+                              extra_constexpr=["ONE_PASS"], blocks=["BLOCK_SIZE", "BLOCK_C"])
     head = ["row = tl.program_id(0).to(tl.int64)"]
     head += _decompose("row", sorted(w.coords_needed), r, "c", skip=group.rdim)
     head += ["cols = tl.arange(0, BLOCK_SIZE)",
              "if ONE_PASS:  # the row fits one block: read once, keep it in registers",
              "    cr = cols", "    cmask = cr < n_cols"]
     body = one + ["    else:  # a long row: loops over column blocks (online max/sum), then the outputs"] + looped
-    return _finish_simple(w, group, part, name, "reduction", head, body,
-                          ["n_cols"] + [f"D{k}" for k in range(r) if k != group.rdim],
+    return _finish_simple(w, group, part, name, "reduction", head, body, sizes,
                           _reduction_tunables(group), _reduction_default(group),
                           extra_constexpr=["ONE_PASS"])
+
+
+def _decompose_dims(flat: str, needed: list[int], dims: list[int], prefix: str) -> list[str]:
+    """Coordinates of `needed` from a flat row-major index over `dims` (in order)."""
+    if not needed:
+        return []
+    lo = min(dims.index(k) for k in needed)
+    lines = [f"rem = {flat}"]
+    for pos in range(len(dims) - 1, lo - 1, -1):
+        k = dims[pos]
+        if pos == 0:
+            lines.append(f"{prefix}{k} = rem")
+        else:
+            lines.append(f"{prefix}{k} = rem % D{k}")
+            if pos > lo:
+                lines.append(f"rem = rem // D{k}")
+    return lines
+
+
+TILE_ELEMENTS = 4096
+"""Elements per (BLOCK_SIZE, BLOCK_C) tile of an outer reduction when it loops: 16 KB of
+float32 per step, what a row kernel's 4096-wide blocks hold (LOOP_DEFAULT)."""
+TILE_ONE_PASS = 8192
+"""The largest tile kept in registers whole (a reduced extent read once)."""
+TILE_PROGRAMS = 264
+"""Programs an outer reduction aims for: two per H100 SM (132); BLOCK_C halves (down to 16)
+until the grid has that many, since one program walks the whole reduced extent."""
+
+
+def _tiled_default(group: Group) -> dict[str, int]:
+    """BLOCK_C: 64 contiguous elements per reduced index (256-byte float32 rows), fewer when
+    the grid would have under TILE_PROGRAMS programs; BLOCK_SIZE: the whole reduced extent
+    when the tile fits TILE_ONE_PASS, else TILE_ELEMENTS / BLOCK_C rows per step."""
+    rd = group.rdim
+    n_cols = group.domain[rd]
+    inner, outer = math.prod(group.domain[rd + 1:]), math.prod(group.domain[:rd])
+    block_c = min(64, max(16, _next_pow2(inner)))
+    while block_c > 16 and outer * -(-inner // block_c) < TILE_PROGRAMS:
+        block_c //= 2
+    rows = max(16, _next_pow2(n_cols))
+    if rows * block_c > TILE_ONE_PASS:
+        rows = max(16, TILE_ELEMENTS // block_c)
+    return {"BLOCK_SIZE": rows, "BLOCK_C": block_c, "num_warps": 8 if rows * block_c >= 8192 else 4}
+
+
+def _tiled_tunables(group: Group) -> dict[str, list[int]]:
+    default = _tiled_default(group)
+    return {"BLOCK_SIZE": sorted({16, 32, 64, 128, 256, default["BLOCK_SIZE"]}),
+            "BLOCK_C": sorted({16, 32, 64, 128, default["BLOCK_C"]}), "num_warps": [4, 8]}
 
 
 ROW_BLOCK = 16384

@@ -410,6 +410,18 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
                       '    grid = (triton.cdiv(n_elements, cfg["BLOCK_SIZE"]),)']
             blocks, block = 'BLOCK_SIZE=cfg["BLOCK_SIZE"]', 'cfg["BLOCK_SIZE"]'
         consts = f'{blocks}, INDEX_64=max([n_elements + {block}{spans}]) >= 2**31{flags}'
+    elif kind == "tiled_reduction":  # (BLOCK_C contiguous columns of one outer index) per program
+        rd = group.rdim
+        lines += [f"    n_cols = D[{rd}]  # the reduced extent",
+                  f"    n_inner = math.prod(D[{rd + 1}:])",
+                  f"    n_outer = math.prod(D[:{rd}])",
+                  "    if math.prod(D) == 0 or n_inner * n_outer == 0:", "    " + ret,
+                  f'    cfg = _launch_config("{name}", "tiled_reduction", n_cols, n_inner)',
+                  '    grid = (n_outer * triton.cdiv(n_inner, cfg["BLOCK_C"]),)']
+        size_args = "n_cols, " + ", ".join(f"D[{k}]" for k in range(r) if k != rd)
+        size_args = size_args.rstrip(", ")
+        consts = ('BLOCK_SIZE=cfg["BLOCK_SIZE"], BLOCK_C=cfg["BLOCK_C"], '
+                  'ONE_PASS=n_cols <= cfg["BLOCK_SIZE"]')
     else:
         rd = group.rdim
         lines += [f"    n_cols = D[{rd}]",
