@@ -83,3 +83,21 @@ def test_middle_and_outer_dim_reductions_match_eager(tmp_path: Path, expr: str) 
 def test_middle_dim_softmax_bf16_with_long_reduced_extent(tmp_path: Path) -> None:
     result, _ = _generate(tmp_path, ["return torch.softmax(x, dim=1)"], [[2, 1100, 17], [1]], "bfloat16")
     assert [k["kind"] for k in result.kernels] == ["tiled_reduction"], result.kernels
+
+
+@pytest.mark.parametrize("rows", [45, 700])  # one tile; looped (the online variance, merged per tile)
+def test_mean_and_std_share_one_pass_and_keep_precision(tmp_path: Path, rows: int) -> None:
+    # a large mean over a small spread: sum(x^2) - n * mean^2 would cancel to noise here
+    body = ["x = x * 0.01 + 1000.0", "return torch.cat([x.mean(0, keepdim=True), x.std(0, keepdim=True)])"]
+    result, module = _generate(tmp_path, body, [[rows, 33], [1]])
+    reductions = [k for k in result.kernels if "reduction" in k["kind"]]
+    assert len(reductions) == 1, result.kernels
+    # the looped form accumulates the sum and M2 in one loop over the tiles (no second pass)
+    assert result.source.count("for start in range(0, n_cols, BLOCK_SIZE):") == 1
+
+
+def test_long_rows_layer_norm_reads_the_row_twice_not_three_times(tmp_path: Path) -> None:
+    result, module = _generate(tmp_path, ["return F.layer_norm(x, (16411,)) * 2.0"], [[2, 16411], [1]])
+    (kernel,) = result.kernels
+    looped = result.source.split("else:  # a long row")[1].split("\ndef ")[0]
+    assert looped.count("for start in range(0, n_cols, BLOCK_SIZE):") == 2  # statistics, then outputs

@@ -27,7 +27,7 @@ def test_each_region_switched_to_torch_still_matches(name: str, tmp_path: Path) 
     case = load_case(name)
     result = generate_candidate(case, input_set="smoke")
     found = regions(result.source)
-    assert [r.name for r in found] == [f"g{i}" for i in range(len(result.kernels))]
+    assert sorted(r.name for r in found) == [f"g{i}" for i in range(len(result.kernels))]
     assert all(r.choice == "triton" and r.kernels for r in found)
     for region in found:
         module = _load_candidate(result.source, tmp_path, f"{name}_{region.name}")

@@ -30,6 +30,7 @@ from kopt.phases.engineers.offline.graph import (
     REDUCTIONS,
     Graph,
     Node,
+    simplify,
 )
 
 DimMap = tuple[int | None, ...]
@@ -452,6 +453,7 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
 
 def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
     """Cut `graph` into fusion groups and PyTorch steps."""
+    simplify(graph)
     p = _Partitioner(graph, policy or FusionPolicy())
     bias_adds = split_conv_bias(graph, p.policy)
     for n in graph.nodes:

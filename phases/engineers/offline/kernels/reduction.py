@@ -65,6 +65,23 @@ class _OnlineSum:
         return f"({diff}) * {c}" if op == "mul" else f"({diff}) / {c}"
 
 
+@dataclass(frozen=True)
+class _OnlineVar:
+    """`sum((e - sum(e) / n) ** 2)` over a long row (a variance's sum of squared deviations,
+    as `lower_var` writes it): accumulated in the loop of its mean's sum, per block, by Chan,
+    Golub and LeVeque's pairwise update (the block's own mean and M2 from the registers, then
+    merged into the running count, mean and M2), so a standardisation reads its input once for
+    both statistics instead of once for the mean and again for the deviations. Stable where
+    sum(x^2) - n mean^2 would cancel (a large mean over a small spread)."""
+
+    total: Node
+    """The sum of squared deviations (M2)."""
+    mean_sum: Node
+    """sum(e), whose loop this one shares."""
+    e: Node
+    """The values."""
+
+
 def _positive_constant(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < float(v) < float("inf")
 
@@ -90,6 +107,18 @@ class _ReductionWriter(_Writer):
         per step, BLOCK_SIZE along the reduced dim and BLOCK_C along the contiguous dims after
         it (one coalesced row of BLOCK_C elements per reduced index), instead of one program
         per output element walking its column with a stride. Row values are (1, BLOCK_C)."""
+
+    def twin(self, n: Node) -> Node | None:
+        """An earlier reduction of the group with the same op over the same values and dim
+        (`x.mean(0)` and the mean inside `x.std(0)`, which differ only in keepdim): its
+        value is this one's, accumulated once."""
+        for m in self.g.nodes:
+            if m is n:
+                return None
+            if m.op == n.op and m.args[:2] == n.args[:2] and m.kwargs["dim"] == n.kwargs["dim"] and \
+                    m.dtype == n.dtype and self.twin(m) is None:
+                return m
+        return None
 
     def red(self, fn: str, x: str) -> str:
         """A reduction over the reduced axis (keeping it, as (1, BLOCK_C), when tiled)."""
@@ -129,6 +158,11 @@ class _ReductionWriter(_Writer):
             return got
         if not self.one_pass:
             raise EngineerError(f"internal: reduction {n.name} read before its pass")
+        twin = self.twin(n)
+        if twin is not None:
+            op = self.value(twin, scope)
+            scope.values[("val", n)] = op
+            return op
         var = self.fresh("r")
         self.emit(f"{var} = {self.red(self.reduce_fn(n), self.masked_input(n, scope))}"
                   f"  # {n.origin}: {n.op} over dim {n.kwargs['dim']}")
@@ -229,7 +263,50 @@ class _ReductionWriter(_Writer):
             out.append(("load", x, _identity(x.rank)))
         return out
 
-    def loop_levels(self, online: dict[Node, _OnlineSum]) -> dict[Node, int]:
+    def online_var(self, ss: Node) -> _OnlineVar | None:
+        """`ss` as an online variance (see `_OnlineVar`) when it has that exact form, else None."""
+        dm = self.g.dmaps
+        if ss.op != "sum" or compute_type(ss.dtype) != "tl.float32":
+            return None
+        sq = ss.args[0]
+        if not isinstance(sq, Node) or sq not in dm or not (
+                (sq.op == "mul" and sq.args[0] is sq.args[1]) or sq.op == "square"):
+            return None
+        dev = sq.args[0]
+        if not isinstance(dev, Node) or dev not in dm or dev.op != "sub":
+            return None
+        e, m = dev.args[0], dev.args[1]
+        if not isinstance(e, Node) or not isinstance(m, Node) or m not in dm or m.op != "div" or \
+                not (isinstance(m.args[1], tuple) and m.args[1][0] == "numel"):
+            return None
+        s1 = m.args[0]
+        if not isinstance(s1, Node) or s1 not in dm or s1.op != "sum" or s1.args[0] is not e or \
+                s1.kwargs["dim"] != ss.kwargs["dim"] or compute_type(s1.dtype) != "tl.float32":
+            return None
+        if e not in dm and (e.rank != len(self.g.domain) or dm[dev] != _identity(e.rank)):
+            return None  # a loaded e must be read at the same coordinates by both sums
+        return _OnlineVar(ss, s1, e)
+
+    def emit_online_var(self, v: _OnlineVar, scope: _Scope, inits: list[str]) -> None:
+        """One loop step of an online variance: the block's count, mean and M2, merged."""
+        n, mean, m2 = (f"acc_{v.total.name}_{k}" for k in ("n", "mean", "m2"))
+        inits += [f"{a} = {self.row_full('0.0', 'tl.float32')}" for a in (n, mean, m2)]
+        ev = (self.value(v.e, scope) if v.e in self.g.dmaps else
+              self.load(v.e, _identity(v.e.rank), scope)).as_type("tl.float32")
+        bn, bmean, bd, bm2, tot, delta = (self.fresh("w") for _ in range(6))
+        self.emit(f"# {v.total.origin}: sum of squared deviations, merged per block (Chan et al.)")
+        self.emit(f"{bn} = {self.red('sum', 'cmask.to(tl.float32)')}")
+        self.emit(f"{bmean} = {self.red('sum', f'tl.where(cmask, {ev}, 0.0)')} / tl.maximum({bn}, 1.0)")
+        self.emit(f"{bd} = tl.where(cmask, {ev} - {bmean}, 0.0)")
+        self.emit(f"{bm2} = {self.red('sum', f'{bd} * {bd}')}")
+        self.emit(f"{tot} = {n} + {bn}")
+        self.emit(f"{delta} = {bmean} - {mean}")
+        self.emit(f"{m2} = {m2} + {bm2} + {delta} * {delta} * ({n} * {bn} / tl.maximum({tot}, 1.0))")
+        self.emit(f"{mean} = {mean} + {delta} * ({bn} / tl.maximum({tot}, 1.0))")
+        self.emit(f"{n} = {tot}")
+
+    def loop_levels(self, online: dict[Node, _OnlineSum],
+                    welford: dict[Node, _OnlineVar] | None = None) -> dict[Node, int]:
         """Which loop over the row each reduction is accumulated in (1 = the first).
 
         A reduction joins the first loop after every reduction it reads inside the loop; what
@@ -242,6 +319,8 @@ class _ReductionWriter(_Writer):
                 continue
             if n in online:
                 inside, after = self.reads(online[n].peak.args[0]), self.reads(online[n].shift)
+            elif welford and n in welford:
+                inside, after = self.reads(welford[n].e), frozenset()
             elif n.op == "select":
                 inside, after = self.reads(n.args[1]), self.reads(n.args[0])
             else:
@@ -358,11 +437,16 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     w.lines = []
     w.one_pass = False
     top = _Scope()
-    online = {n: o for n in group.nodes if (o := w.online_sum(n)) is not None}
+    twins = {n: t for n in group.nodes if n.op in ("sum", "amax", "amin") and (t := w.twin(n)) is not None}
+    online = {n: o for n in group.nodes if n not in twins and (o := w.online_sum(n)) is not None}
     sums_of: dict[Node, list[_OnlineSum]] = {}
     for o in online.values():
         sums_of.setdefault(o.peak, []).append(o)
-    levels = w.loop_levels(online)
+    welford = {n: v for n in group.nodes if n not in twins and (v := w.online_var(n)) is not None}
+    vars_of: dict[Node, list[_OnlineVar]] = {}
+    for v in welford.values():
+        vars_of.setdefault(twins.get(v.mean_sum, v.mean_sum), []).append(v)
+    levels = w.loop_levels(online, welford)
     for level in sorted(set(levels.values())):
         reds = [n for n in group.nodes if levels.get(n) == level]
         # a select's index is a row value: read once, before the loop
@@ -375,8 +459,8 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
         loop = _Scope(top)
         picked = {}
         for red in reds:
-            if red in online:
-                continue  # accumulated beside its max
+            if red in online or red in welford or red in twins:
+                continue  # accumulated beside its max / its mean's sum / as its twin
             if red in sums_of:
                 w.emit_online(red, sums_of[red], loop, inits)
             elif red.op == "select":
@@ -392,12 +476,20 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
                 else:
                     fn = "maximum" if red.op == "amax" else "minimum"
                     w.emit(f"acc_{red.name} = tl.{fn}(acc_{red.name}, {x})  # {red.origin}: {red.op}")
+                for v in vars_of.get(red, []):
+                    w.emit_online_var(v, loop, inits)
         w.indent -= 1
         w.lines[at:at] = ["    " * w.indent + line for line in inits]
         m_safe: dict[Node, str] = {}
         for red in reds:  # in graph order: what a reduction reads after the loop is ready
             if red in picked:
                 top.values[("val", red)] = w.finish_select(red, picked[red], top)
+                continue
+            if red in welford:
+                top.values[("val", red)] = Operand(f"acc_{red.name}_m2", "tl.float32")
+                continue
+            if red in twins:
+                top.values[("val", red)] = top.values[("val", twins[red])]
                 continue
             var = w.fresh("r")
             if red in online:
