@@ -400,6 +400,12 @@ def _fallback_reason(n: Node) -> str:
         return "reductions that return indices are not generated"
     if "cat" in name or "stack" in name:
         return "concatenation stays in PyTorch (a copy)"
+    if any(f"aten.{r}." in name for r in ("sum", "mean", "amax", "amin", "var", "std", "var_mean", "logsumexp")):
+        return "a reduction over several non-trivial dims at once is not generated"
+    if "group_norm" in name or "batch_norm" in name or "instance_norm" in name:
+        return "this norm is not lowered to reductions yet (layer norm is)"
+    if "pool" in name:
+        return "pooling windows are not generated"
     return "no Triton template for this op"
 
 
