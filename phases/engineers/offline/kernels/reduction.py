@@ -543,7 +543,7 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
         head += ["rows = tl.arange(0, BLOCK_SIZE)[:, None]",
                  "if ONE_PASS:  # the reduced extent fits one tile: read once, keep it in registers",
                  "    cr = rows", "    cmask = (cr < n_cols) & imask"]
-        body = one + ["    else:  # a long reduced extent: loops over (BLOCK_SIZE, BLOCK_C) tiles, then the outputs"]
+        body = one + ["    else:  # a long row along the reduced dim: loops over (BLOCK_SIZE, BLOCK_C) tiles, then the outputs"]
         return _finish_simple(w, group, part, name, "tiled_reduction", head, body + looped, sizes,
                               _tiled_tunables(group), _tiled_default(group),
                               extra_constexpr=["ONE_PASS"], blocks=["BLOCK_SIZE", "BLOCK_C"])
