@@ -52,7 +52,20 @@ class Captured:
 
 
 def capture(case: Case, input_set: str = "main") -> Captured:
-    """Export the case's model on `input_set` and lower the program."""
+    """Export the case's model on `input_set` and lower the program.
+
+    The model is built on the meta device (export reads shapes, not values): a 32768x32768
+    float32 linear layer took minutes to initialise and seed on the CPU, for nothing. A model
+    with non-persistent buffers (whose values the candidate embeds), or one that does not
+    build or export on meta, is built on the CPU with its weights."""
+    model = _meta_model(case, input_set)
+    if model is not None:
+        args, kwargs = example_inputs(case, input_set, device="meta")
+        try:
+            ep, dynamic = _export(model, args, kwargs)
+            return Captured(lower_program(ep), model, args, kwargs, dynamic)
+        except (EngineerError, RuntimeError, TypeError, ValueError, NotImplementedError):
+            pass  # a model that needs real tensors: the CPU build below
     model = build_model(case, input_set, device="cpu")
     args, kwargs = example_inputs(case, input_set)
     ep, dynamic = _export(model, args, kwargs)
@@ -60,7 +73,20 @@ def capture(case: Case, input_set: str = "main") -> Captured:
     return Captured(graph, model, args, kwargs, dynamic)
 
 
-def example_inputs(case: Case, input_set: str) -> tuple[list[Any], dict[str, Any]]:
+def _meta_model(case: Case, input_set: str) -> torch.nn.Module | None:
+    from kopt.harness.data import instantiate, model_class
+
+    try:
+        with torch.device("meta"):
+            model = instantiate(model_class(case), case.input_set(input_set), case.model_file)
+    except Exception:  # noqa: BLE001 - a constructor that needs real tensors
+        return None
+    if any(m._non_persistent_buffers_set for m in model.modules()):
+        return None
+    return model.eval()
+
+
+def example_inputs(case: Case, input_set: str, device: str = "cpu") -> tuple[list[Any], dict[str, Any]]:
     """Inputs with the input set's shapes, dtypes and layouts: export reads no values, so
     uninitialised memory does (drawing the main inputs of a large case takes seconds, and
     zero-filling causal_softmax's 1 GB took 1 s of its codegen time)."""
@@ -75,8 +101,8 @@ def example_inputs(case: Case, input_set: str) -> tuple[list[Any], dict[str, Any
         shape = list(spec.shape)
         if not spec.contiguous and len(shape) >= 2:
             shape[-1], shape[-2] = shape[-2], shape[-1]
-            return torch.empty(shape, dtype=TORCH_DTYPES[spec.dtype]).transpose(-1, -2)
-        return torch.empty(shape, dtype=TORCH_DTYPES[spec.dtype])
+            return torch.empty(shape, dtype=TORCH_DTYPES[spec.dtype], device=device).transpose(-1, -2)
+        return torch.empty(shape, dtype=TORCH_DTYPES[spec.dtype], device=device)
 
     return [make(a) for a in resolved.args], {k: make(v) for k, v in resolved.kwargs.items()}
 

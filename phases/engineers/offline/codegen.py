@@ -11,6 +11,8 @@ import torch
 from torch.utils._sympy.printers import PythonPrinter
 
 from kopt.harness.case import Case
+from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.offline.fallback import torch_region
 from kopt.phases.engineers.offline.fusion import NHWC_CONV, Group, Partition
 from kopt.phases.engineers.offline.graph import Node, Sym
 from kopt.phases.engineers.offline.kernels import (
@@ -39,6 +41,9 @@ def _launch_config(kernel, kind, n, m=0, k=0):
         cfg["BLOCK_SIZE"] = min(cfg["BLOCK_SIZE"], max(MIN_BLOCK, triton.next_power_of_2(n)))
     elif kind == "tiled":  # n: the hw extent, m: the channels
         cfg["BLOCK_HW"] = min(cfg["BLOCK_HW"], max(MIN_BLOCK, triton.next_power_of_2(n)))
+        cfg["BLOCK_C"] = min(cfg["BLOCK_C"], max(MIN_BLOCK, triton.next_power_of_2(m)))
+    elif kind == "tiled_reduction":  # n: the reduced extent, m: the contiguous extent after it
+        cfg["BLOCK_SIZE"] = min(cfg["BLOCK_SIZE"], max(MIN_BLOCK, triton.next_power_of_2(n)))
         cfg["BLOCK_C"] = min(cfg["BLOCK_C"], max(MIN_BLOCK, triton.next_power_of_2(m)))
     elif kind == "reduction":
         block = min(cfg["BLOCK_SIZE"], MAX_ROW_BLOCK, max(MIN_BLOCK, triton.next_power_of_2(n)))
@@ -144,6 +149,8 @@ class ForwardWriter:
         self.lines: list[str] = []
         self.var: dict[Node, str] = {}
         self.notes: list[str] = []
+        self.regions: list[str] = []
+        """Groups emitted with a PyTorch form behind the KOPT_REGIONS switch."""
 
     def size(self, v: Any) -> str:
         return sym_code(v, self.graph.symbols)
@@ -232,11 +239,24 @@ class ForwardWriter:
                 args.append(self.view_shape(_by_name(self.graph, a[1:])))
             else:
                 args.append(a[1:])
+        try:
+            torch_lines = torch_region(g, self.part, self.var, self.arg, self.size)
+        except EngineerError as err:
+            self.notes.append(f"region {g.name} has no PyTorch form ({err.message}); it always runs in Triton")
+            torch_lines = None
         outs = []
         for o in g.outputs:
             self.var[o] = f"v_{o.name}"
             outs.append(self.var[o])
-        self.lines.append(f"{', '.join(outs)}, = {k.launcher}({', '.join(args)})")
+        launch = f"{', '.join(outs)}, = {k.launcher}({', '.join(args)})"
+        if torch_lines is None:
+            self.lines.append(launch)
+            return
+        self.regions.append(g.name)
+        self.lines.append(f'if KOPT_REGIONS["{g.name}"] == "triton":')
+        self.lines.append(f"    {launch}")
+        self.lines.append("else:  # the same region in PyTorch (the accelerator times both, keeps the faster)")
+        self.lines += [f"    {line}" for line in torch_lines]
 
 
 def _by_name(graph: Any, name: str) -> Node:
@@ -336,6 +356,9 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append(f"# reductions keep rows up to {ROW_BLOCK} in registers (one HBM pass); matmul tiles")
     src.append("# 128x256x64 (bf16) / 128x128x32 (fp32) with 3 stages fit the 228 KB of shared memory.")
     src.append("KOPT_CONFIG = " + _pretty(config) + "\n")
+    src.append("# Where each region (fusion group gN, kernel _gN_*) runs: \"triton\" or \"torch\" (the same ops in")
+    src.append("# PyTorch). Read at every forward; the accelerator times both and keeps the faster.")
+    src.append("KOPT_REGIONS = " + _pretty({r: "triton" for r in fw.regions}) + "\n")
     src.append("# Rows longer than this are reduced in a loop over column blocks (registers would spill).")
     src.append(f"MAX_ROW_BLOCK = {ROW_BLOCK}")
     src.append("# tl.arange and tl.dot need at least 16 lanes.")

@@ -19,6 +19,7 @@ from kopt.phases.engineers.offline.capture import capture
 from kopt.phases.engineers.offline.codegen import build_kernels, write_module
 from kopt.phases.engineers.offline.fusion import FusionPolicy, partition
 from kopt.phases.engineers.offline.layout import build_constructor
+from kopt.phases.engineers.offline.regions import SWITCH, regions
 from kopt.phases.events import LOG, Event, EventSink, null_sink
 
 # Policies tried in order: each later one fuses less (what a failure report backs off to).
@@ -129,6 +130,10 @@ class OfflineEngineer:
             log(f"left to PyTorch: {u['node']} ({u['op']}): {u['reason']}")
         for note in result.notes:
             log(f"note: {note}")
+        switchable = regions(result.source)
+        if switchable:
+            log(f"regions with a PyTorch form ({SWITCH}, triton | torch per region): "
+                + ", ".join(r.name for r in switchable))
         log(f"wrote {rel}: {len(result.kernels)} kernel(s) in {result.seconds:.2f} s")
         flat: dict[str, list[Any]] = {}
         for kname, params in result.tunables.items():

@@ -30,6 +30,7 @@ from kopt.phases.engineers.offline.graph import (
     REDUCTIONS,
     Graph,
     Node,
+    simplify,
 )
 
 DimMap = tuple[int | None, ...]
@@ -259,11 +260,68 @@ class _Partitioner:
         self._add(g, n, dm)
         return True
 
+    def _merge(self, target: Group, h: Group, consumer: Node) -> bool:
+        """Move pointwise group `h` into `target` unless the group graph would become cyclic;
+        True when merged. `h` has the same domain, or a smaller one that broadcasts into it
+        whose values only full-size pointwise consumers like `consumer` read (recomputed per
+        element there: a few ALU ops in a memory-bound kernel, against a launch and a write and
+        read of the values)."""
+        if h.kind != "pointwise" or target.kind == "matmul":
+            return False
+        if h.domain == target.domain and h.domain_sym == target.domain_sym:
+            align = list(range(len(h.domain)))
+        else:
+            off = len(target.domain) - len(h.domain)
+            if off < 0 or any(s not in (1, target.domain[k + off]) for k, s in enumerate(h.domain)):
+                return False
+            users = self.graph.users()
+            if any(self.owner.get(u) is not h and u is not consumer and
+                   (u.op not in POINTWISE or u.shape != target.domain) for m in h.nodes for u in users[m]) or \
+                    any(m in self.graph.outputs for m in h.nodes):
+                return False
+            align = [None if s == 1 else k + off for k, s in enumerate(h.domain)]
+        for m in h.nodes:
+            self._add(target, m, tuple(None if d is None else align[d] for d in h.dmaps[m]))
+        if any(self._reaches(d, target) for d in self._deps(target) if d is not target):
+            self._unmerge(target, h)
+            return False
+        self.groups.remove(h)
+        return True
+
+    def _unmerge(self, target: Group, h: Group) -> None:
+        for m in h.nodes:
+            target.nodes.remove(m)
+            del target.dmaps[m]
+            self.owner[m] = h
+        if h not in self.groups:
+            self.groups.append(h)
+
+    def _join_merged(self, n: Node, groups: list[Group]) -> bool:
+        """A pointwise node with several producer groups: the pointwise ones merge into one
+        (a reduction's or matmul's group when a producer is one) and `n` joins it, so a DAG of
+        pointwise nodes over one domain is one kernel however many producers each node has
+        (`a * sigmoid(a) + tanh(b)`: the two branches meet at the add), and a norm's epilogue
+        takes a consumer that reads another input (`layer_norm(x) * silu(y)`)."""
+        anchors = [g for g in groups if g.kind != "pointwise"]
+        target = anchors[-1] if anchors else groups[0]
+        merged: list[Group] = []
+        for h in groups:
+            if h is not target and h.kind == "pointwise" and self._merge(target, h, n):
+                merged.append(h)
+        if merged and self._try_pointwise(n, target):
+            return True
+        for h in reversed(merged):
+            self._unmerge(target, h)
+        return False
+
     def place(self, n: Node) -> None:
         if n.op == "input" or n in self.gen:
             return
         if n.op in POINTWISE:
-            for g in reversed(self._producer_groups(n)):
+            producers = self._producer_groups(n)
+            if len(producers) > 1 and self.policy.pointwise and self._join_merged(n, producers):
+                return
+            for g in reversed(producers):
                 if self._try_pointwise(n, g):
                     return
             if any(isinstance(a, tuple) and a and a[0] in ("numel", "numel_minus") for a in n.args):
@@ -342,6 +400,12 @@ def _fallback_reason(n: Node) -> str:
         return "reductions that return indices are not generated"
     if "cat" in name or "stack" in name:
         return "concatenation stays in PyTorch (a copy)"
+    if any(f"aten.{r}." in name for r in ("sum", "mean", "amax", "amin", "var", "std", "var_mean", "logsumexp")):
+        return "a reduction over several non-trivial dims at once is not generated"
+    if "group_norm" in name or "batch_norm" in name or "instance_norm" in name:
+        return "this norm is not lowered to reductions yet (layer norm is)"
+    if "pool" in name:
+        return "pooling windows are not generated"
     return "no Triton template for this op"
 
 
@@ -395,6 +459,7 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
 
 def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
     """Cut `graph` into fusion groups and PyTorch steps."""
+    simplify(graph)
     p = _Partitioner(graph, policy or FusionPolicy())
     bias_adds = split_conv_bias(graph, p.policy)
     for n in graph.nodes:

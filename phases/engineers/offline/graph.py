@@ -268,3 +268,58 @@ def lower_layer_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None
         y = b.op(f"{name}_shifted", "add", [y, bias], y, origin=origin)
     out = b.op(name, "identity", [y], y, dtype=x.dtype, origin=origin)
     return out, mean, rstd
+
+
+def _key(v: Any, canon: dict[Node, Node]) -> Any:
+    if isinstance(v, Node):
+        return ("node", id(canon.get(v, v)))
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, tuple(_key(x, canon) for x in v))
+    if isinstance(v, Sym):
+        return ("sym", str(v.expr))
+    return ("value", type(v).__name__, repr(v))
+
+
+def _replace(v: Any, canon: dict[Node, Node]) -> Any:
+    if isinstance(v, Node):
+        return canon.get(v, v)
+    if isinstance(v, list):
+        return [_replace(x, canon) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_replace(x, canon) for x in v)
+    return v
+
+
+def simplify(graph: Graph) -> None:
+    """Common reductions once, dead values dropped (in place).
+
+    Two reductions with the same op on the same operands are one value: `x.mean(0)` and the mean
+    inside `x.std(0)` (and the mean `var` lowers for its second result) are one reduction, so
+    a kernel accumulates it once and a broadcast-back mean is computed once. Pointwise values
+    are not shared: a shared cheap value ties kernels together (cross-entropy's `target !=
+    ignore_index` feeds both the loss kernel and the count; shared, it made a third kernel),
+    and each fused kernel recomputes it for free. A value nothing
+    reads and forward does not return is dropped (var's unused mean). PyTorch fallbacks are
+    left alone (an op may draw random numbers or be impure)."""
+    canon: dict[Node, Node] = {}
+    seen: dict[Any, Node] = {}
+    for n in graph.nodes:
+        n.args = _replace(n.args, canon)
+        n.kwargs = {k: _replace(v, canon) for k, v in n.kwargs.items()}
+        if n.op not in REDUCTIONS:
+            continue  # pointwise values are cheap to recompute; sharing one can tie kernels together
+        key = (n.op, _key(n.args, canon), _key(sorted(n.kwargs.items()), canon), n.dtype, n.shape,
+               _key(n.sym, canon), n.target)
+        if key in seen:
+            canon[n] = seen[key]
+        else:
+            seen[key] = n
+    graph.outputs = [_replace(o, canon) for o in graph.outputs]
+    keep = [n for n in graph.nodes if n not in canon]
+    live = {o for o in graph.outputs if isinstance(o, Node)}
+    out: list[Node] = []
+    for n in reversed(keep):
+        if n in live or n.op in ("input", "fallback", "layout_fallback") or n.multi:
+            out.append(n)
+            live.update(n.inputs())
+    graph.nodes = list(reversed(out))

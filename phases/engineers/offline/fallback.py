@@ -1,0 +1,188 @@
+"""A fusion group's PyTorch form: the same region written as torch ops in ModelNew.forward.
+
+Every generated region (one fusion group, one kernel) is emitted twice, behind a switch that
+forward reads at each call (`KOPT_REGIONS`, see `regions.py`): the Triton launch, and this
+torch form, so the accelerator can time each region both ways on the user's GPU and keep the
+faster. The torch form computes like the kernel does: float16/bfloat16 values in float32, an
+explicit cast rounds through its dtype, each output rounds once to its dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.offline.fusion import Group, Partition
+from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, Node, Sym
+
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_FUNCS = {
+    "neg": "torch.neg", "abs": "torch.abs", "exp": "torch.exp", "exp2": "torch.exp2",
+    "log": "torch.log", "log2": "torch.log2", "log1p": "torch.log1p", "expm1": "torch.expm1",
+    "sqrt": "torch.sqrt", "rsqrt": "torch.rsqrt", "sin": "torch.sin", "cos": "torch.cos",
+    "tanh": "torch.tanh", "sigmoid": "torch.sigmoid", "erf": "torch.erf", "relu": "torch.relu",
+    "gelu": "torch.nn.functional.gelu", "silu": "torch.nn.functional.silu",
+    "hardsigmoid": "torch.nn.functional.hardsigmoid", "hardswish": "torch.nn.functional.hardswish",
+    "mish": "torch.nn.functional.mish", "minimum": "torch.minimum", "maximum": "torch.maximum",
+    "reciprocal": "torch.reciprocal", "sign": "torch.sign", "floor": "torch.floor",
+    "ceil": "torch.ceil", "trunc": "torch.trunc", "round": "torch.round", "eq": "torch.eq",
+    "ne": "torch.ne", "lt": "torch.lt", "le": "torch.le", "gt": "torch.gt", "ge": "torch.ge",
+    "logical_and": "torch.logical_and", "logical_or": "torch.logical_or",
+    "logical_xor": "torch.logical_xor", "logical_not": "torch.logical_not",
+    "isnan": "torch.isnan", "isinf": "torch.isinf", "fmod": "torch.fmod",
+    "remainder": "torch.remainder", "sinh": "torch.sinh", "cosh": "torch.cosh",
+    "square": "torch.square",
+}
+
+
+def _compute(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+class TorchRegion:
+    """Writes one group's nodes as torch statements over forward's variables."""
+
+    def __init__(self, group: Group, part: Partition, var: dict[Node, str], arg: Any, size: Any) -> None:
+        self.g = group
+        self.part = part
+        self.var = var
+        self.arg = arg
+        """ForwardWriter.arg: source text of a forward-side value."""
+        self.size = size
+        self.lines: list[str] = []
+        self.local: dict[Node, str] = {}
+
+    def operand(self, a: Any) -> str:
+        if isinstance(a, Node):
+            if a in self.local:
+                return self.local[a]
+            if a in self.part.generated:
+                return self.generated(a)
+            name = f"t_{a.name}"
+            src = self.var[a]
+            if _compute(a.dtype) != a.dtype:
+                self.lines.append(f"{name} = {src}.float()")
+            else:
+                name = src
+            self.local[a] = name
+            return name
+        if isinstance(a, tuple) and a and a[0] in ("numel", "numel_minus"):
+            raise EngineerError("internal: a mean's count is read through its reduction")
+        return self.arg(a)
+
+    def generated(self, n: Node) -> str:
+        """A shape-only value (arange, full and what is computed from them)."""
+        if n.op == "full":
+            v = n.args[0]
+            text = self.arg(v) if not isinstance(v, Sym) else self.size(v)
+        elif n.op == "arange":
+            start, step = (self.arg(a) for a in n.args[:2])
+            text = f"(torch.arange({self.size(n.sym[0])}, device=device) * {step} + {start})"
+            if n.dtype.is_floating_point:
+                text += ".float()"
+        else:
+            text = self.expr(n)
+        name = f"t_{n.name}"
+        self.lines.append(f"{name} = {text}  # {n.origin} (from shapes)")
+        self.local[n] = name
+        return name
+
+    def count(self, n: Node, a: tuple) -> str:
+        """The reduced extent a mean/var divides by: the reduction's input size along its dim."""
+        red = n.args[0]
+        x = red.args[0]
+        text = f"{self.operand(x)}.shape[{a[1]}]"
+        if a[0] == "numel_minus":
+            return f"max({text} - {float(a[2])!r}, 0.0)"
+        return text
+
+    def expr(self, n: Node) -> str:
+        op = n.op
+        args = [self.count(n, a) if isinstance(a, tuple) and a and a[0] in ("numel", "numel_minus")
+                else self.operand(a) for a in n.args]
+        if op in _BINARY:
+            return f"({args[0]} {_BINARY[op]} {args[1]})"
+        if op in ("truediv_floor", "truediv_trunc"):
+            return f'torch.div({args[0]}, {args[1]}, rounding_mode="{op.removeprefix("truediv_")}")'
+        if op == "cast":
+            if n.dtype in (torch.float16, torch.bfloat16):
+                return f"{args[0]}.to({n.dtype}).float()"
+            return f"{args[0]}.to({_compute(n.dtype)})"
+        if op == "identity":
+            return args[0]
+        if op == "where":
+            return f"torch.where({args[0]}, {args[1]}, {args[2]})"
+        if op == "clamp":
+            return f"torch.clamp({args[0]}, {args[1]}, {args[2]})"
+        if op == "pow":
+            return f"torch.pow({args[0]}, {args[1]})"
+        if op == "gelu_tanh":
+            return f'torch.nn.functional.gelu({args[0]}, approximate="tanh")'
+        if op == "leaky_relu":
+            return f"torch.nn.functional.leaky_relu({args[0]}, {args[1]})"
+        if op == "elu":
+            return f"torch.nn.functional.elu({args[0]}, {args[1]})"
+        if op == "softplus":
+            return f"torch.nn.functional.softplus({args[0]}, {args[1]}, {args[2]})"
+        if op in ("minimum", "maximum", "eq", "ne", "lt", "le", "gt", "ge", "fmod", "remainder",
+                  "logical_and", "logical_or", "logical_xor"):
+            a, b = args[0], args[1]
+            if not isinstance(n.args[0], Node):  # torch's binary functions want a tensor first
+                a = f"torch.as_tensor({a}, device=device)"
+            return f"{_FUNCS[op]}({a}, {b})"
+        if op in _FUNCS:
+            return f"{_FUNCS[op]}({args[0]})"
+        if op in ("sum", "amax", "amin"):
+            d, keep = n.kwargs["dim"], n.kwargs.get("keepdim", False)
+            x = args[0]
+            if op == "sum" and n.args[0].dtype == torch.bool:
+                x = f"{x}.long()"
+            return f"{x}.{op}(dim={d}, keepdim={keep})"
+        if op == "select":
+            d, keep = n.kwargs["dim"], n.kwargs.get("keepdim", True)
+            idx = n.args[1]
+            text = f"torch.gather({args[0]}, {d}, {args[1]}.long())"
+            return text if keep and idx.rank == n.args[0].rank else f"{text}.squeeze({d})"
+        if op in MATMUL:
+            a, b = (self.var[x] for x in n.args[:2])
+            return f"torch.{op}({a}, {b}).to({_compute(n.dtype)})"
+        if op in LAYOUT:
+            return self.layout(n, args[0])
+        raise EngineerError(f"no PyTorch form for {op!r} in region {self.g.name}")
+
+    def layout(self, n: Node, x: str) -> str:
+        if n.op == "unsqueeze":
+            return f"{x}.unsqueeze({n.args[1]})"
+        if n.op == "squeeze":
+            return f"torch.squeeze({x}, {tuple(n.args[1])})"
+        if n.op == "permute":
+            return f"{x}.permute({list(n.args[1])})"
+        if n.op == "expand":
+            return f"{x}.expand({', '.join(self.arg(s) for s in n.args[1])})"
+        if n.op == "view":
+            return f"{x}.reshape({', '.join(self.size(s) for s in n.sym)})"
+        raise EngineerError(f"no PyTorch form for layout op {n.op!r} in region {self.g.name}")
+
+    def write(self) -> list[str]:
+        """The statements; they assign `v_<name>` for each of the group's outputs."""
+        for n in self.g.nodes:
+            if n in self.local:
+                continue
+            text = self.expr(n)
+            name = f"t_{n.name}"
+            self.lines.append(f"{name} = {text}  # {n.origin}: {n.op}")
+            self.local[n] = name
+        for o in self.g.outputs:
+            src = self.local[o]
+            # a fresh tensor, as the kernel writes: never a view or alias of an input
+            self.lines.append(f"v_{o.name} = {src}.to({o.dtype}, memory_format=torch.contiguous_format, "
+                              f"copy=True)")
+        return self.lines
+
+
+def torch_region(group: Group, part: Partition, var: dict[Node, str], arg: Any, size: Any) -> list[str]:
+    """`group` as torch statements over forward's variables (raises EngineerError when an op
+    has no PyTorch form: the region then has only its Triton form)."""
+    return TorchRegion(group, part, var, arg, size).write()

@@ -1,0 +1,440 @@
+"""The expression writer every kernel template shares, and the launcher of the flat templates.
+
+`_Writer` emits one kernel's body: loads at the coordinates a member's dim map gives, shape-only
+values recomputed from coordinates, pointwise expressions (common subexpressions once) and
+stores. Each template subclasses it with its coordinates and masks (`pointwise.py`,
+`reduction.py`, `matmul.py`); `_finish_simple` and `_simple_launcher` write the signature and
+the launcher of the pointwise and reduction templates.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition
+from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, REDUCTIONS, Node, Sym
+from kopt.phases.engineers.offline.pointwise import (
+    TL_TYPES,
+    Operand,
+    compute_type,
+    emit_pointwise,
+    literal,
+)
+
+
+@dataclass
+class KernelSource:
+    """One group's emitted code and what the candidate file needs to know about it."""
+
+    name: str
+    """Kernel function name (`_g0_layer_norm_gelu_kernel`)."""
+    launcher: str
+    """Launcher function name (`_launch_g0`)."""
+    kind: str
+    kernel_code: str
+    launcher_code: str
+    call_args: list[str]
+    """Forward-side expressions passed to the launcher, in order."""
+    fuses: list[str]
+    """Graph nodes this kernel computes."""
+    tunables: dict[str, list[Any]]
+    config: dict[str, Any]
+    helpers: set[str] = field(default_factory=set)
+
+
+def kernel_label(group: Group) -> str:
+    seen: list[str] = []
+    # a matmul's kernel is named after its product first (a sunk epilogue precedes it in graph order)
+    first = [group.anchor] if group.anchor is not None else []
+    for n in first + [m for m in group.nodes if m is not group.anchor]:
+        base = re.sub(r"(_\d+)+$", "", n.origin or n.name)
+        base = base.lstrip("_").replace("native_", "")
+        if base in ("view", "unsqueeze", "squeeze", "expand", "permute", "getitem", "clone", "alias"):
+            continue
+        if base not in seen:
+            seen.append(base)
+    label = "_".join(seen[:3]) or group.kind
+    return re.sub(r"[^a-zA-Z0-9_]", "_", label)[:40]
+
+
+class _Scope:
+    def __init__(self, parent: _Scope | None = None) -> None:
+        self.parent = parent
+        self.values: dict[Any, Operand] = {}
+
+    def get(self, key: Any) -> Operand | None:
+        s: _Scope | None = self
+        while s is not None:
+            if key in s.values:
+                return s.values[key]
+            s = s.parent
+        return None
+
+
+class _Writer:
+    """Emits the body of one kernel: loads, expressions, reductions and stores."""
+
+    def __init__(self, group: Group, part: Partition, sym_code: Any) -> None:
+        self.g = group
+        self.part = part
+        self.sym_code = sym_code
+        self.lines: list[str] = []
+        self.indent = 1
+        self.helpers: set[str] = set()
+        self.counter = 0
+        self.coords_needed: set[int] = set()
+        self.scalar_args: list[tuple[str, str]] = []
+        """(kernel param, forward expression) for run-time scalars."""
+        self.input_index = {n: i for i, n in enumerate(group.inputs)}
+        self.dim_sources: dict[int, tuple[int, int]] = {}
+        self.contig_flags: list[int] = []
+
+    # -- helpers ------------------------------------------------------------------------
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def fresh(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def coord(self, k: int) -> str:  # overridden per template
+        raise NotImplementedError
+
+    def load_mask(self, dm: DimMap) -> str | None:
+        raise NotImplementedError
+
+    def flat_offset(self, dm: DimMap) -> str | None:
+        return None
+
+    # -- operands -----------------------------------------------------------------------
+    def load(self, x: Node, dm: DimMap, scope: _Scope) -> Operand:
+        key = ("load", x, dm)
+        got = scope.get(key)
+        if got is not None:
+            return got
+        i = self.input_index[x]
+        for j, d in enumerate(dm):
+            if d is not None and x.shape[j] == self.g.domain[d] and x.shape[j] != 1:
+                self.dim_sources.setdefault(d, (i, j))
+        terms = [f"{self.coord(d)} * x{i}_s{j}" for j, d in enumerate(dm) if d is not None]
+        offset = " + ".join(terms) if terms else "0"
+        mask = self.load_mask(dm) if terms else None  # a broadcast scalar: one unmasked load
+        m = f", mask={mask}, other=0" if mask else ""
+        var = self.fresh("x")
+        flat = self.flat_offset(dm) if x.rank == len(self.g.domain) else None
+        if flat is not None:
+            if i not in self.contig_flags:
+                self.contig_flags.append(i)
+            self.emit(f"if X{i}_CONTIG:  # contiguous and full-size: load at the flat index")
+            self.emit(f"    {var} = tl.load(x{i}_ptr + {flat}{m})")
+            self.emit("else:")
+            self.emit(f"    {var} = tl.load(x{i}_ptr + {offset}{m})")
+        else:
+            self.emit(f"{var} = tl.load(x{i}_ptr + {offset}{m})")
+        ct = compute_type(x.dtype)
+        if TL_TYPES[x.dtype] != ct:
+            self.emit(f"{var} = {var}.to({ct})")
+        op = Operand(var, ct)
+        scope.values[key] = op
+        return op
+
+    def generated(self, n: Node, dm: DimMap, scope: _Scope) -> Operand:
+        """A shape-only value recomputed from coordinates."""
+        key = ("gen", n, dm)
+        got = scope.get(key)
+        if got is not None:
+            return got
+        ct = compute_type(n.dtype)
+        if n.op == "full":
+            v = n.args[0]
+            if isinstance(v, Sym):
+                return self.scalar(v)
+            if ct == "tl.int1":
+                v = bool(v)
+            elif ct.startswith("tl.float"):
+                v = float(v)
+            else:
+                v = int(v)
+            return Operand(literal(v), None, v)
+        if n.op == "arange":
+            start, step = (self.scalar(a).text if isinstance(a, Sym) else literal(a) for a in n.args[:2])
+            d = dm[0] if dm else None
+            text = start if d is None else f"({self.coord(d)} * {step} + {start})"
+            op = Operand(text, "tl.int64" if ct != "tl.float32" else None, None)
+            if ct == "tl.float32":
+                op = Operand(f"({text}).to(tl.float32)" if d is not None else f"{text} * 1.0", "tl.float32")
+        elif n.op in ("unsqueeze", "squeeze", "permute", "expand"):
+            x = n.args[0]
+            op = self.generated(x, _back_layout(n, dm), scope)
+            scope.values[key] = op
+            return op
+        else:
+            ops = [self.operand(a, dm, n, scope) for a in n.args if not isinstance(a, torch.dtype)]
+            text = emit_pointwise(n.op, ops, n.dtype, n.args[1:], self.helpers)
+            var = self.fresh("s")
+            self.emit(f"{var} = {text}  # {n.origin} (from shapes)")
+            op = Operand(var, ct)
+        scope.values[key] = op
+        return op
+
+    def scalar(self, s: Sym) -> Operand:
+        name = f"sym{len(self.scalar_args)}"
+        self.scalar_args.append((name, self.sym_code(s)))
+        return Operand(name, "tl.int64")
+
+    def operand(self, a: Any, dm: DimMap, consumer: Node, scope: _Scope) -> Operand:
+        if isinstance(a, Node):
+            if self.part_owner(a) is self.g:
+                return self.value(a, scope)
+            adm = _right_align(a, dm, consumer.rank)
+            if a in self.part.generated:
+                return self.generated(a, adm, scope)
+            return self.load(a, self.load_dmap(a, adm), scope)
+        if isinstance(a, Sym):
+            return self.scalar(a)
+        if isinstance(a, tuple) and a and a[0] == "numel":
+            return Operand("n_cols", "tl.int32")
+        if isinstance(a, tuple) and a and a[0] == "numel_minus":
+            return Operand(f"tl.maximum(n_cols.to(tl.float32) - {literal(float(a[2]))}, 0.0)", "tl.float32")
+        if a is None:
+            return Operand("None", None, None)
+        return Operand(literal(a), None, a)
+
+    def load_dmap(self, a: Node, adm: DimMap) -> DimMap:
+        return adm
+
+    def part_owner(self, n: Node) -> Group | None:
+        return self.g if n in self.g.dmaps else None
+
+    # -- values -------------------------------------------------------------------------
+    def value(self, n: Node, scope: _Scope) -> Operand:
+        got = scope.get(("val", n))
+        if got is not None:
+            return got
+        dm = self.g.dmaps[n]
+        if n.op in LAYOUT:
+            op = self.value(n.args[0], scope)
+        elif n.op in MATMUL:
+            op = Operand("acc", "tl.float32")
+        elif n.op in REDUCTIONS:
+            raise EngineerError(f"internal: reduction {n.name} read before its pass")
+        else:
+            ops = [self.operand(a, dm, n, scope) for a in n.args[:_n_operands(n)]]
+            text = emit_pointwise(n.op, ops, n.dtype, n.args[_n_operands(n):], self.helpers)
+            key = ("text", text, compute_type(n.dtype))
+            op = scope.get(key)  # the same expression already computed (common subexpression)
+            if op is None:
+                var = self.fresh("v")
+                self.emit(f"{var} = {text}  # {n.origin}: {n.op}")
+                op = Operand(var, compute_type(n.dtype))
+                scope.values[key] = op
+        scope.values[("val", n)] = op
+        return op
+
+    def store(self, n: Node, o: int, scope: _Scope, mask: str | None) -> None:
+        v = self.value(n, scope) if ("val", n) not in scope.values and scope.get(("val", n)) is None \
+            else scope.get(("val", n))
+        dm = self.g.dmaps[n]
+        flat = self.flat_offset(dm) if n.rank == len(self.g.domain) else None
+        terms = [f"{self.coord(d)} * y{o}_s{j}" for j, d in enumerate(dm) if d is not None]
+        offset = flat if flat is not None and dm == tuple(range(len(self.g.domain))) else \
+            (" + ".join(terms) if terms else "0")
+        if offset == "0" and mask:  # one element: a block of one address for the mask
+            offset = f"({mask}) * 0"
+        val = v.as_type(compute_type(n.dtype)) if v.ctype is not None else v.text
+        m = f", mask={mask}" if mask else ""
+        if v.ctype is None:  # a constant: broadcast it over the offsets
+            val = f"(({offset}) * 0 + {val})"
+        if n.dtype == torch.bfloat16:
+            self.helpers.add("_to_bf16")
+            self.emit(f"tl.store(y{o}_ptr + {offset}, _to_bf16({val}){m})")
+        else:
+            self.emit(f"tl.store(y{o}_ptr + {offset}, {val}.to({_store_type(n.dtype)}){m})")
+
+
+def _store_type(dtype: torch.dtype) -> str:
+    """Round to nearest even when narrowing (the interpreter would otherwise truncate)."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return f'{TL_TYPES[dtype]}, fp_downcast_rounding="rtne"'
+    return TL_TYPES[dtype]
+
+
+def _n_operands(n: Node) -> int:
+    return {"leaky_relu": 1, "elu": 1, "softplus": 1}.get(n.op, len(n.args))
+
+
+def _right_align(a: Node, dm: DimMap, rank: int) -> DimMap:
+    off = rank - a.rank
+    return tuple(None if a.shape[j] == 1 else dm[off + j] for j in range(a.rank))
+
+
+def _back_layout(n: Node, dm: DimMap) -> DimMap:
+    """The dim map of a layout node's input, given the node's own."""
+    x = n.args[0]
+    if n.op == "unsqueeze":
+        d = n.args[1]
+        return dm[:d] + dm[d + 1:]
+    if n.op == "squeeze":
+        out = list(dm)
+        for d in sorted(n.args[1]):
+            out.insert(d, None)
+        return tuple(out[: x.rank])
+    if n.op == "permute":
+        out: list[int | None] = [None] * x.rank
+        for i, p in enumerate(n.args[1]):
+            out[p] = dm[i]
+        return tuple(out)
+    off = n.rank - x.rank
+    return tuple(None if x.shape[j] == 1 else dm[off + j] for j in range(x.rank))
+
+
+def _origins(group: Group) -> list[str]:
+    out: list[str] = []
+    for n in group.nodes:
+        if n.origin not in out:
+            out.append(n.origin)
+    return out
+
+
+def _identity(r: int) -> DimMap:
+    return tuple(range(r))
+
+
+def _signature(params: list[tuple[str, str]]) -> list[str]:
+    out = []
+    for p, comment in params:
+        out.append(f"    {p},{'  # ' + comment if comment else ''}")
+    return out
+
+
+def _input_params(w: _Writer, inputs: list[Node], prefix: str = "x") -> tuple[list[tuple[str, str]], list[str]]:
+    params, args = [], []
+    for i, x in enumerate(inputs):
+        strides = ", ".join(f"{prefix}{i}_s{j}" for j in range(x.rank))
+        dims = ", ".join(str(s) for s in x.shape)
+        params.append((f"{prefix}{i}_ptr" + (f", {strides}" if strides else ""),
+                       f"({dims}) {str(x.dtype).removeprefix('torch.')}: {x.name}"))
+        args.append(f"{prefix}{i}" + (f", *{prefix}{i}.stride()" if x.rank else ""))
+    return params, args
+
+
+def _decompose(flat: str, needed: list[int], rank: int, prefix: str, skip: int | None = None) -> list[str]:
+    """Coordinates of the dims in `needed` from a flat row-major index (dim `skip` excluded)."""
+    if not needed:
+        return []
+    dims = [k for k in range(rank) if k != skip]
+    lo = min(dims.index(k) for k in needed)
+    lines = [f"rem = {flat}"]
+    for pos in range(len(dims) - 1, lo - 1, -1):
+        k = dims[pos]
+        if pos == 0:
+            lines.append(f"{prefix}{k} = rem")
+        else:
+            lines.append(f"{prefix}{k} = rem % D{k}")
+            if pos > lo:
+                lines.append(f"rem = rem // D{k}")
+    return lines
+
+
+def _finish_simple(w: _Writer, group: Group, part: Partition, name: str, kind: str,
+                   head: list[str], body: list[str], sizes: list[str],
+                   tunables: dict[str, list[Any]], config: dict[str, Any],
+                   extra_constexpr: list[str] | None = None,
+                   blocks: list[str] | None = None) -> KernelSource:
+    in_params, in_args = _input_params(w, group.inputs, "x")
+    out_params, out_args = _input_params(w, group.outputs, "y")
+    flags = [f"X{i}_CONTIG" for i in w.contig_flags]
+    sig = ["    # inputs: pointer, then one stride per dim (0 where broadcast)"] + _signature(in_params)
+    sig += ["    # outputs (contiguous)"] + _signature(out_params)
+    sig += ["    # run-time sizes"] + [f"    {s}," for s in sizes + [p for p, _ in w.scalar_args]]
+    sig += [f"    {c}: tl.constexpr," for c in (blocks or ["BLOCK_SIZE"]) + (extra_constexpr or []) + flags]
+    kernel = ["@triton.jit", f"def {name}("] + sig + ["):"]
+    kernel += [f"    {line}" for line in head] + body
+    launcher = _simple_launcher(w, group, name, kind, in_args, out_args, sizes)
+    return KernelSource(name, f"_launch_{group.name}", kind, "\n".join(kernel) + "\n",
+                        launcher, _call_args(w, group), _origins(group),
+                        tunables, config, w.helpers)
+
+
+def _call_args(w: _Writer, group: Group) -> list[str]:
+    return ["device"] + [f"@{x.name}" for x in group.inputs] + \
+        [f"={k}" for k in range(len(group.domain)) if k not in w.dim_sources] + \
+        [f"!{code}" for _, code in w.scalar_args]
+
+
+def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: list[str],
+                     out_args: list[str], sizes: list[str]) -> str:
+    r = len(group.domain)
+    missing = [k for k in range(r) if k not in w.dim_sources]
+    params = ["device"] + [f"x{i}" for i in range(len(group.inputs))] + [f"dim{k}" for k in missing] + \
+        [p for p, _ in w.scalar_args]
+    dom = []
+    for k in range(r):
+        if k in w.dim_sources:
+            i, j = w.dim_sources[k]
+            dom.append(f"x{i}.shape[{j}]")
+        else:
+            dom.append(f"dim{k}")
+    lines = [f"def _launch_{group.name}({', '.join(params)}):",
+             f'    """{kind.capitalize()} kernel {name}: fuses {", ".join(_origins(group))[:200]}."""',
+             f"    D = ({', '.join(dom)}{',' if r == 1 else ''})  # the kernel's domain"]
+    for i, x in enumerate(group.inputs):
+        lines.append(f"    if x{i}.dim() != {x.rank}:")
+        lines.append(f"        raise ValueError(f\"{name}: input {i} ({x.name}) must have {x.rank} dims, "
+                     f"got {{tuple(x{i}.shape)}}\")")
+    for o, y in enumerate(group.outputs):
+        dm = group.dmaps[y]
+        shape = ", ".join("1" if d is None else f"D[{d}]" for d in dm)
+        lines.append(f"    y{o} = torch.empty(({shape}{',' if len(dm) == 1 else ''}), device=device, "
+                     f"dtype={y.dtype})  # {y.name}")
+    outs = ", ".join(f"y{o}" for o in range(len(group.outputs)))
+    ret = f"    return {outs}{',' if len(group.outputs) == 1 else ''}"
+    if kind == "pointwise":
+        lines += ["    n_elements = math.prod(D)", "    if n_elements == 0:", "    " + ret]
+        size_args = "n_elements, *D"
+        flags = "".join(f", X{i}_CONTIG=x{i}.is_contiguous() and tuple(x{i}.shape) == D"
+                        for i in w.contig_flags)
+        spans = "".join(f", _span(x{i})" for i in range(len(group.inputs)))
+        if group.nhwc:  # one (hw, channels) tile of one image per program
+            lines += [f'    cfg = _launch_config("{name}", "tiled", D[2] * D[3], D[1])',
+                      '    grid = (triton.cdiv(D[2] * D[3], cfg["BLOCK_HW"]), '
+                      'triton.cdiv(D[1], cfg["BLOCK_C"]), D[0])']
+            blocks, block = 'BLOCK_HW=cfg["BLOCK_HW"], BLOCK_C=cfg["BLOCK_C"]', 'cfg["BLOCK_HW"] * cfg["BLOCK_C"]'
+        else:
+            lines += [f'    cfg = _launch_config("{name}", "pointwise", n_elements)',
+                      '    grid = (triton.cdiv(n_elements, cfg["BLOCK_SIZE"]),)']
+            blocks, block = 'BLOCK_SIZE=cfg["BLOCK_SIZE"]', 'cfg["BLOCK_SIZE"]'
+        consts = f'{blocks}, INDEX_64=max([n_elements + {block}{spans}]) >= 2**31{flags}'
+    elif kind == "tiled_reduction":  # (BLOCK_C contiguous columns of one outer index) per program
+        rd = group.rdim
+        lines += [f"    n_cols = D[{rd}]  # the reduced extent",
+                  f"    n_inner = math.prod(D[{rd + 1}:])",
+                  f"    n_outer = math.prod(D[:{rd}])",
+                  "    if math.prod(D) == 0 or n_inner * n_outer == 0:", "    " + ret,
+                  f'    cfg = _launch_config("{name}", "tiled_reduction", n_cols, n_inner)',
+                  '    grid = (n_outer * triton.cdiv(n_inner, cfg["BLOCK_C"]),)']
+        size_args = "n_cols, " + ", ".join(f"D[{k}]" for k in range(r) if k != rd)
+        size_args = size_args.rstrip(", ")
+        consts = ('BLOCK_SIZE=cfg["BLOCK_SIZE"], BLOCK_C=cfg["BLOCK_C"], '
+                  'ONE_PASS=n_cols <= cfg["BLOCK_SIZE"]')
+    else:
+        rd = group.rdim
+        lines += [f"    n_cols = D[{rd}]",
+                  "    n_rows = math.prod(D) // max(n_cols, 1)",
+                  "    if n_rows == 0 or math.prod(D) == 0:", "    " + ret,
+                  f'    cfg = _launch_config("{name}", "reduction", n_cols)',
+                  "    grid = (n_rows,)"]
+        size_args = "n_cols, " + ", ".join(f"D[{k}]" for k in range(r) if k != rd)
+        size_args = size_args.rstrip(", ")
+        consts = 'BLOCK_SIZE=cfg["BLOCK_SIZE"], ONE_PASS=n_cols <= cfg["BLOCK_SIZE"]'
+    scal = "".join(f", {p}" for p, _ in w.scalar_args)
+    all_args = ", ".join(in_args + out_args)
+    lines.append(f"    {name}[grid]({all_args + ', ' if all_args else ''}{size_args}{scal}, {consts}, "
+                 f'num_warps=cfg["num_warps"])')
+    lines.append(ret)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,83 @@
+"""Regions of an offline candidate and the switch that picks Triton or PyTorch for each.
+
+Each fusion group of a generated candidate is a *region*: one Triton kernel (`_gN_*_kernel`,
+launched by `_launch_gN`) and, beside it in `ModelNew.forward`, the same ops written in
+PyTorch. The module-level dict `KOPT_REGIONS` ({"gN": "triton" | "torch"}) is read at every
+forward call, so a caller can time a region both ways in one process by assigning to it:
+
+    module.KOPT_REGIONS["g1"] = "torch"     # or rewrite the file: with_choices(source, {...})
+
+Regions whose ops have no PyTorch form here are not in the dict (they always run in Triton).
+
+The verifier's `no_pytorch_fallback` check rejects a candidate whose forward runs every
+baseline compute op in PyTorch: a region switched to torch is fine only while at least one
+region still runs in Triton. When every region is faster in PyTorch, the right outcome is to
+keep PyTorch (no candidate): `with_choices` refuses that choice.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from kopt.harness.errors import EngineerError
+
+SWITCH = "KOPT_REGIONS"
+"""The candidate's module-level dict: region name -> "triton" | "torch"."""
+CHOICES = ("triton", "torch")
+
+
+@dataclass
+class Region:
+    """One generated region of a candidate."""
+
+    name: str
+    """`gN`: the key in KOPT_REGIONS."""
+    choice: str
+    """What the candidate runs now: "triton" or "torch"."""
+    kernels: list[str] = field(default_factory=list)
+    """Its Triton kernels (keys of KOPT_CONFIG / KOPT_TUNABLES)."""
+
+
+def _dict_literal(tree: ast.Module, name: str) -> tuple[dict, ast.Assign | None]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value), node
+    return {}, None
+
+
+def regions(source: str) -> list[Region]:
+    """The switchable regions of a candidate's source (empty for a file without KOPT_REGIONS)."""
+    tree = ast.parse(source)
+    switch, _ = _dict_literal(tree, SWITCH)
+    config, _ = _dict_literal(tree, "KOPT_CONFIG")
+    out = []
+    for name, choice in switch.items():
+        out.append(Region(name, choice, [k for k in config if re.match(rf"_{re.escape(name)}_", k)]))
+    return out
+
+
+def with_choices(source: str, choices: dict[str, str]) -> str:
+    """`source` with KOPT_REGIONS updated by `choices` (the others keep theirs).
+
+    Raises EngineerError for an unknown region or choice, and when every region would run in
+    PyTorch (keep the baseline instead: no candidate)."""
+    tree = ast.parse(source)
+    switch, node = _dict_literal(tree, SWITCH)
+    if node is None:
+        raise EngineerError(f"the candidate has no {SWITCH} dict", fix="regenerate it with the offline engineer")
+    for name, choice in choices.items():
+        if name not in switch:
+            raise EngineerError(f"no region {name!r} in the candidate", fix=f"expected one of {sorted(switch)}")
+        if choice not in CHOICES:
+            raise EngineerError(f"region {name}: expected one of {CHOICES} (not {choice!r})")
+    new = {**switch, **choices}
+    if new and all(c == "torch" for c in new.values()):
+        raise EngineerError("every region would run in PyTorch",
+                            fix="keep the PyTorch baseline: this candidate is not faster anywhere")
+    lines = source.splitlines(keepends=True)
+    start, end = node.lineno - 1, node.end_lineno
+    body = "".join(f'    "{k}": "{v}",\n' for k, v in new.items())
+    lines[start:end] = [f"{SWITCH} = {{\n{body}}}\n"]
+    return "".join(lines)

@@ -1,0 +1,103 @@
+"""The offline engineer's general fusion rules (issue 18), each on odd sizes: the candidate's
+outputs against eager in the Triton interpreter, and the number of kernels it generates.
+
+A rule that stops firing shows up here as one kernel more, before any GPU run would show it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kopt.harness.case import load_case_dir
+from kopt.phases.engineers.offline import generate_candidate
+from tests.test_offline import _check_case, _load_candidate, _write_case
+
+
+def _generate(tmp: Path, body: list[str], shapes: list[list[int]], dtype: str = "float32"):
+    case = load_case_dir(_write_case(tmp, body, shapes, dtype))
+    result = generate_candidate(case)
+    module = _load_candidate(result.source, tmp, case.name)
+    _check_case(case, module, "main", seed=5)
+    return result, module
+
+
+CHAIN = ["z = x * torch.sigmoid(x) + torch.tanh(y) * 0.7",
+         "z = torch.clamp(z, -1.0, 2.0)",
+         "z = torch.where(x > 0, z, z * 0.5)",
+         "return z - y.abs().sqrt()"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_pointwise_dag_over_two_inputs_is_one_kernel(tmp_path: Path, dtype: str) -> None:
+    # the two branches (of x and of y) meet at the add, the where and the last sub: each
+    # meeting merges the producers' groups instead of joining one and launching the other
+    result, _ = _generate(tmp_path, CHAIN, [[37, 123], [37, 123]], dtype)
+    assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
+
+
+def test_pointwise_dag_with_broadcast_operand_is_one_kernel(tmp_path: Path) -> None:
+    body = ["a = torch.sigmoid(x) * 2.0", "b = torch.exp(-y.abs())", "return a * b + (a - b).abs()"]
+    result, _ = _generate(tmp_path, body, [[5, 37, 19], [37, 19]])
+    assert len(result.kernels) == 1, result.kernels
+
+
+@pytest.mark.parametrize("cols", [123, 16411])  # one pass in registers; a looped long row
+def test_layer_norm_times_silu_of_another_input_is_one_kernel(tmp_path: Path, cols: int) -> None:
+    body = [f"return F.layer_norm(x, ({cols},)) * F.silu(y)"]
+    result, _ = _generate(tmp_path, body, [[3 if cols > 1000 else 37, cols]] * 2)
+    assert [k["kind"] for k in result.kernels] == ["reduction"], result.kernels
+
+
+def test_softmax_times_other_input_plus_rowwise_is_one_kernel(tmp_path: Path) -> None:
+    body = ["s = torch.softmax(x, dim=-1)", "g = torch.tanh(y) + 1.0", "return s * g"]
+    result, _ = _generate(tmp_path, body, [[29, 77], [29, 77]])
+    assert len(result.kernels) == 1, result.kernels
+
+
+# -- reductions over a dim that is not the innermost: 2-D tiles, not strided columns --------
+
+@pytest.mark.parametrize("rows", [37, 700])  # the reduced extent in one tile; looped over tiles
+def test_column_standardisation_is_one_tiled_kernel(tmp_path: Path, rows: int) -> None:
+    body = ["return (x - x.mean(0)) / (x.std(0) + 1e-5)"]
+    result, module = _generate(tmp_path, body, [[rows, 45], [1]])
+    assert [k["kind"] for k in result.kernels] == ["tiled_reduction"], result.kernels
+    (cfg,) = module.KOPT_CONFIG.values()
+    assert "BLOCK_C" in cfg  # coalesced (BLOCK_SIZE, BLOCK_C) tiles
+
+
+@pytest.mark.parametrize("expr", [
+    "x.mean(dim=1)",
+    "torch.softmax(x, dim=0) * y",
+    "torch.log_softmax(x, dim=1)",
+    "torch.logsumexp(x, dim=1) + y[:, 0]",
+    "x.var(dim=1, keepdim=True) + x.amax(dim=1, keepdim=True)",
+])
+def test_middle_and_outer_dim_reductions_match_eager(tmp_path: Path, expr: str) -> None:
+    result, _ = _generate(tmp_path, [f"return {expr}"], [[5, 37, 19], [5, 37, 19]])
+    assert "tiled_reduction" in [k["kind"] for k in result.kernels], result.kernels
+    assert len(result.kernels) == 1, result.kernels
+
+
+def test_middle_dim_softmax_bf16_with_long_reduced_extent(tmp_path: Path) -> None:
+    result, _ = _generate(tmp_path, ["return torch.softmax(x, dim=1)"], [[2, 1100, 17], [1]], "bfloat16")
+    assert [k["kind"] for k in result.kernels] == ["tiled_reduction"], result.kernels
+
+
+@pytest.mark.parametrize("rows", [45, 700])  # one tile; looped (the online variance, merged per tile)
+def test_mean_and_std_share_one_pass_and_keep_precision(tmp_path: Path, rows: int) -> None:
+    # a large mean over a small spread: sum(x^2) - n * mean^2 would cancel to noise here
+    body = ["x = x * 0.01 + 1000.0", "return torch.cat([x.mean(0, keepdim=True), x.std(0, keepdim=True)])"]
+    result, module = _generate(tmp_path, body, [[rows, 33], [1]])
+    reductions = [k for k in result.kernels if "reduction" in k["kind"]]
+    assert len(reductions) == 1, result.kernels
+    # the looped form accumulates the sum and M2 in one loop over the tiles (no second pass)
+    assert result.source.count("for start in range(0, n_cols, BLOCK_SIZE):") == 1
+
+
+def test_long_rows_layer_norm_reads_the_row_twice_not_three_times(tmp_path: Path) -> None:
+    result, module = _generate(tmp_path, ["return F.layer_norm(x, (16411,)) * 2.0"], [[2, 16411], [1]])
+    (kernel,) = result.kernels
+    looped = result.source.split("else:  # a long row")[1].split("\ndef ")[0]
+    assert looped.count("for start in range(0, n_cols, BLOCK_SIZE):") == 2  # statistics, then outputs

@@ -1,0 +1,53 @@
+"""Per-region switch of offline candidates (issue 18, part 3): every generated region also
+has a PyTorch form in forward, picked by KOPT_REGIONS at each call, so the accelerator can
+time each region both ways and keep the faster. Checked in the Triton interpreter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kopt.harness.case import load_case, load_case_dir
+from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.offline import generate_candidate
+from kopt.phases.engineers.offline.regions import SWITCH, regions, with_choices
+from tests.test_offline import _check_case, _load_candidate, _write_case
+
+
+def _forbid(module, name: str) -> None:
+    def boom(*args, **kwargs):
+        raise AssertionError(f"{name} launched while its region is switched to torch")
+    setattr(module, name, boom)
+
+
+@pytest.mark.parametrize("name", ["cross_entropy", "gated_mlp", "layernorm_gelu"])
+def test_each_region_switched_to_torch_still_matches(name: str, tmp_path: Path) -> None:
+    case = load_case(name)
+    result = generate_candidate(case, input_set="smoke")
+    found = regions(result.source)
+    assert sorted(r.name for r in found) == [f"g{i}" for i in range(len(result.kernels))]
+    assert all(r.choice == "triton" and r.kernels for r in found)
+    for region in found:
+        module = _load_candidate(result.source, tmp_path, f"{name}_{region.name}")
+        getattr(module, SWITCH)[region.name] = "torch"
+        _forbid(module, f"_launch_{region.name}")
+        _check_case(case, module, "smoke")
+
+
+def test_switch_in_the_file_and_all_torch_is_refused(tmp_path: Path) -> None:
+    body = ["s = torch.softmax(x, dim=0)", "return s * y + x.mean(dim=1, keepdim=True)"]
+    case = load_case_dir(_write_case(tmp_path, body, [[17, 29], [17, 29]], "float32"))
+    result = generate_candidate(case)
+    names = [r.name for r in regions(result.source)]
+    assert len(names) >= 2, names
+    source = with_choices(result.source, {names[0]: "torch"})
+    assert [r.choice for r in regions(source)] == ["torch"] + ["triton"] * (len(names) - 1)
+    module = _load_candidate(source, tmp_path, "switched")
+    _forbid(module, f"_launch_{names[0]}")
+    _check_case(case, module, "main")
+    with pytest.raises(EngineerError, match="every region would run in PyTorch"):
+        with_choices(source, {n: "torch" for n in names})
+    with pytest.raises(EngineerError, match="no region"):
+        with_choices(source, {"g99": "torch"})
