@@ -13,6 +13,13 @@ it runs. The verifier's reference job never uses one (`COLD_JOBS`): it starts af
 candidate's worker exited, as `isolated_reference` says. `KOPT_WORKER_STANDBY=0` turns
 standbys off.
 
+Inside the sandbox (harness.sandbox, bubblewrap) a process sees only the folders mounted when it
+started, and the job directory does not exist yet then. So a sandboxed standby is started with
+an empty folder reserved beside the last job's (`standby-*`) mounted as its job directory; the
+job that takes it moves its staged files into that folder and the folder to the job's path (two
+renames on one filesystem), and the standby is told the path it sees. What else the sandbox
+mounts (the caches, the Python environment) must cover the job's, as the environment must match.
+
 The process is started from one long-lived thread: a worker's death signal (PR_SET_PDEATHSIG)
 fires when the *thread* that started it ends, and the job that takes a standby may run on
 another thread long after the one that finished the previous job is gone.
@@ -25,9 +32,12 @@ import os
 import subprocess
 import sys
 import tempfile
+import atexit
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+from kopt.harness import sandbox
 from kopt.harness.worker import PARENT_ENV
 
 COLD_JOBS = frozenset({"reference"})
@@ -66,45 +76,100 @@ class Standby:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[str] | None = None
         self._env: dict[str, str] | None = None
+        self._mounts: tuple[object, ...] = ()
+        self._reserved: Path | None = None
+        """The empty folder a sandboxed standby sees as its job directory (None unsandboxed)."""
 
-    def take(self, env: dict[str, str]) -> subprocess.Popen[str] | None:
-        """The waiting process if it was started with `env` (kopt's own settings aside) and is
-        alive, else None (a mismatched or dead one is discarded)."""
+    def take(self, env: dict[str, str], job_dir: Path | None = None) -> subprocess.Popen[str] | None:
+        """The waiting process, handed `job_dir` if given, when it was started with `env`
+        (kopt's own settings aside) and sandbox mounts covering the job's and is alive; else None (a
+        mismatched or dead one is discarded)."""
         with self._lock:
-            proc, penv = self._proc, self._env
-            self._proc = self._env = None
+            proc, penv, mounts, reserved = self._proc, self._env, self._mounts, self._reserved
+            self._proc = self._env = self._reserved = None
+            self._mounts = ()
         if proc is None:
             return None
-        if penv is not None and _fixed(penv) == _fixed(env) and proc.poll() is None:
+        if (penv is None or _fixed(penv) != _fixed(env) or proc.poll() is not None
+                or not sandbox.covers(mounts, sandbox.mounts_key(env))):
+            discard(proc, reserved)
+            return None
+        if job_dir is None:
             return proc
-        discard(proc)
-        return None
+        seen = str(Path(job_dir).resolve())
+        if reserved is not None:
+            if not adopt(reserved, Path(job_dir)):
+                discard(proc, reserved)
+                return None
+            seen = str(reserved)  # where the sandbox mounted it
+        return proc if hand_over(proc, seen, env) else None
 
-    def prepare(self, env: dict[str, str]) -> None:
+    def prepare(self, env: dict[str, str], jobs_root: Path | None = None) -> None:
         """Start a standby for `env` unless one is waiting already (errors are ignored: the
-        next job starts cold)."""
+        next job starts cold). `jobs_root`: where the next job directory will likely be (a
+        sandboxed standby's reserved folder goes there: it must be on the same filesystem)."""
         if not enabled():
             return
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 return
+        reserved: Path | None = None
+        argv = standby_command()
+        proc_env = env
         try:
+            if sandbox.mounts_key(env)[0] == "bwrap":
+                root = Path(jobs_root) if jobs_root is not None else Path(tempfile.gettempdir())
+                reserved = Path(tempfile.mkdtemp(prefix="standby-", dir=root))
+                argv, proc_env, _how = sandbox.wrap(argv, env, reserved)
+            elif sandbox.enabled(env):
+                argv, proc_env, _how = sandbox.wrap(argv, env, tempfile.gettempdir())
             proc = _SPAWNER.submit(
-                subprocess.Popen, standby_command(), cwd=tempfile.gettempdir(), env=env,
+                subprocess.Popen, argv, cwd=tempfile.gettempdir(), env=proc_env,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True, errors="replace", start_new_session=True).result()
         except OSError:
+            _remove(reserved)
             return
         with self._lock:
-            old, self._proc, self._env = self._proc, proc, dict(env)
+            old, old_reserved = self._proc, self._reserved
+            self._proc, self._env, self._reserved = proc, dict(env), reserved
+            self._mounts = sandbox.mounts_key(env)
         if old is not None:
-            discard(old)
+            discard(old, old_reserved)
 
     def clear(self) -> None:
         with self._lock:
-            proc, self._proc, self._env = self._proc, None, None
+            proc, reserved = self._proc, self._reserved
+            self._proc = self._env = self._reserved = None
         if proc is not None:
-            discard(proc)
+            discard(proc, reserved)
+
+
+def adopt(reserved: Path, job_dir: Path) -> bool:
+    """Move a staged job directory's files into `reserved` (the folder a sandboxed standby
+    sees), then `reserved` to `job_dir`'s path, so the caller finds `out/` where it staged the
+    job. False (with everything put back) when a rename fails, e.g. across filesystems."""
+    moved: list[str] = []
+    try:
+        for entry in sorted(job_dir.iterdir()):
+            entry.rename(reserved / entry.name)
+            moved.append(entry.name)
+        reserved.rename(job_dir)  # replaces the now empty job directory
+        return True
+    except OSError:
+        for name in moved:
+            try:
+                (reserved / name).rename(job_dir / name)
+            except OSError:
+                pass
+        return False
+
+
+def _remove(folder: Path | None) -> None:
+    if folder is not None:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def hand_over(proc: subprocess.Popen[str], job_dir: str, env: dict[str, str]) -> bool:
@@ -134,8 +199,9 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
         pass
 
 
-def discard(proc: subprocess.Popen[str]) -> None:
+def discard(proc: subprocess.Popen[str], reserved: Path | None = None) -> None:
     kill_group(proc)
+    _remove(reserved)
     for stream in (proc.stdin, proc.stdout):
         try:
             if stream is not None:
@@ -145,3 +211,4 @@ def discard(proc: subprocess.Popen[str]) -> None:
 
 
 STANDBY = Standby()
+atexit.register(STANDBY.clear)  # no reserved folder left behind in .kopt/jobs
