@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ENV_SWITCH = "KOPT_SANDBOX"

@@ -27,12 +27,12 @@ another thread long after the one that finished the previous job is gone.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import atexit
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

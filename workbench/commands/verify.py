@@ -13,6 +13,7 @@ from rich.markup import escape
 from kopt.harness.case import load_case
 from kopt.harness.verify import DEFAULT_TIMEOUT_S, verify_candidate
 from kopt.workbench.output import console, err_console, print_json_line
+from kopt.workbench.sandbox_option import add_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds per worker job (default {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--verbose", action="store_true", help="stream the workers' output")
+    add_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=handle)
 
