@@ -106,8 +106,9 @@ class SandboxState:
         """One line: the mechanism and each layer, e.g. `bwrap: network, filesystem, ...`."""
         if not self.enabled:
             return "off (--no-sandbox or KOPT_SANDBOX=0): candidate code runs with your permissions"
-        on = [layer.name for layer in self.layers if layer.enforced]
-        off = [layer.name for layer in self.layers if not layer.enforced]
+        guards = [layer for layer in self.layers if layer.name != "gpu"]  # gpu: passed through
+        on = [layer.name for layer in guards if layer.enforced]
+        off = [layer.name for layer in guards if not layer.enforced]
         text = f"{self.mechanism}: {', '.join(on) or 'nothing'} enforced"
         if off:
             text += f"; NOT {', '.join(off)}"
@@ -187,7 +188,7 @@ def _probe() -> SandboxState:
         fix = _userns_fix()
     unshare = shutil.which("unshare")
     if unshare is not None:
-        ok, err = _run_ok([unshare, *_unshare_options(), "true"])
+        ok, err = _run_ok([unshare, *_unshare_options(), sys.executable, "-S", "-c", ""])
         if ok:
             return SandboxState("unshare", _layers_unshare(reason, fix), reason, fix)
         reason += f"; unshare failed too ({err})"
@@ -479,6 +480,66 @@ def warning_line(state: SandboxState | None = None) -> str | None:
     fix = next((layer.fix for layer in missing if layer.fix), state.fix)
     return (f"kopt: warning: sandbox incomplete, {', '.join(la.name for la in missing)} not "
             f"enforced: {state.reason or missing[0].detail}" + (f"; fix: {fix}" if fix else ""))
+
+
+# -- checking it -----------------------------------------------------------------------------------
+
+_SELF_TEST = r"""
+import json, os, socket, sys
+port, parent, outside = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+found = {}
+s = socket.socket()
+s.settimeout(2)
+try:
+    s.connect(("127.0.0.1", port))
+    found["network"] = "connected to a port opened on 127.0.0.1 outside"
+except OSError as err:
+    found["network"] = None
+try:
+    with open(os.path.join(outside, "secret")) as handle:
+        handle.read()
+    found["filesystem"] = "read a file outside the job directory"
+except OSError:
+    try:
+        open(os.path.join(outside, "written"), "w").close()
+        found["filesystem"] = "wrote outside the job directory"
+    except OSError:
+        found["filesystem"] = None
+found["processes"] = ("kopt's process is visible (/proc/%s/environ)" % parent
+                      if os.path.exists("/proc/%s/environ" % parent) else None)
+print(json.dumps(found))
+"""
+
+
+def self_test(timeout: float = 30.0) -> dict[str, str | None]:
+    """Try each way out from inside a sandboxed `python -S` and report what got through:
+    layer name -> None (blocked) or what the probe managed. Empty when the sandbox is off or
+    the probe could not run."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    outside = Path(tempfile.mkdtemp(prefix="kopt-sandbox-outside-"))
+    job = Path(tempfile.mkdtemp(prefix="kopt-sandbox-job-"))
+    try:
+        (outside / "secret").write_text("not for candidates")
+        env = {**os.environ, PARENT_ENV: str(os.getpid())}
+        argv, env, how = wrap([sys.executable, "-S", "-c", _SELF_TEST,
+                               str(listener.getsockname()[1]), str(os.getpid()), str(outside)],
+                              env, job)
+        if how in ("off",):
+            return {}
+        done = subprocess.run(argv, env=env, cwd=job, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+        lines = done.stdout.strip().splitlines()
+        return json.loads(lines[-1]) if done.returncode == 0 and lines else {}
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return {}
+    finally:
+        listener.close()
+        shutil.rmtree(outside, ignore_errors=True)
+        shutil.rmtree(job, ignore_errors=True)
 
 
 # -- the remote launcher ---------------------------------------------------------------------------
