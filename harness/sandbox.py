@@ -403,9 +403,13 @@ def bwrap_args(state: SandboxState, env: dict[str, str], job_dir: str) -> list[s
     for kind, p in steps:
         if kind == "ro":
             args += ["--ro-bind", p, p]
-        elif kind == "hide":
-            args += (["--tmpfs", p] if os.path.isdir(p) else ["--ro-bind", "/dev/null", p])
+        elif kind == "hide":  # an empty folder nobody inside may write (no capabilities)
+            args += (["--perms", "0555", "--tmpfs", p] if os.path.isdir(p)
+                     else ["--ro-bind", "/dev/null", p])
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for g in _protected(env):
+        if _within(g, Path("/tmp")):  # would be a writable folder of the private /tmp
+            args += ["--perms", "0555", "--dir", str(g)]
     for node in _gpu_nodes():
         args += ["--dev-bind", node, node]
     for kind, p in steps:

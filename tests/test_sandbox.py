@@ -28,7 +28,7 @@ API_KEY = "sk-ant-kopt-test-secret"
 
 # escape file -> text the `contained` check's detail must hold (the failure it names)
 ESCAPES: dict[str, tuple[str, ...]] = {
-    "writes_outside_job.py": ("Read-only file system", "No such file or directory"),
+    "writes_outside_job.py": ("Read-only file system", "Permission denied", "No such file"),
     "reads_home_secret.py": ("FileNotFoundError", ".ssh/id_ed25519"),
     "reads_parent_environ.py": ("KeyError", "ANTHROPIC_API_KEY"),
     "connects_loopback.py": ("ConnectionRefusedError",),

@@ -44,6 +44,10 @@ COLD_JOBS = frozenset({"reference"})
 """Jobs that always start a new process, after everything before them has exited."""
 
 ENV_SWITCH = "KOPT_WORKER_STANDBY"
+READY_MARK = ".standby-ready"
+READY_WAIT_S = 2.0
+"""How long a job waits for a sandboxed standby started moments ago to be set up (it takes
+milliseconds; a job arriving sooner would otherwise move its files before the mount)."""
 
 
 def enabled() -> bool:
@@ -77,6 +81,8 @@ class Standby:
         self._proc: subprocess.Popen[str] | None = None
         self._env: dict[str, str] | None = None
         self._mounts: tuple[object, ...] = ()
+        self._how = "none"
+        """The sandbox mechanism it was started in (harness.sandbox.wrap)."""
         self._reserved: Path | None = None
         """The empty folder a sandboxed standby sees as its job directory (None unsandboxed)."""
 
@@ -86,6 +92,7 @@ class Standby:
         mismatched or dead one is discarded)."""
         with self._lock:
             proc, penv, mounts, reserved = self._proc, self._env, self._mounts, self._reserved
+            how = self._how
             self._proc = self._env = self._reserved = None
             self._mounts = ()
         if proc is None:
@@ -98,10 +105,12 @@ class Standby:
             return proc
         seen = str(Path(job_dir).resolve())
         if reserved is not None:
-            if not adopt(reserved, Path(job_dir)):
+            if not _wait_ready(reserved) or not adopt(reserved, Path(job_dir)):
                 discard(proc, reserved)
                 return None
             seen = str(reserved)  # where the sandbox mounted it
+        if how in ("bwrap", "unshare"):  # the worker resets KOPT_* to the job's: say it again
+            env = {**env, sandbox.ACTIVE_ENV: how}
         return proc if hand_over(proc, seen, env) else None
 
     def prepare(self, env: dict[str, str], jobs_root: Path | None = None) -> None:
@@ -116,13 +125,17 @@ class Standby:
         reserved: Path | None = None
         argv = standby_command()
         proc_env = env
+        how = "off"
         try:
             if sandbox.mounts_key(env)[0] == "bwrap":
                 root = Path(jobs_root) if jobs_root is not None else Path(tempfile.gettempdir())
                 reserved = Path(tempfile.mkdtemp(prefix="standby-", dir=root))
-                argv, proc_env, _how = sandbox.wrap(argv, env, reserved)
+                # the mark says the sandbox is set up (its reserved folder mounted): only then
+                # may a job's files be moved in
+                argv = ["/bin/sh", "-c", f': > {READY_MARK} && exec "$@"', "sh", *argv]
+                argv, proc_env, how = sandbox.wrap(argv, env, reserved)
             elif sandbox.enabled(env):
-                argv, proc_env, _how = sandbox.wrap(argv, env, tempfile.gettempdir())
+                argv, proc_env, how = sandbox.wrap(argv, env, tempfile.gettempdir())
             proc = _SPAWNER.submit(
                 subprocess.Popen, argv, cwd=tempfile.gettempdir(), env=proc_env,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -132,7 +145,7 @@ class Standby:
             return
         with self._lock:
             old, old_reserved = self._proc, self._reserved
-            self._proc, self._env, self._reserved = proc, dict(env), reserved
+            self._proc, self._env, self._reserved, self._how = proc, dict(env), reserved, how
             self._mounts = sandbox.mounts_key(env)
         if old is not None:
             discard(old, old_reserved)
@@ -143,6 +156,20 @@ class Standby:
             self._proc = self._env = self._reserved = None
         if proc is not None:
             discard(proc, reserved)
+
+
+def _wait_ready(reserved: Path, wait_s: float = READY_WAIT_S) -> bool:
+    """Whether a sandboxed standby has mounted `reserved` (its mark is there; removed now)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    mark = reserved / READY_MARK
+    while not mark.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    mark.unlink(missing_ok=True)
+    return True
 
 
 def adopt(reserved: Path, job_dir: Path) -> bool:
