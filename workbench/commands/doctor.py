@@ -209,9 +209,8 @@ def handle(args: argparse.Namespace) -> int:
     findings, ceilings = diagnose(measure_ceilings=not args.no_ceilings)
     ok = all(f.status != "fail" for f in findings)
     if args.json:
-        from kopt.harness.environment import describe_environment
-
         from kopt.harness import sandbox
+        from kopt.harness.environment import describe_environment
 
         print_json_line({"ok": ok, "checks": [asdict(f) for f in findings],
                          "sandbox": sandbox.probe().to_dict(),
