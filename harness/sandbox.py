@@ -399,6 +399,12 @@ def bwrap_args(state: SandboxState, env: dict[str, str], job_dir: str) -> list[s
             "--die-with-parent"]
     for target, link in _symlinked_roots():
         args += ["--symlink", target, link]
+    # /tmp first: a later tmpfs there would cover what is bound under it (a source tree or
+    # a workspace in /tmp)
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for g in _protected(env):
+        if _within(g, Path("/tmp")):  # would be a writable folder of the private /tmp
+            args += ["--perms", "0555", "--dir", str(g)]
     steps = mounts(env).steps
     for kind, p in steps:
         if kind == "ro":
@@ -406,10 +412,6 @@ def bwrap_args(state: SandboxState, env: dict[str, str], job_dir: str) -> list[s
         elif kind == "hide":  # an empty folder nobody inside may write (no capabilities)
             args += (["--perms", "0555", "--tmpfs", p] if os.path.isdir(p)
                      else ["--ro-bind", "/dev/null", p])
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    for g in _protected(env):
-        if _within(g, Path("/tmp")):  # would be a writable folder of the private /tmp
-            args += ["--perms", "0555", "--dir", str(g)]
     for node in _gpu_nodes():
         args += ["--dev-bind", node, node]
     for kind, p in steps:
