@@ -61,7 +61,7 @@ HANG_TIMEOUT_S = 15.0
 @pytest.fixture(scope="module")
 def corpus_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, VerificationReport]:
     home = tmp_path_factory.mktemp("corpus-home")
-    old = {k: os.environ.get(k) for k in ("KOPT_HOME", "KOPT_CACHE")}
+    old = {k: os.environ.get(k) for k in ("KOPT_HOME", "KOPT_CACHE", "KOPT_SANDBOX")}
     os.environ["KOPT_HOME"] = str(home)
     os.environ["KOPT_CACHE"] = str(home / "cache")
     try:
@@ -77,6 +77,9 @@ def corpus_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verifi
             for path, report in zip(files, verify_candidates(
                     CASES / case, files, device="cpu", max_parallel=2, timeouts=timeouts), strict=True):
                 reports[path.name] = report
+        # with the sandbox on the edit never reaches the workspace (test_sandbox.py); off, the
+        # verifier's own evidence (isolated_reference) must still catch it
+        os.environ["KOPT_SANDBOX"] = "0"
         for name in ALONE:
             shutil.copytree(CASES / CHEATS[name][0], home / "cases" / CHEATS[name][0])
             reports[name] = verify_candidates(home / "cases" / CHEATS[name][0],
