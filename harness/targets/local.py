@@ -101,8 +101,11 @@ class LocalTarget:
         reader.join(timeout=5)
         if self.use_standby and not timed_out:  # the next job skips the imports (standby.py)
             standby.STANDBY.prepare(full_env, job_dir.parent)
+        returncode = proc.returncode
+        if returncode is not None and returncode > 128 and sandbox.mounts_key(full_env)[0] == "bwrap":
+            returncode = 128 - returncode  # bwrap exits 128+N for a worker killed by signal N
         return WorkerOutcome(
-            returncode=None if timed_out else proc.returncode,
+            returncode=None if timed_out else returncode,
             timed_out=timed_out,
             response=read_response(job_dir),
             output_tail="\n".join(tail),
