@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         response = func(job_dir, request)
         response.setdefault("ok", True)
         response.setdefault("worker_started", started)
+        response.setdefault("sandbox", os.environ.get("KOPT_SANDBOXED", "none"))  # harness.sandbox
     except BaseException as err:  # the job's failure is data for the parent
         traceback.print_exc()
         response = {"ok": False, "error": f"{type(err).__name__}: {err}".strip()[:2000],

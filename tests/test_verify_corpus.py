@@ -83,7 +83,8 @@ HANG_TIMEOUT_S = 15.0
 @pytest.fixture(scope="module")
 def corpus_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, VerificationReport]:
     home = tmp_path_factory.mktemp("corpus-home")
-    old = {k: os.environ.get(k) for k in ("KOPT_HOME", "KOPT_CACHE", "HOME", "KOPT_TEST_POISON")}
+    old = {k: os.environ.get(k) for k in ("KOPT_HOME", "KOPT_CACHE", "HOME", "KOPT_TEST_POISON",
+                                          "KOPT_SANDBOX")}
     os.environ["KOPT_HOME"] = str(home)
     os.environ["KOPT_CACHE"] = str(home / "cache")
     try:
@@ -102,6 +103,9 @@ def corpus_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Verifi
         # c07's .pth acts only with KOPT_TEST_POISON set, and lands under this HOME.
         os.environ["HOME"] = str(home)
         os.environ["KOPT_TEST_POISON"] = "1"
+        # with the sandbox on the edit never reaches the workspace (test_sandbox.py); off, the
+        # verifier's own evidence (isolated_reference) must still catch it
+        os.environ["KOPT_SANDBOX"] = "0"
         for name in ALONE:
             shutil.copytree(CASES / CHEATS[name][0], home / "cases" / CHEATS[name][0],
                             dirs_exist_ok=True)

@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         _check_names(args)
+        if hasattr(args, "no_sandbox"):  # a command that runs candidates (sandbox_option.py)
+            from kopt.workbench.sandbox_option import apply
+
+            apply(args)
         return int(args.func(args) or 0)
     except KoptError as err:
         if args.debug:

@@ -13,6 +13,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from kopt.harness import sandbox
 from kopt.harness.targets import standby
 from kopt.harness.targets.base import LineSink, WorkerOutcome, read_response
 from kopt.harness.worker import PARENT_ENV
@@ -68,7 +69,8 @@ class LocalTarget:
     """Runs each job in a fresh `python -m kopt.harness.worker` process, in its own session so
     that a timeout kills the whole process group (threads, children, everything). The process
     may have been started ahead of the job with torch and triton imported and nothing else
-    done (harness.targets.standby); the verifier's reference job always starts cold."""
+    done (harness.targets.standby); the verifier's reference job always starts cold. Every
+    worker, standby or cold, runs inside the sandbox (harness.sandbox) unless it is off."""
 
     name = "local"
     use_standby = True
@@ -85,16 +87,16 @@ class LocalTarget:
         tail: deque[str] = deque(maxlen=60)
         start = time.monotonic()
         full_env = {**worker_env(env), PARENT_ENV: str(os.getpid())}
+        job_dir = Path(job_dir).resolve()
         proc = None
         if self.use_standby and _job_kind(job_dir) not in standby.COLD_JOBS:
-            proc = standby.STANDBY.take(full_env)
-            if proc is not None and not standby.hand_over(proc, str(Path(job_dir).resolve()), full_env):
-                proc = None
+            proc = standby.STANDBY.take(full_env, job_dir)
         if proc is None:
             command = (isolated_worker_command(job_dir)
                        if _job_kind(job_dir) in standby.COLD_JOBS else worker_command(job_dir))
+            argv, proc_env, _how = sandbox.wrap(command, full_env, job_dir)
             proc = subprocess.Popen(
-                command, cwd=str(job_dir), env=full_env,
+                argv, cwd=str(job_dir), env=proc_env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 text=True, errors="replace", start_new_session=True,
             )
@@ -120,9 +122,12 @@ class LocalTarget:
             standby.kill_group(proc)  # also reaps anything the job left running
         reader.join(timeout=5)
         if self.use_standby and not timed_out:  # the next job skips the imports (standby.py)
-            standby.STANDBY.prepare(full_env)
+            standby.STANDBY.prepare(full_env, job_dir.parent)
+        returncode = proc.returncode
+        if returncode is not None and returncode > 128 and sandbox.mounts_key(full_env)[0] == "bwrap":
+            returncode = 128 - returncode  # bwrap exits 128+N for a worker killed by signal N
         return WorkerOutcome(
-            returncode=None if timed_out else proc.returncode,
+            returncode=None if timed_out else returncode,
             timed_out=timed_out,
             response=read_response(job_dir),
             output_tail="\n".join(tail),

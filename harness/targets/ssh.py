@@ -15,7 +15,9 @@ workspace (default `~/.kopt-remote`):
 Finished jobs and blobs unused for 3 days are pruned when a job starts.
 
 A job runs under a detached supervisor (its own session, output to `worker.log`), which
-enforces the timeout by killing the worker's whole process group. The local side follows the
+enforces the timeout by killing the worker's whole process group. The worker runs inside the
+remote host's sandbox (`python -m kopt.harness.sandbox exec`, harness/sandbox.py) unless the
+job was started with the sandbox off; a host that cannot enforce it says so in the log. The local side follows the
 log from a byte offset, so a dropped connection is re-attached without losing or repeating a
 line, and `kopt jobs attach ID` can pick a job up later from another process.
 
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from kopt.harness import sandbox
 from kopt.harness.errors import BadInputError, TargetError, TargetLost
 from kopt.harness.targets import jobs as job_records
 from kopt.harness.targets.base import LineSink, WorkerOutcome, read_response, register_scheme
@@ -197,7 +200,7 @@ class SshTarget:
             self._push(trees, probe)
         extra = {k: v for k, v in (env or {}).items() if k not in SECRET_ENV}
         args = {"job": remote_dir, "src": src, "timeout": timeout, "env": extra,
-                "python": self.parsed.python}
+                "python": self.parsed.python, "sandbox": sandbox.enabled()}
         self._call("start", payload=json.dumps(args).encode(), timeout=CONNECT_TIMEOUT_S * 3)
         record = job_records.JobRecord(
             id=job_id, target=self.record_spec, job=str(request.get("job", "?")), local_dir=str(job_dir),
@@ -801,7 +804,12 @@ def supervise(args):
     env["PYTHONUNBUFFERED"] = "1"
     log = open(os.path.join(job, "worker.log"), "ab")
     began = time.time()
-    proc = subprocess.Popen([launch["python"], "-m", "kopt.harness.worker", job], cwd=job, env=env,
+    command = [launch["python"], "-m", "kopt.harness.worker", job]
+    if launch.get("sandbox"):
+        # harness/sandbox.py on this host wraps the worker (bwrap when it can) and execs it,
+        # keeping the pid: the group kill below still takes everything down
+        command = [launch["python"], "-m", "kopt.harness.sandbox", "exec", job, "--"] + command
+    proc = subprocess.Popen(command, cwd=job, env=env,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     with open(os.path.join(job, "worker.pid"), "w") as handle:

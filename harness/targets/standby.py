@@ -13,6 +13,13 @@ it runs. The verifier's reference job never uses one (`COLD_JOBS`): it starts af
 candidate's worker exited, as `isolated_reference` says. `KOPT_WORKER_STANDBY=0` turns
 standbys off.
 
+Inside the sandbox (harness.sandbox, bubblewrap) a process sees only the folders mounted when it
+started, and the job directory does not exist yet then. So a sandboxed standby is started with
+an empty folder reserved beside the last job's (`standby-*`) mounted as its job directory; the
+job that takes it moves its staged files into that folder and the folder to the job's path (two
+renames on one filesystem), and the standby is told the path it sees. What else the sandbox
+mounts (the caches, the Python environment) must cover the job's, as the environment must match.
+
 The process is started from one long-lived thread: a worker's death signal (PR_SET_PDEATHSIG)
 fires when the *thread* that started it ends, and the job that takes a standby may run on
 another thread long after the one that finished the previous job is gone.
@@ -20,6 +27,7 @@ another thread long after the one that finished the previous job is gone.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -27,13 +35,19 @@ import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+from kopt.harness import sandbox
 from kopt.harness.worker import PARENT_ENV
 
 COLD_JOBS = frozenset({"reference"})
 """Jobs that always start a new process, after everything before them has exited."""
 
 ENV_SWITCH = "KOPT_WORKER_STANDBY"
+READY_MARK = ".standby-ready"
+READY_WAIT_S = 2.0
+"""How long a job waits for a sandboxed standby started moments ago to be set up (it takes
+milliseconds; a job arriving sooner would otherwise move its files before the mount)."""
 
 
 def enabled() -> bool:
@@ -66,45 +80,123 @@ class Standby:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[str] | None = None
         self._env: dict[str, str] | None = None
+        self._mounts: tuple[object, ...] = ()
+        self._how = "none"
+        """The sandbox mechanism it was started in (harness.sandbox.wrap)."""
+        self._reserved: Path | None = None
+        """The empty folder a sandboxed standby sees as its job directory (None unsandboxed)."""
 
-    def take(self, env: dict[str, str]) -> subprocess.Popen[str] | None:
-        """The waiting process if it was started with `env` (kopt's own settings aside) and is
-        alive, else None (a mismatched or dead one is discarded)."""
+    def take(self, env: dict[str, str], job_dir: Path | None = None) -> subprocess.Popen[str] | None:
+        """The waiting process, handed `job_dir` if given, when it was started with `env`
+        (kopt's own settings aside) and sandbox mounts covering the job's and is alive; else None (a
+        mismatched or dead one is discarded)."""
         with self._lock:
-            proc, penv = self._proc, self._env
-            self._proc = self._env = None
+            proc, penv, mounts, reserved = self._proc, self._env, self._mounts, self._reserved
+            how = self._how
+            self._proc = self._env = self._reserved = None
+            self._mounts = ()
         if proc is None:
             return None
-        if penv is not None and _fixed(penv) == _fixed(env) and proc.poll() is None:
+        if (penv is None or _fixed(penv) != _fixed(env) or proc.poll() is not None
+                or not sandbox.covers(mounts, sandbox.mounts_key(env))):
+            discard(proc, reserved)
+            return None
+        if job_dir is None:
             return proc
-        discard(proc)
-        return None
+        seen = str(Path(job_dir).resolve())
+        if reserved is not None:
+            if not _wait_ready(reserved) or not adopt(reserved, Path(job_dir)):
+                discard(proc, reserved)
+                return None
+            seen = str(reserved)  # where the sandbox mounted it
+        if how in ("bwrap", "unshare"):  # the worker resets KOPT_* to the job's: say it again
+            env = {**env, sandbox.ACTIVE_ENV: how}
+        return proc if hand_over(proc, seen, env) else None
 
-    def prepare(self, env: dict[str, str]) -> None:
+    def prepare(self, env: dict[str, str], jobs_root: Path | None = None) -> None:
         """Start a standby for `env` unless one is waiting already (errors are ignored: the
-        next job starts cold)."""
+        next job starts cold). `jobs_root`: where the next job directory will likely be (a
+        sandboxed standby's reserved folder goes there: it must be on the same filesystem)."""
         if not enabled():
             return
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 return
+        reserved: Path | None = None
+        argv = standby_command()
+        proc_env = env
+        how = "off"
         try:
+            if sandbox.mounts_key(env)[0] == "bwrap":
+                root = Path(jobs_root) if jobs_root is not None else Path(tempfile.gettempdir())
+                reserved = Path(tempfile.mkdtemp(prefix="standby-", dir=root))
+                # the mark says the sandbox is set up (its reserved folder mounted): only then
+                # may a job's files be moved in
+                argv = ["/bin/sh", "-c", f': > {READY_MARK} && exec "$@"', "sh", *argv]
+                argv, proc_env, how = sandbox.wrap(argv, env, reserved)
+            elif sandbox.enabled(env):
+                argv, proc_env, how = sandbox.wrap(argv, env, tempfile.gettempdir())
             proc = _SPAWNER.submit(
-                subprocess.Popen, standby_command(), cwd=tempfile.gettempdir(), env=env,
+                subprocess.Popen, argv, cwd=tempfile.gettempdir(), env=proc_env,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True, errors="replace", start_new_session=True).result()
         except OSError:
+            _remove(reserved)
             return
         with self._lock:
-            old, self._proc, self._env = self._proc, proc, dict(env)
+            old, old_reserved = self._proc, self._reserved
+            self._proc, self._env, self._reserved, self._how = proc, dict(env), reserved, how
+            self._mounts = sandbox.mounts_key(env)
         if old is not None:
-            discard(old)
+            discard(old, old_reserved)
 
     def clear(self) -> None:
         with self._lock:
-            proc, self._proc, self._env = self._proc, None, None
+            proc, reserved = self._proc, self._reserved
+            self._proc = self._env = self._reserved = None
         if proc is not None:
-            discard(proc)
+            discard(proc, reserved)
+
+
+def _wait_ready(reserved: Path, wait_s: float = READY_WAIT_S) -> bool:
+    """Whether a sandboxed standby has mounted `reserved` (its mark is there; removed now)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    mark = reserved / READY_MARK
+    while not mark.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    mark.unlink(missing_ok=True)
+    return True
+
+
+def adopt(reserved: Path, job_dir: Path) -> bool:
+    """Move a staged job directory's files into `reserved` (the folder a sandboxed standby
+    sees), then `reserved` to `job_dir`'s path, so the caller finds `out/` where it staged the
+    job. False (with everything put back) when a rename fails, e.g. across filesystems."""
+    moved: list[str] = []
+    try:
+        for entry in sorted(job_dir.iterdir()):
+            entry.rename(reserved / entry.name)
+            moved.append(entry.name)
+        reserved.rename(job_dir)  # replaces the now empty job directory
+        return True
+    except OSError:
+        for name in moved:
+            try:
+                (reserved / name).rename(job_dir / name)
+            except OSError:
+                pass
+        return False
+
+
+def _remove(folder: Path | None) -> None:
+    if folder is not None:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def hand_over(proc: subprocess.Popen[str], job_dir: str, env: dict[str, str]) -> bool:
@@ -134,8 +226,9 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
         pass
 
 
-def discard(proc: subprocess.Popen[str]) -> None:
+def discard(proc: subprocess.Popen[str], reserved: Path | None = None) -> None:
     kill_group(proc)
+    _remove(reserved)
     for stream in (proc.stdin, proc.stdout):
         try:
             if stream is not None:
@@ -145,3 +238,4 @@ def discard(proc: subprocess.Popen[str]) -> None:
 
 
 STANDBY = Standby()
+atexit.register(STANDBY.clear)  # no reserved folder left behind in .kopt/jobs

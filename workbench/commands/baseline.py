@@ -16,6 +16,7 @@ from kopt.harness.case import load_case
 from kopt.harness.device import resolve_device, timing_label
 from kopt.harness.runner import DEFAULT_TIMEOUT, measure_variant
 from kopt.workbench.output import console, err_console, print_json_line, working
+from kopt.workbench.sandbox_option import add_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default=None, help="where to run: local (default), ssh://...")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds per variant before its worker is killed (default {DEFAULT_TIMEOUT:.0f})")
+    add_option(p)
     p.set_defaults(func=handle)
 
 

@@ -20,6 +20,7 @@ from kopt.harness.errors import KoptError
 from kopt.harness.speedup import format_speedup
 from kopt.harness.verify import DEFAULT_TIMEOUT_S
 from kopt.workbench.output import console, print_json_line, working
+from kopt.workbench.sandbox_option import add_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="re-time every recorded run's best iteration of CASE")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds per worker job (default {DEFAULT_TIMEOUT_S:g})")
+    add_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=handle)
 

@@ -1,5 +1,6 @@
 """`kopt doctor`: is this machine ready? Versions, GPU and its ceilings, the interpreter, git,
-the API key (set or not, never its value), each with the fix for anything missing.
+the API key (set or not, never its value), the candidate sandbox (each layer enforced or not,
+and why), each with the fix for anything missing.
 
 Exit 0 when everything kopt needs works (a missing GPU or API key is a warning: kopt then
 runs on the CPU interpreter with the offline engineer), 1 when something it needs fails.
@@ -58,7 +59,7 @@ class Finding:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="check Python, torch, triton, the GPU, git and the API key")
+    p = sub.add_parser("doctor", help="check Python, torch, triton, the GPU, git, the API key and the sandbox")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.add_argument("--no-ceilings", action="store_true",
                    help="skip measuring the GPU's ceilings (a few seconds, once per GPU)")
@@ -165,6 +166,32 @@ def check_api_key() -> Finding:
                    fix="export ANTHROPIC_API_KEY=... to use the anthropic engineer")
 
 
+def check_sandbox() -> list[Finding]:
+    """The candidate sandbox (harness.sandbox): its mechanism, then each layer, enforced or
+    not and why, confirmed by trying each way out from inside it."""
+    from kopt.harness import sandbox
+
+    state = sandbox.probe()
+    if not state.enabled:
+        return [Finding("sandbox", "warn", state.summary(), fix="unset KOPT_SANDBOX")]
+    got_through = sandbox.self_test() if state.mechanism != "none" else {}
+    findings = [Finding("sandbox", "ok" if state.complete else "warn",
+                        state.summary() + (f" ({state.reason})" if state.reason else ""),
+                        fix=state.fix)]
+    for layer in state.layers:
+        escaped = got_through.get(layer.name)
+        if escaped and layer.enforced:
+            findings.append(Finding(f"sandbox {layer.name}", "fail",
+                                    f"claimed enforced, but a probe {escaped}",
+                                    fix="report this; run with --no-sandbox meanwhile"))
+            continue
+        tested = layer.enforced and layer.name in got_through
+        findings.append(Finding(f"sandbox {layer.name}", "ok" if layer.enforced else "warn",
+                                layer.detail + (" (tried from inside: blocked)" if tested else ""),
+                                fix=layer.fix))
+    return findings
+
+
 def diagnose(*, measure_ceilings: bool = True) -> tuple[list[Finding], dict[str, Any] | None]:
     """Every finding, and the GPU's ceilings when measured."""
     findings = [check_python(), check_torch(), check_triton()]
@@ -174,7 +201,7 @@ def diagnose(*, measure_ceilings: bool = True) -> tuple[list[Finding], dict[str,
         findings.append(gpu)
     if findings[2].status == "ok":
         findings.append(check_interpreter())
-    findings += [check_git(), check_api_key()]
+    findings += [check_git(), check_api_key(), *check_sandbox()]
     return findings, ceilings
 
 
@@ -182,9 +209,11 @@ def handle(args: argparse.Namespace) -> int:
     findings, ceilings = diagnose(measure_ceilings=not args.no_ceilings)
     ok = all(f.status != "fail" for f in findings)
     if args.json:
+        from kopt.harness import sandbox
         from kopt.harness.environment import describe_environment
 
         print_json_line({"ok": ok, "checks": [asdict(f) for f in findings],
+                         "sandbox": sandbox.probe().to_dict(),
                          "ceilings": ceilings, "environment": describe_environment()})
         return 0 if ok else 1
     table = Table(title="kopt doctor")

@@ -19,6 +19,7 @@ from kopt.harness.errors import BadInputError, KoptError, TargetError
 from kopt.harness.targets import jobs as job_records
 from kopt.harness.targets.resolve import resolve_target
 from kopt.workbench.output import console, print_json_line
+from kopt.workbench.sandbox_option import add_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--timeout", type=float, default=600.0, help="worker time limit, s")
     submit.add_argument("--attach", action="store_true", help="stream it now (Ctrl-C detaches)")
     submit.add_argument("--json", action="store_true")
+    add_option(submit)
     submit.set_defaults(func=handle_submit)
 
 

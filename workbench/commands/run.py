@@ -29,6 +29,7 @@ from kopt.phases.events import (
     Event,
 )
 from kopt.workbench.output import StepClock, console, err_console, print_json_line
+from kopt.workbench.sandbox_option import add_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,6 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-id", default=None, help="name the run (or continue its --phases)")
     p.add_argument("--yes", action="store_true",
                    help="do not ask: create the git repository if needed, accept API costs")
+    add_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=handle)
 

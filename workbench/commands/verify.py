@@ -15,6 +15,7 @@ from rich.markup import escape
 from kopt.harness.case import load_case
 from kopt.harness.verify import MAX_TIMEOUT_S, TIMEOUT_FACTOR, TIMEOUT_FLOOR_S, verify_candidate
 from kopt.workbench.output import console, err_console, print_json_line
+from kopt.workbench.sandbox_option import add_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"the baseline's reference job, at least {TIMEOUT_FLOOR_S:g} s on a GPU "
                         f"and {2 * TIMEOUT_FLOOR_S:g} s on the CPU, at most {MAX_TIMEOUT_S:g} s)")
     p.add_argument("--verbose", action="store_true", help="stream the workers' output")
+    add_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=handle)
 
