@@ -64,8 +64,11 @@ class CaseForward:
         self.seed = seed
         self.buffer_sets: list[Inputs] = [inputs]
 
+    grad_enabled = False
+    """Timed calls run under no_grad; the verifier also calls with grad enabled."""
+
     def __call__(self) -> Any:
-        with torch.no_grad():
+        with torch.set_grad_enabled(self.grad_enabled):
             return self.model(*self.inputs.args, **self.inputs.kwargs)
 
     def with_model(self, model: torch.nn.Module) -> CaseForward:

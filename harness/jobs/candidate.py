@@ -35,7 +35,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
 
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import instantiate
-    from kopt.harness.verification import guards, tensors
+    from kopt.harness.verification import conditions, draws, guards, tensors  # noqa: F401
 
     device = request["device"]
     guards.set_precision(request.get("precision", "strict"))
@@ -59,15 +59,21 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
         return _failed(response, "import", err, audit, base, counter)
     response["import_s"] = round(time.monotonic() - t0, 3)
 
+    instances: dict[Any, torch.nn.Module] = {}  # sets with the same constructor share one
     for item in request["sets"]:
         set_name = item["name"]
-        resolved = case.input_set(set_name)
-        facts: dict[str, Any] = {"forwards": []}
+        resolved = draws.resolve(case, item)
+        facts: dict[str, Any] = {"forwards": [], "compiled": []}
         response["sets"][set_name] = facts
-        weights = tensors.load_bases(job_dir / "inputs" / f"weights-{set_name}.safetensors", "cpu")
+        weights = tensors.load_bases(
+            job_dir / "inputs" / f"{item.get('weights', f'weights-{set_name}')}.safetensors", "cpu")
+        cond = item.get("conditions") or {}
         try:
             response["stage"] = "build"
-            model = instantiate(cls, resolved, case.model_file)
+            model = instances.get(item.get("instance", object()))
+            if model is None:
+                model = instantiate(cls, resolved, case.model_file)
+                instances[item.get("instance")] = model
             response["stage"] = "load_state_dict"
             model.load_state_dict(weights, strict=True)
             model = model.to(device).eval()
@@ -82,26 +88,43 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             for i, group in enumerate(item["draws"]):
                 bases = tensors.load_bases(job_dir / "inputs" / f"{group}.safetensors", device)
                 _forward(model, resolved, bases, device, "a", counter, params, facts,
-                         out_dir / f"cand-{group}.safetensors", out_dir / f"post-{group}.safetensors")
+                         out_dir / f"cand-{group}.safetensors", out_dir / f"post-{group}.safetensors",
+                         item, cond.get(group))
                 if i == 0 and item.get("poison_b", True):
                     again = tensors.load_bases(job_dir / "inputs" / f"{group}.safetensors", device)
                     _forward(model, resolved, again, device, "b", counter, params, facts,
-                             out_dir / f"cand-{set_name}-poison-b.safetensors", None)
-            # New values written into the same storage the last draw used.
-            new = tensors.load_bases(job_dir / "inputs" / f"{item['inplace']}.safetensors", device)
-            ptrs = {k: v.data_ptr() for k, v in bases.items()}
-            with torch.no_grad():
-                for k, v in new.items():
-                    bases[k].copy_(v)
-            _forward(model, resolved, bases, device, "a", counter, params, facts,
-                     out_dir / f"cand-{item['inplace']}.safetensors",
-                     out_dir / f"post-{item['inplace']}.safetensors")
-            facts["inplace_same_storage"] = all(bases[k].data_ptr() == p for k, p in ptrs.items())
+                             out_dir / f"cand-{set_name}-poison-b.safetensors", None, item)
+            # New values written into the same storage the last draw used: all of them
+            # (`inplace`), then a few (`partial`).
+            for key in ("inplace", "partial"):
+                if not item.get(key, key == "inplace"):
+                    continue
+                new = tensors.load_bases(job_dir / "inputs" / f"{item[key]}.safetensors", device)
+                ptrs = {k: v.data_ptr() for k, v in bases.items()}
+                with torch.no_grad():
+                    for k, v in new.items():
+                        bases[k].copy_(v)
+                _forward(model, resolved, bases, device, "a", counter, params, facts,
+                         out_dir / f"cand-{item[key]}.safetensors",
+                         out_dir / f"post-{item[key]}.safetensors", item, cond.get(item[key]))
+                facts[f"{key}_same_storage"] = all(bases[k].data_ptr() == p for k, p in ptrs.items())
         except BaseException as err:
             return _failed(response, "forward", err, audit, base, counter)
         tensors.save_tensors({k: v for k, v in model.state_dict().items()
                               if isinstance(v, torch.Tensor)},
                              out_dir / f"weights-post-{set_name}.safetensors")
+        if item.get("reload"):  # a second state_dict into the same instance (depends_on_weights)
+            try:
+                response["stage"] = "load_state_dict"
+                model.load_state_dict(tensors.load_bases(
+                    job_dir / "inputs" / f"{item['reload']['weights']}.safetensors", "cpu"))
+                response["stage"] = "forward"
+                group = item["reload"]["group"]
+                _forward(model, resolved, tensors.load_bases(job_dir / "inputs" / f"{group}.safetensors",
+                                                             device), device, "a", counter, params,
+                         facts, out_dir / f"cand-{group}.safetensors", None, item, cond.get(group))
+            except BaseException as err:
+                return _failed(response, response["stage"], err, audit, base, counter)
     audit.armed = False
     response.update(_observations(audit, base, counter))
     response["stage"] = "done"
@@ -130,21 +153,18 @@ def _load_candidate(path: Path) -> type[torch.nn.Module]:
 
 def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tensor], device: str,
              poison: str, counter: Any, params: dict[str, torch.Tensor], facts: dict[str, Any],
-             out_file: Path, post_file: Path | None) -> None:
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
+             out_file: Path, post_file: Path | None, item: dict[str, Any] | None = None,
+             cond: dict[str, Any] | None = None) -> None:
+    from kopt.harness.verification import conditions, draws, guards, tensors
 
-    from kopt.harness.verification import guards, tensors
-
-    inputs = tensors.materialize(resolved, bases, device)
+    inputs = draws.materialize(resolved, bases, device, (item or {}).get("views"))
     guards.poison_free_device_memory(device)
     recorder = guards.OpRecorder(poison)
     counter.take()
     harness_stream = torch.cuda.current_stream() if device == "cuda" else None
-    mode_intact = True
-    with torch.no_grad():
-        with recorder:
-            result = model(*inputs.args, **inputs.kwargs)
-            mode_intact = _get_current_dispatch_mode() is recorder
+    # grad mode, dispatch mode and torch.compile as the parent chose, through the timer's path
+    result, mode_intact, compile_note = conditions.call_model(model, inputs, recorder, cond, device,
+                                                              resolved.name)
     outs, structure = tensors.flatten_outputs(result)
     # What a consumer ordered after forward on the harness's stream sees: copies enqueued on
     # that stream before any synchronize (work left on a side stream is not yet there).
@@ -161,12 +181,15 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
         "compute_ops": recorder.compute_ops(),
         "aliasing": tensors.aliasing(outs, {**named_inputs, **params}),
         "mode_intact": mode_intact,
+        "condition": cond or {},
     }
+    if compile_note:
+        fact["compile_note"] = compile_note
     if harness_stream is not None:
         fact["side_streams"] = sorted({x.kernel for x in launches
                                        if x.stream not in (None, harness_stream.cuda_stream)})
         fact["stream_restored"] = torch.cuda.current_stream() == harness_stream
-    facts["forwards"].append(fact)
+    facts["compiled" if (cond or {}).get("compile") else "forwards"].append(fact)
     tensors.save_tensors(seen, out_file)
     if post_file is not None:
         tensors.save_tensors(bases, post_file)
