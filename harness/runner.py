@@ -78,13 +78,20 @@ class CaseForward:
         return other
 
     def attach_buffer_sets(self, count: int | None = None) -> int:
-        """Keep `count` copies of the inputs (same values, distinct storage) to rotate through."""
+        """Keep `count` input sets (distinct storage) to rotate through. Set i > 0 holds the
+        values of seed `seed + i` (so a timed call whose output is fingerprinted cannot pass
+        with the output of another buffer set: `verification.fingerprints`), else a copy."""
         base = self.buffer_sets[0]
         if count is None:
             count = _buffer_set_count(base, self.device)
-        self.buffer_sets = [base] + [_clone_inputs(base) for _ in range(max(0, count - 1))]
+        self.buffer_sets = [base] + [self._buffer_set(i) for i in range(1, max(1, count))]
         self.inputs = base
         return len(self.buffer_sets)
+
+    def _buffer_set(self, i: int) -> Inputs:
+        if self.case is None:
+            return _clone_inputs(self.buffer_sets[0])
+        return agent_provide_inputs(self.case, self.input_set, self.seed + i, device=self.device)
 
     def rotate(self, i: int) -> None:
         """Swap in input buffer set `i` (modulo the number attached)."""
@@ -226,6 +233,7 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
     from kopt.harness.environment import describe_environment
     from kopt.harness.roofline import roofline_summary
     from kopt.harness.timing import time_callable
+    from kopt.harness.verification.fingerprints import TimedOutputs
 
     fwd = forward_impl
     case, device = fwd.case, fwd.device
@@ -242,7 +250,9 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
     correctness = _parity(case, out, reference)
     del out
 
-    timing = time_callable(fwd, device=device, rotate=fwd.rotate, **(timing_options or {}))
+    # every timed call's outputs fingerprinted between calls, judged by the parent
+    timed = TimedOutputs(fwd, rotate=fwd.rotate, record=True)
+    timing = time_callable(timed, device=device, rotate=timed.rotate, **(timing_options or {}))
     peak = _peak_memory(fwd)
     roofline = roofline_summary(case, fwd.input_set, device, timing.median_ms)
     seconds = timing.median_ms * 1e-3
@@ -277,7 +287,9 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
         "cpu_threads": torch.get_num_threads(),
         "interpret": is_interpreter(device),
         "profile": profile,
+        "timed_outputs": {"calls": timed.calls, "file": "timed_outputs.json"},
     }
+    (label_dir / "timed_outputs.json").write_text(json.dumps(timed.fingerprints()))
     tmp = label_dir / "metrics.json.tmp"
     tmp.write_text(json.dumps(metrics, indent=1, default=str))
     tmp.replace(label_dir / "metrics.json")
@@ -353,6 +365,15 @@ def measure_variant(case: Case | str | Path, variant: str | Path, *, device: str
             shutil.copytree(produced, dest)
         if metrics.get("profile"):
             metrics["profile"]["trace_file"] = str(dest / "profiler" / "trace.json")
+        if candidate is not None and metrics.get("timed_outputs"):
+            from kopt.harness.verification.fingerprints import check_timed_outputs
+
+            check = check_timed_outputs(case, metrics, dest, device=device, input_set=input_set,
+                                        seed=seed, target=target, timeout=timeout)
+            metrics["timed_outputs"] = {**metrics["timed_outputs"], **check}
+            if check["checked"] and not check["passed"]:
+                metrics["correctness"] = {**(metrics.get("correctness") or {}), "passed": False,
+                                          "detail": f"timed calls: {check['detail']}"}
         return {**metrics, "ok": True, "artifacts_dir": str(dest)}
     finally:
         if not keep_job:

@@ -29,9 +29,9 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
-SAMPLE = 32
+SAMPLE = 16
 """Elements sampled per output tensor per timed call."""
-MAX_CALLS = 4096
+MAX_CALLS = 2048
 """Timed calls fingerprinted at most (the rest are counted, not fingerprinted)."""
 
 
@@ -108,15 +108,22 @@ def expected(reference: list[torch.Tensor]) -> list[dict[str, Any]]:
     return rec.fingerprints()[0]["outputs"]
 
 
-def compare(prints: list[dict[str, Any]], references: dict[int, list[torch.Tensor]],
+def expected_by_buffer(references: dict[int, list[torch.Tensor]]) -> dict[int, dict[str, Any]]:
+    """Buffer set -> `{"outputs": fingerprints, "dtypes": [...]}` of the reference's outputs."""
+    return {b: {"outputs": expected(r), "dtypes": [str(t.dtype).removeprefix("torch.") for t in r]}
+            for b, r in references.items()}
+
+
+def compare(prints: list[dict[str, Any]], references: dict[int, dict[str, Any]],
             tol: Callable[[torch.dtype], Any], buffers: int) -> tuple[bool, str]:
     """Do the timed calls' fingerprints match the reference on their buffer sets?
 
-    `references`: buffer set index (modulo `buffers`) -> the baseline's outputs on it.
+    `references`: buffer set index (modulo `buffers`) -> `expected_by_buffer`'s entry.
     """
     if not prints:
         return False, "no timed call was fingerprinted"
-    refs = {b: (expected(r), r) for b, r in references.items()}
+    refs = {int(b): (r["outputs"], [getattr(torch, d) for d in r["dtypes"]])
+            for b, r in references.items()}
     for n, call in enumerate(prints):
         b = call["buffer"] % max(buffers, 1)
         if b not in refs:
@@ -124,8 +131,8 @@ def compare(prints: list[dict[str, Any]], references: dict[int, list[torch.Tenso
         want, ref = refs[b]
         if len(call["outputs"]) != len(want):
             return False, f"timed call {n}: {len(call['outputs'])} outputs, the baseline returns {len(want)}"
-        for j, (got, exp, r) in enumerate(zip(call["outputs"], want, ref, strict=True)):
-            t = tol(r.dtype)
+        for j, (got, exp, dtype) in enumerate(zip(call["outputs"], want, ref, strict=True)):
+            t = tol(dtype)
             atol, rtol = float(getattr(t, "atol", 0.0)), float(getattr(t, "rtol", 0.0))
             if got["numel"] != exp["numel"]:
                 return False, f"timed call {n}: output[{j}] has {got['numel']} elements, expected {exp['numel']}"
@@ -143,3 +150,107 @@ def compare(prints: list[dict[str, Any]], references: dict[int, list[torch.Tenso
                     return False, (f"timed call {n} (buffer set {b}): output[{j}] sampled element "
                                    f"{i} is {g:.6g}, the baseline's {e:.6g}")
     return True, f"{len(prints)} timed calls fingerprinted; sums, L1 norms and samples match the baseline"
+
+
+# -- parent side: the reference's fingerprints, from a worker that never saw candidate code ------
+
+def _staged_inputs(case: Any, input_set: str, seed: int) -> dict[str, torch.Tensor]:
+    """The timed buffer set of `seed` as the reference job stages tensors (`arg0`, `kw_<k>`;
+    a non-contiguous input as its contiguous base)."""
+    from kopt.harness.case import TensorSpec
+    from kopt.harness.data import agent_provide_inputs
+    from kopt.harness.verification.tensors import input_keys
+
+    inputs = agent_provide_inputs(case, input_set, seed)
+    specs = input_keys(case.input_set(input_set))
+    values = {f"arg{i}": a for i, a in enumerate(inputs.args)}
+    values.update({f"kw_{k}": v for k, v in inputs.kwargs.items()})
+    out = {}
+    for k, spec in specs.items():
+        if isinstance(spec, TensorSpec):
+            t = values[k]
+            out[k] = t.transpose(-1, -2) if not spec.contiguous and t.dim() >= 2 else t
+    return out
+
+
+def reference_outputs(case: Any, input_set: str, seed: int, buffers: int, *, device: str,
+                      target: Any, timeout: float) -> dict[int, list[torch.Tensor]]:
+    """The baseline's outputs on each timed buffer set, from a `reference` job."""
+    from kopt.harness.data import agent_provide_weights
+    from kopt.harness.device import worker_env
+    from kopt.harness.job import cleanup, stage_job
+    from kopt.harness.verification.tensors import load_outputs
+
+    groups = {f"timed-b{j}": _staged_inputs(case, input_set, seed + j) for j in range(buffers)}
+    request = {"device": device, "precision": case.manifest.precision,
+               "interpret": device == "cpu",
+               "sets": [{"name": input_set, "groups": list(groups), "weights": "weights-timed"}]}
+    job_dir = stage_job("reference", request, case=case,
+                        tensors={**groups, "weights-timed": agent_provide_weights(case, input_set, seed)})
+    try:
+        outcome = target.run(job_dir, timeout=timeout, env=worker_env(device))
+        if not outcome.ok:
+            raise RuntimeError(f"the reference worker failed: {outcome.failure_reason()}")
+        out = {}
+        for j, g in enumerate(groups):
+            got = load_outputs(job_dir / "out" / f"ref-{g}.safetensors")
+            if got is not None:
+                out[j] = got
+        return out
+    finally:
+        cleanup(job_dir)
+
+
+def check_timed_outputs(case: Any, metrics: dict[str, Any], artifacts: Any, *, device: str,
+                        input_set: str, seed: int, target: Any, timeout: float) -> dict[str, Any]:
+    """`{"checked", "passed", "calls", "detail"}`: the timed calls' fingerprints (written by
+    the worker under `artifacts`) against the baseline's outputs on the same buffer sets."""
+    import json
+    from pathlib import Path
+
+    from kopt.harness.tolerance import tolerance_for
+
+    info = metrics.get("timed_outputs") or {}
+    file = Path(artifacts) / str(info.get("file", "timed_outputs.json"))
+    if not file.is_file():
+        return {"checked": False, "passed": None, "calls": 0, "detail": "no fingerprints recorded"}
+    prints = json.loads(file.read_text())
+    buffers = int(metrics.get("buffer_sets") or 1)
+    cache = _cache_file(case, input_set, seed, buffers, device)
+    refs = None
+    if cache.is_file():
+        try:
+            refs = json.loads(cache.read_text())
+        except ValueError:
+            refs = None
+    if refs is None:
+        try:
+            refs = expected_by_buffer(reference_outputs(case, input_set, seed, buffers,
+                                                        device=device, target=target,
+                                                        timeout=timeout))
+        except Exception as err:  # no reference, no verdict: say so (never a pass)
+            return {"checked": False, "passed": None, "calls": len(prints),
+                    "detail": f"reference not computed: {type(err).__name__}: {err}"[:300]}
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps(refs))
+        tmp.replace(cache)
+    ok, detail = compare(prints, refs, lambda dt: tolerance_for(case, dt), buffers)
+    return {"checked": True, "passed": ok, "calls": len(prints), "detail": detail}
+
+
+def _cache_file(case: Any, input_set: str, seed: int, buffers: int, device: str) -> Any:
+    """Where the reference's fingerprints for these timed inputs are kept: keyed by the case's
+    files, the input set, seed, buffer count, device and precision."""
+    import hashlib
+
+    from kopt.harness.data import DRAW_SCHEME
+    from kopt.harness.paths import cache_dir
+
+    h = hashlib.sha256()
+    for p in sorted(q for q in case.directory.rglob("*") if q.is_file() and "__pycache__" not in q.parts):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    h.update(repr((input_set, seed, buffers, device, case.manifest.precision, DRAW_SCHEME,
+                   SAMPLE, torch.__version__)).encode())
+    return cache_dir() / "fingerprints" / case.name / f"{h.hexdigest()[:24]}.json"
