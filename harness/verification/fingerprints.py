@@ -51,7 +51,7 @@ class TimedOutputs:
         self.buffer = 0
         self.calls = 0
         self._pending: tuple[int, Any] | None = None
-        self._prints: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]]]] = []
+        self._prints: list[tuple[int, list[tuple[Any, ...]]]] = []
 
     def __call__(self) -> Any:
         self.result = self.forward()
@@ -84,20 +84,22 @@ class TimedOutputs:
                 idx = torch.linspace(0, flat.numel() - 1, min(SAMPLE, flat.numel()),
                                      device=t.device).long()
                 x = flat if t.dtype != torch.bool else flat.to(torch.uint8)
+                xf = x if x.is_floating_point() else x.to(torch.float64)
                 prints.append((torch.sum(x, dtype=torch.float64),
-                               torch.linalg.vector_norm(x.to(torch.float64) if not x.is_floating_point() else x,
-                                                        ord=1, dtype=torch.float64),
+                               torch.linalg.vector_norm(xf, ord=1, dtype=torch.float64),
+                               torch.linalg.vector_norm(xf, ord=2, dtype=torch.float64),
                                flat[idx].clone(), flat.numel()))
         self._prints.append((buffer, prints))
 
     def fingerprints(self) -> list[dict[str, Any]]:
-        """Every recorded call: `{"buffer", "outputs": [{"sum", "l1", "sample", "numel"}]}`."""
+        """Every recorded call: `{"buffer", "outputs": [{"sum", "l1", "l2", "sample", "numel"}]}`."""
         self.take()
         out = []
         for buffer, prints in self._prints:
             out.append({"buffer": buffer, "outputs": [
-                {"sum": float(s), "l1": float(l1), "sample": s_.double().cpu().tolist(), "numel": n}
-                for s, l1, s_, n in prints]})
+                {"sum": float(s), "l1": float(l1), "l2": float(l2),
+                 "sample": s_.double().cpu().tolist(), "numel": n}
+                for s, l1, l2, s_, n in prints]})
         return out
 
 
@@ -134,9 +136,19 @@ def compare(prints: list[dict[str, Any]], references: dict[int, dict[str, Any]],
         for j, (got, exp, dtype) in enumerate(zip(call["outputs"], want, ref, strict=True)):
             t = tol(dtype)
             atol, rtol = float(getattr(t, "atol", 0.0)), float(getattr(t, "rtol", 0.0))
+            rel = float(getattr(t, "rel", 0.0) or 0.0)
             if got["numel"] != exp["numel"]:
                 return False, f"timed call {n}: output[{j}] has {got['numel']} elements, expected {exp['numel']}"
             slack = atol * exp["numel"] + rtol * exp["l1"] + 1e-9 * max(exp["l1"], 1.0)
+            if rel > 0 and math.isfinite(exp.get("l2", math.nan)):
+                # ||out - ref|| < rel ||ref||: by the triangle inequality the norms differ by
+                # less, and the sums by less than sqrt(n) times that
+                bound = rel * exp["l2"] * (1 + 1e-6) + 1e-30
+                if not abs(got.get("l2", math.nan) - exp["l2"]) <= bound:
+                    return False, (f"timed call {n} (buffer set {b}): output[{j}] L2 norm "
+                                   f"{got.get('l2', math.nan):.6g}, the baseline's {exp['l2']:.6g} "
+                                   f"(relative bound {rel:g})")
+                slack = min(slack, math.sqrt(exp["numel"]) * bound + 1e-9 * max(exp["l1"], 1.0))
             for key in ("sum", "l1"):
                 if not math.isfinite(exp[key]):  # NaN/Inf in the baseline: the sample decides
                     continue
