@@ -11,6 +11,13 @@ values written into the same storage and run again (depends on inputs?). Writes 
 `out/post-<group>.safetensors` (inputs after forward), `out/weights-post-<set>.safetensors`;
 and facts (launches, aten ops, aliasing, tampering, leftovers) to the response. It judges
 nothing: the parent does.
+
+A set may also carry (harness.verification.draws): `spec` (an input set the manifest does not
+declare), `views` (inputs as strided views of their staged storage), `weights` (which staged
+state_dict to load), `instance` (sets with the same one share a model instance), `partial` (a
+few elements changed in place after `inplace`), `reload` (a second state_dict loaded into the
+same instance, then its group run) and `conditions` per group (grad mode, no dispatch mode,
+as under torch.compile: harness.verification.conditions.call_model).
 """
 
 from __future__ import annotations

@@ -357,6 +357,7 @@ def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> P
         order.append(("x-rows", "x-rows", *extras["x-rows"]))
 
     pairs: dict[str, WeightPair] = {}
+    files: dict[int, str] = {}
     instances: dict[str, int] = {}
     loads: dict[int, int] = {}
     for name, kind, resolved, views in order:
@@ -383,8 +384,11 @@ def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> P
             n_draws = 2 + secrets.randbelow(3)
         elif kind != "declared":
             n_draws = 1 if kind == "x-rows" else 2
+        # one staged file per state_dict, however many sets load it (a model's weights can
+        # be GBs at the main sizes)
         item = SetPlan(name, kind, resolved, [f"{name}-d{i}" for i in range(n_draws)],
-                       weights=f"weights-{name}", instance=inst, views=views)
+                       weights=files.setdefault(id(chosen), f"weights-{name}"), instance=inst,
+                       views=views)
         plan.tensors[item.weights] = chosen
         plan.weights_of[name] = item.weights
         for g in item.draws:
@@ -411,7 +415,7 @@ def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> P
     plan.tensors[carrier.reload] = plan.tensors[carrier.draws[0]]
     pair = pairs[_ctor_key(carrier.resolved)]
     other = pair.b if plan.tensors[carrier.weights] is pair.a else pair.a
-    carrier.reload_weights = f"weights-{carrier.name}-reload"
+    carrier.reload_weights = files.setdefault(id(other), f"weights-{carrier.name}-reload")
     plan.tensors[carrier.reload_weights] = other
 
     assign_conditions(plan, device)
