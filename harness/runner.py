@@ -20,6 +20,7 @@ defining `ModelNew`. Artifacts go to the directory given (a run's
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import time
@@ -251,7 +252,9 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
     del out
 
     # every timed call's outputs fingerprinted between calls, judged by the parent
-    timed = TimedOutputs(fwd, rotate=fwd.rotate, record=True)
+    # (KOPT_TIMED_FINGERPRINTS=0 turns it off, for benchmarks/conditions_gpu.py's A/B)
+    fingerprint = os.environ.get("KOPT_TIMED_FINGERPRINTS", "1") != "0"
+    timed = TimedOutputs(fwd, rotate=fwd.rotate, record=fingerprint)
     timing = time_callable(timed, device=device, rotate=timed.rotate, **(timing_options or {}))
     peak = _peak_memory(fwd)
     roofline = roofline_summary(case, fwd.input_set, device, timing.median_ms)
@@ -287,9 +290,11 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
         "cpu_threads": torch.get_num_threads(),
         "interpret": is_interpreter(device),
         "profile": profile,
-        "timed_outputs": {"calls": timed.calls, "file": "timed_outputs.json"},
+        "timed_outputs": {"calls": timed.calls,
+                          "file": "timed_outputs.json" if fingerprint else None},
     }
-    (label_dir / "timed_outputs.json").write_text(json.dumps(timed.fingerprints()))
+    if fingerprint:
+        (label_dir / "timed_outputs.json").write_text(json.dumps(timed.fingerprints()))
     tmp = label_dir / "metrics.json.tmp"
     tmp.write_text(json.dumps(metrics, indent=1, default=str))
     tmp.replace(label_dir / "metrics.json")
@@ -365,7 +370,7 @@ def measure_variant(case: Case | str | Path, variant: str | Path, *, device: str
             shutil.copytree(produced, dest)
         if metrics.get("profile"):
             metrics["profile"]["trace_file"] = str(dest / "profiler" / "trace.json")
-        if candidate is not None and metrics.get("timed_outputs"):
+        if candidate is not None and (metrics.get("timed_outputs") or {}).get("file"):
             from kopt.harness.verification.fingerprints import check_timed_outputs
 
             check = check_timed_outputs(case, metrics, dest, device=device, input_set=input_set,
