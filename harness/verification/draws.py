@@ -276,7 +276,10 @@ def _scaled(group: dict[str, torch.Tensor], resolved: ResolvedInputSet, mixed: b
             out[k] = t
             continue
         spread = s.std if s.init == "normal" else max(abs(s.low or 0.0), abs(s.high or 1.0))
-        factor = HARD_MAGNITUDE / max(spread, 1e-12)
+        if not spread > 0:  # a constant input: nothing to scale
+            out[k] = t
+            continue
+        factor = HARD_MAGNITUDE / spread
         x = t.float() * factor
         if mixed and x.dim() >= 1:
             gen = torch.Generator().manual_seed(secrets.randbits(62))
@@ -298,7 +301,10 @@ def _partial(group: dict[str, torch.Tensor], resolved: ResolvedInputSet) -> dict
             for _ in range(1 + secrets.randbelow(3)):
                 i = secrets.randbelow(flat.numel())
                 j = secrets.randbelow(new.numel())
-                flat[i] = new[j] if bool(new[j] != flat[i]) else flat[i] + 1
+                if t.dtype == torch.bool:
+                    flat[i] = ~flat[i]
+                else:
+                    flat[i] = new[j] if bool(new[j] != flat[i]) else flat[i] + 1
         out[k] = t
     return out
 
