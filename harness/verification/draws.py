@@ -325,11 +325,18 @@ def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> P
         if device == "cpu" and sets[0] != "main":
             main = case.input_set("main")
             rows = with_leading(main, 1 + secrets.randbelow(3), "x-rows")
-            if parameter_count(case, main) + _elements(rows) > CPU_ELEMENT_BUDGET:
+            # the interpreter's cost follows the work: a few rows may hold no more than 4x the
+            # first set's elements (a row of a conv's main input can be a whole image)
+            budget = max(4 * _elements(first), 1 << 16)
+            if (parameter_count(case, main) + _elements(rows) > CPU_ELEMENT_BUDGET
+                    or _elements(rows) > budget):
                 rows = with_leading(main, 1, "x-rows")
-            if parameter_count(case, main) + _elements(rows) > CPU_ELEMENT_BUDGET:
-                plan.skipped["x-rows"] = (f"the main inputs' rows with the model exceed the CPU "
-                                          f"interpreter's budget of {CPU_ELEMENT_BUDGET} elements")
+            if (parameter_count(case, main) + _elements(rows) > CPU_ELEMENT_BUDGET
+                    or _elements(rows) > budget):
+                plan.skipped["x-rows"] = (f"the main inputs' rows ({_elements(rows)} elements, "
+                                          f"model {parameter_count(case, main)}) exceed the CPU "
+                                          f"interpreter's budget ({budget} input elements, "
+                                          f"{CPU_ELEMENT_BUDGET} in all)")
             else:
                 candidates.append(("x-rows", rows, {}))
         strided = with_leading(first, _pick_rows(declared_leads, 2, 5), "x-strided")
