@@ -227,10 +227,15 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
                     artifacts_dir: Path | str | None = None,
                     reference: list[torch.Tensor] | None = None, variant: str | None = None,
                     timing_options: dict[str, Any] | None = None,
-                    on_output: Callable[[list[torch.Tensor]], None] | None = None) -> dict[str, Any]:
+                    on_output: Callable[[list[torch.Tensor]], None] | None = None,
+                    on_timed_outputs: Callable[[list[dict[str, Any]]], None] | None = None,
+                    ) -> dict[str, Any]:
     """Time `forward_impl`, check it against `reference`, write `<artifacts>/<label>/metrics.json`.
     `on_output` receives the first call's outputs (a candidate's measure job sends them out of
     the candidate's process, where no reference exists, to be checked by its supervisor).
+    `on_timed_outputs` receives the timed calls' fingerprints instead of
+    `<label>/timed_outputs.json` (the candidate's measure job sends them to its supervisor,
+    which writes the file after the candidate's process is gone).
 
     Returns the metrics dict (ARCHITECTURE.md's keys, plus `timing`, `profile`, `seed`).
     """
@@ -298,7 +303,9 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
         "timed_outputs": {"calls": timed.calls,
                           "file": "timed_outputs.json" if fingerprint else None},
     }
-    if fingerprint:
+    if fingerprint and on_timed_outputs is not None:
+        on_timed_outputs(timed.fingerprints())
+    elif fingerprint:
         (label_dir / "timed_outputs.json").write_text(json.dumps(timed.fingerprints()))
     tmp = label_dir / "metrics.json.tmp"
     tmp.write_text(json.dumps(metrics, indent=1, default=str))

@@ -247,7 +247,11 @@ def check_timed_outputs(case: Any, metrics: dict[str, Any], artifacts: Any, *, d
         tmp = cache.with_suffix(".tmp")
         tmp.write_text(json.dumps(refs))
         tmp.replace(cache)
-    ok, detail = compare(prints, refs, lambda dt: tolerance_for(case, dt), buffers)
+    try:
+        ok, detail = compare(prints, refs, lambda dt: tolerance_for(case, dt), buffers)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        # the fingerprints came from the candidate's process: malformed ones are a failure
+        ok, detail = False, f"malformed fingerprints ({type(err).__name__}: {err})"[:300]
     return {"checked": True, "passed": ok, "calls": len(prints), "detail": detail}
 
 
