@@ -39,6 +39,9 @@ from typing import Any
 import torch
 
 CANDIDATE_MODULE = "kopt_candidate"
+NO_OP_LEAVES = frozenset({"to", "type_as", "resolve_conj", "resolve_neg"})
+"""Aten ops that, as a leaf of the profiler's record (nothing beneath them), changed nothing:
+a conversion to the dtype and device a tensor already has, conj/neg views of a real tensor."""
 
 
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
@@ -479,17 +482,30 @@ class _Trace:
             self.device_kernels = names
 
     def hidden_ops(self, seen: set[str]) -> list[str] | None:
+        """Leaf aten ops of the profiler's record that the recorder did not see, neither
+        themselves nor any aten op above them (the recorder sees an op with a kernel of its
+        own, e.g. `stack`, whose profiler record holds a `cat` beneath it), less bookkeeping
+        and conversions that did nothing (a leaf `to`: with a copy, `_to_copy` is beneath)."""
         from kopt.harness.verification.guards import NON_COMPUTE_OPS
 
         if self.events is None:
             return None
-        leaves = set()
+        hidden = set()
         for event in self.events:
             name = str(event.name)
-            if name.startswith("aten::") and not any(
+            if not name.startswith("aten::") or any(
                     str(c.name).startswith("aten::") for c in event.cpu_children):
-                leaves.add(name[len("aten::"):])
-        return sorted(n for n in leaves - seen if n not in NON_COMPUTE_OPS)
+                continue
+            op = name[len("aten::"):]
+            if op in NON_COMPUTE_OPS or op in NO_OP_LEAVES:
+                continue
+            above, depth, covered = event, 0, False
+            while above is not None and depth < 64 and not covered:
+                covered = str(above.name).startswith("aten::") and str(above.name)[6:] in seen
+                above, depth = getattr(above, "cpu_parent", None), depth + 1
+            if not covered:
+                hidden.add(op)
+        return sorted(hidden)
 
 
 def _leaves(result: Any) -> list[Any]:
