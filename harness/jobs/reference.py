@@ -1,7 +1,10 @@
 """`reference`: the baseline's outputs on staged inputs, in a worker that never sees candidate code.
 
 Request: `{"job": "reference", "case_dir", "device", "precision", "sets": [{"name", "groups":
-[group, ...]}]}` with `inputs/weights-<set>.safetensors` and `inputs/<group>.safetensors`.
+[group, ...], "weights"?, "spec"?, "views"?}]}` with `inputs/<weights>.safetensors` (default
+`weights-<set>`) and `inputs/<group>.safetensors`; `spec` and `views` describe an input set the
+manifest does not declare (harness.verification.draws); a set listed twice (a second
+state_dict) adds outputs.
 Writes `out/ref-<group>.safetensors` and, per set, the output structure and the aten compute
 ops the baseline runs (what "no PyTorch fallback" compares a candidate against).
 """
