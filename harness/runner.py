@@ -20,6 +20,7 @@ defining `ModelNew`. Artifacts go to the directory given (a run's
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import time
@@ -64,8 +65,11 @@ class CaseForward:
         self.seed = seed
         self.buffer_sets: list[Inputs] = [inputs]
 
+    grad_enabled = False
+    """Timed calls run under no_grad; the verifier also calls with grad enabled."""
+
     def __call__(self) -> Any:
-        with torch.no_grad():
+        with torch.set_grad_enabled(self.grad_enabled):
             return self.model(*self.inputs.args, **self.inputs.kwargs)
 
     def with_model(self, model: torch.nn.Module) -> CaseForward:
@@ -75,13 +79,20 @@ class CaseForward:
         return other
 
     def attach_buffer_sets(self, count: int | None = None) -> int:
-        """Keep `count` copies of the inputs (same values, distinct storage) to rotate through."""
+        """Keep `count` input sets (distinct storage) to rotate through. Set i > 0 holds the
+        values of seed `seed + i` (so a timed call whose output is fingerprinted cannot pass
+        with the output of another buffer set: `verification.fingerprints`), else a copy."""
         base = self.buffer_sets[0]
         if count is None:
             count = _buffer_set_count(base, self.device)
-        self.buffer_sets = [base] + [_clone_inputs(base) for _ in range(max(0, count - 1))]
+        self.buffer_sets = [base] + [self._buffer_set(i) for i in range(1, max(1, count))]
         self.inputs = base
         return len(self.buffer_sets)
+
+    def _buffer_set(self, i: int) -> Inputs:
+        if self.case is None:
+            return _clone_inputs(self.buffer_sets[0])
+        return agent_provide_inputs(self.case, self.input_set, self.seed + i, device=self.device)
 
     def rotate(self, i: int) -> None:
         """Swap in input buffer set `i` (modulo the number attached)."""
@@ -216,16 +227,22 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
                     artifacts_dir: Path | str | None = None,
                     reference: list[torch.Tensor] | None = None, variant: str | None = None,
                     timing_options: dict[str, Any] | None = None,
-                    on_output: Callable[[list[torch.Tensor]], None] | None = None) -> dict[str, Any]:
+                    on_output: Callable[[list[torch.Tensor]], None] | None = None,
+                    on_timed_outputs: Callable[[list[dict[str, Any]]], None] | None = None,
+                    ) -> dict[str, Any]:
     """Time `forward_impl`, check it against `reference`, write `<artifacts>/<label>/metrics.json`.
     `on_output` receives the first call's outputs (a candidate's measure job sends them out of
     the candidate's process, where no reference exists, to be checked by its supervisor).
+    `on_timed_outputs` receives the timed calls' fingerprints instead of
+    `<label>/timed_outputs.json` (the candidate's measure job sends them to its supervisor,
+    which writes the file after the candidate's process is gone).
 
     Returns the metrics dict (ARCHITECTURE.md's keys, plus `timing`, `profile`, `seed`).
     """
     from kopt.harness.environment import describe_environment
     from kopt.harness.roofline import roofline_summary
     from kopt.harness.timing import time_callable
+    from kopt.harness.verification.fingerprints import TimedOutputs
 
     fwd = forward_impl
     case, device = fwd.case, fwd.device
@@ -244,7 +261,11 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
     correctness = _parity(case, out, reference)
     del out
 
-    timing = time_callable(fwd, device=device, rotate=fwd.rotate, **(timing_options or {}))
+    # every timed call's outputs fingerprinted between calls, judged by the parent
+    # (KOPT_TIMED_FINGERPRINTS=0 turns it off, for benchmarks/conditions_gpu.py's A/B)
+    fingerprint = os.environ.get("KOPT_TIMED_FINGERPRINTS", "1") != "0"
+    timed = TimedOutputs(fwd, rotate=fwd.rotate, record=fingerprint)
+    timing = time_callable(timed, device=device, rotate=timed.rotate, **(timing_options or {}))
     peak = _peak_memory(fwd)
     roofline = roofline_summary(case, fwd.input_set, device, timing.median_ms)
     seconds = timing.median_ms * 1e-3
@@ -279,7 +300,13 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
         "cpu_threads": torch.get_num_threads(),
         "interpret": is_interpreter(device),
         "profile": profile,
+        "timed_outputs": {"calls": timed.calls,
+                          "file": "timed_outputs.json" if fingerprint else None},
     }
+    if fingerprint and on_timed_outputs is not None:
+        on_timed_outputs(timed.fingerprints())
+    elif fingerprint:
+        (label_dir / "timed_outputs.json").write_text(json.dumps(timed.fingerprints()))
     tmp = label_dir / "metrics.json.tmp"
     tmp.write_text(json.dumps(metrics, indent=1, default=str))
     tmp.replace(label_dir / "metrics.json")
@@ -355,6 +382,15 @@ def measure_variant(case: Case | str | Path, variant: str | Path, *, device: str
             shutil.copytree(produced, dest)
         if metrics.get("profile"):
             metrics["profile"]["trace_file"] = str(dest / "profiler" / "trace.json")
+        if candidate is not None and (metrics.get("timed_outputs") or {}).get("file"):
+            from kopt.harness.verification.fingerprints import check_timed_outputs
+
+            check = check_timed_outputs(case, metrics, dest, device=device, input_set=input_set,
+                                        seed=seed, target=target, timeout=timeout)
+            metrics["timed_outputs"] = {**metrics["timed_outputs"], **check}
+            if check["checked"] and not check["passed"]:
+                metrics["correctness"] = {**(metrics.get("correctness") or {}), "passed": False,
+                                          "detail": f"timed calls: {check['detail']}"}
         return {**metrics, "ok": True, "artifacts_dir": str(dest)}
     finally:
         if not keep_job:

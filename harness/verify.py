@@ -13,7 +13,6 @@ stable identifiers (ARCHITECTURE.md); docs/VERIFY.md says what each rests on.
 from __future__ import annotations
 
 import hashlib
-import secrets
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,22 +23,29 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from kopt.harness.case import Case, TensorSpec, load_case
+from kopt.harness.case import Case, load_case
 from kopt.harness.compare import compare_outputs
-from kopt.harness.data import agent_provide_weights, draw_tensor
 from kopt.harness.device import resolve_device, worker_env
 from kopt.harness.errors import BadInputError
 from kopt.harness.job import as_target, candidate_files, cleanup, stage_job
 from kopt.harness.paths import PACKAGE_ROOT
 from kopt.harness.targets.base import LineSink, Target, WorkerOutcome
 from kopt.harness.tolerance import tolerance_for
+from kopt.harness.verification import conditions
+from kopt.harness.verification.draws import (
+    Plan,
+    candidate_request_sets,
+    plan_verification,
+    reference_request_sets,
+)
 from kopt.harness.verification.guards import library_ops_of
-from kopt.harness.verification.tensors import differing_elements, input_keys, load_outputs
+from kopt.harness.verification.tensors import differing_elements, load_outputs
 
 CHECK_NAMES = (
-    "loads", "correct", "finite", "isolated_reference", "no_tampering",
-    "every_element_written", "depends_on_inputs", "no_mutation", "no_aliasing",
-    "triton_launched", "no_pytorch_fallback", "contained", "static_clean",
+    "loads", "correct", "general_inputs", "hard_values", "finite", "isolated_reference",
+    "no_tampering", "every_element_written", "depends_on_inputs", "depends_on_weights",
+    "no_mutation", "no_aliasing", "triton_launched", "no_pytorch_fallback", "contained",
+    "static_clean",
 )
 DRAWS = 3
 """Fresh random draws per input set (the issue asks for at least 3)."""
@@ -114,35 +120,14 @@ class VerificationReport:
         return "\n".join(lines + [f"verdict: {verdict}"])
 
 
-@dataclass
-class _Plan:
-    """What one verification runs: input sets, groups of staged tensors, fresh values."""
-
-    sets: list[str]
-    draws: dict[str, list[str]]
-    """Input set -> the groups of its fresh draws (`<set>-d0`, ...)."""
-    inplace: dict[str, str]
-    """Input set -> the group whose values are written into the last draw's storage."""
-    tensors: dict[str, dict[str, torch.Tensor]]
-    """Group -> staged base tensors; `weights-<set>` -> the baseline's state_dict."""
-    constant_inputs: dict[str, bool]
-    """Input set -> True when its inputs cannot change between draws (zeros/ones only)."""
+_Plan = Plan
 
 
-def plan_draws(case: Case, sets: Sequence[str], draws: int = DRAWS) -> _Plan:
-    """Fresh values for every draw of every set, from seeds drawn here and never sent anywhere."""
-    plan = _Plan(list(sets), {}, {}, {}, {})
-    for set_name in sets:
-        resolved = case.input_set(set_name)
-        specs = {k: s for k, s in input_keys(resolved).items() if isinstance(s, TensorSpec)}
-        groups = [f"{set_name}-d{i}" for i in range(draws)] + [f"{set_name}-new"]
-        for group in groups:
-            plan.tensors[group] = {k: draw_tensor(s, secrets.randbits(62)) for k, s in specs.items()}
-        plan.draws[set_name] = groups[:-1]
-        plan.inplace[set_name] = groups[-1]
-        plan.tensors[f"weights-{set_name}"] = agent_provide_weights(case, set_name)
-        plan.constant_inputs[set_name] = all(s.init in ("zeros", "ones") for s in specs.values())
-    return plan
+def plan_draws(case: Case, sets: Sequence[str], draws: int = DRAWS, *,
+               device: str = "cpu") -> _Plan:
+    """Fresh values and weights for every draw of every set, extra input sets and call
+    conditions, from seeds drawn here and never sent anywhere (`verification.draws`)."""
+    return plan_verification(case, list(sets), draws, device)
 
 
 # The harness source the reference worker runs: what a candidate must not be able to edit.
@@ -150,7 +135,10 @@ REFERENCE_SOURCES = ("harness/worker.py", "harness/case.py", "harness/data.py",
                      "harness/jobs/reference.py", "harness/verification/guards.py",
                      "harness/verification/tensors.py", "harness/verify.py",
                      "harness/compare.py", "harness/tolerance.py", "harness/jobs/candidate.py",
-                     "harness/jobs/supervised.py", "harness/verification/static.py")
+                     "harness/jobs/supervised.py", "harness/verification/static.py",
+                     "harness/verification/draws.py", "harness/verification/weights.py",
+                     "harness/verification/conditions.py",
+                     "harness/verification/fingerprints.py")
 
 
 def source_fingerprint(case: Case) -> str:
@@ -199,21 +187,19 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
                 for p in all_paths]
     runner = as_target(target)
     sets = case.verification_sets(on_gpu=dev == "cuda")
-    plan = plan_draws(case, sets, draws)
+    plan = plan_draws(case, sets, draws, device=dev)
     env = worker_env(dev)
     common = {"device": dev, "precision": case.manifest.precision, "interpret": dev == "cpu"}
     # The second poison pattern runs on the first set only: on the others an unwritten
     # element still shows as NaN (pattern "a") and fails `correct`/`finite`.
-    cand_request = {**common, "sets": [{"name": s, "draws": plan.draws[s], "inplace": plan.inplace[s],
-                                        "poison_b": s == sets[0]} for s in sets]}
+    cand_request = {**common, "sets": candidate_request_sets(plan)}
 
     fingerprint = source_fingerprint(case)
 
     # The reference first, in an isolated interpreter that no candidate code has touched;
     # its outputs are held here, in the parent, and its job folder is gone before any
     # candidate's process starts.
-    ref_request = {**common, "sets": [{"name": s, "groups": plan.draws[s] + [plan.inplace[s]]}
-                                      for s in sets]}
+    ref_request = {**common, "sets": reference_request_sets(plan)}
     ref_dir = stage_job("reference", ref_request, case=case, tensors=plan.tensors)
     try:
         ref = runner.run(ref_dir, timeout=timeout or MAX_TIMEOUT_S, env=env, on_line=on_line)
@@ -222,7 +208,7 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
                                 f"worker: {ref.failure_reason()}",
                                 fix=f"run `kopt baseline {case.name}` to see the error")
         ref_outputs = {g: load_outputs(ref_dir / "out" / f"ref-{g}.safetensors")
-                       for s in sets for g in plan.draws[s] + [plan.inplace[s]]}
+                       for entry in ref_request["sets"] for g in entry["groups"]}
     finally:
         if not keep_jobs:
             cleanup(ref_dir)
@@ -392,6 +378,7 @@ class _Judge:
                          ("triton_launched", self.triton_launched),
                          ("no_pytorch_fallback", self.no_pytorch_fallback)):
             found[name] = fn() if self.completed else self.not_checked(name)
+        conditions.apply(self, found, Check)  # weights, extra input sets, call conditions
         return [found[n] for n in CHECK_NAMES]
 
     def static_clean(self) -> Check:
@@ -490,7 +477,8 @@ class _Judge:
                     return Check("correct", False, f"{set_name} draw {i}: no outputs recorded")
                 cmp = compare_outputs(out, ref, tol)
                 if not cmp.ok:
-                    return Check("correct", False, f"{set_name} draw {i}: {cmp.to_text()}")
+                    return Check("correct", False, f"{set_name} draw {i}"
+                                                   f"{self.plan.labels.get(group, '')}: {cmp.to_text()}")
                 worst = max(worst, cmp.rel_err)
             # A result must still hold its values after the next call (checked on the live
             # tensors the candidate returned, sent again after that call).
@@ -604,7 +592,7 @@ class _Judge:
                                      f"{set_name}: forward changed {n} of {staged.numel()} "
                                      f"elements of input {k}")
             post_w = self.out / f"weights-post-{set_name}.safetensors"
-            weights = self.plan.tensors[f"weights-{set_name}"]
+            weights = self.plan.tensors[self.plan.weights_of.get(set_name, f"weights-{set_name}")]
             if weights:
                 post = load_file(str(post_w)) if post_w.is_file() else {}
                 for k, staged in weights.items():

@@ -52,7 +52,13 @@ def test_case_forward_runs_the_smoke_inputs_on_cpu(workspace: Path) -> None:
     assert fwd.attach_buffer_sets(3) == 3
     fwd.rotate(1)
     assert fwd.inputs.args[0].data_ptr() != fwd.buffer_sets[0].args[0].data_ptr()
-    assert torch.equal(fwd(), out)  # same values in every buffer set
+    # buffer set i holds seed i's values: a timed call's output cannot pass for another set's
+    from kopt.harness.data import agent_provide_inputs
+
+    assert torch.equal(fwd.inputs.args[0], agent_provide_inputs(fwd.case, "smoke", 1).args[0])
+    assert not torch.equal(fwd(), out)
+    fwd.rotate(3)
+    assert torch.equal(fwd(), out)
 
 
 def test_execute_variant_writes_metrics(workspace: Path) -> None:

@@ -15,9 +15,9 @@ import pytest
 
 from kopt.harness.verify import CHECK_NAMES, VerificationReport, verify_candidates
 
-# One fixture verifies ~45 candidates (a few CPU seconds each, minutes on a shared machine);
-# its setup counts against the first test's limit.
-pytestmark = pytest.mark.timeout(1800)
+# The module's fixture verifies ~45 candidates on the CPU interpreter (each with its extra
+# input sets and conditions): more than the suite's 600 s default on a shared 2-core machine.
+pytestmark = pytest.mark.timeout(2400)
 
 CORPUS = Path(__file__).parent / "corpus"
 CASES = CORPUS / "cases"
@@ -63,6 +63,34 @@ CHEATS: dict[str, tuple[str, str]] = {
     "c10_writes_its_own_record.py": ("softmax_small", "loads"),
     "c16_lazy_tensor_subclass.py": ("softmax_small", "correct"),
     "c17_same_output_every_call.py": ("softmax_small", "no_aliasing"),
+    # issue 21: weights that do not follow the state_dict
+    "weights_snapshot_first_call.py": ("rmsnorm_small", "depends_on_weights"),
+    "weights_from_case_seed.py": ("rmsnorm_small", "depends_on_weights"),
+    "weights_baked_constants.py": ("rmsnorm_small", "depends_on_weights"),
+    # issue 23 class 11: conditions a candidate could detect
+    "detects_timing_frame.py": ("softmax_small", "correct"),
+    "detects_dispatch_mode.py": ("softmax_small", "correct"),
+    "counts_calls.py": ("softmax_small", "correct"),
+    "detects_grad_mode.py": ("softmax_small", "correct"),
+    "detects_compile.py": ("softmax_small", "correct"),
+    "declared_row_counts.py": ("softmax_small", "general_inputs"),
+    # classes 12-15: inputs the verifier never tried
+    "block_capped_width.py": ("softmax_wide_small", "general_inputs"),
+    "naive_softmax_overflow.py": ("softmax_small", "hard_values"),
+    "assumes_contiguous.py": ("softmax_small", "general_inputs"),
+    "partial_update_cache.py": ("softmax_small", "depends_on_inputs"),
+}
+# what the failing check's detail must name (the condition or input set that caught it)
+DETAIL: dict[str, str] = {
+    "weights_snapshot_first_call.py": "load_state_dict",
+    "detects_grad_mode.py": "grad enabled",
+    "detects_dispatch_mode.py": "no dispatch mode",
+    "detects_compile.py": "torch.compile",
+    "declared_row_counts.py": "x-lead",
+    "block_capped_width.py": "x-rows",
+    "assumes_contiguous.py": "non-contiguous",
+    "naive_softmax_overflow.py": "x-hard",
+    "partial_update_cache.py": "partial in-place update",
 }
 # Verified alone, on its own copy of the case: it rewrites the workspace's cases/*/model.py;
 # the .pth planter writes into the user's site-packages (HOME points at a temporary folder).
@@ -76,6 +104,8 @@ HONEST: dict[str, str] = {
     "rmsnorm_partial_fusion.py": "rmsnorm_small",
     "softmax_autotuned.py": "softmax_small",
     "softmax_compiled_launcher.py": "softmax_small",
+    "rmsnorm_weight_cache_on_load.py": "rmsnorm_small",
+    "layernorm_gelu_weight_cache_versioned.py": "ln_gelu_small",
 }
 HANG_TIMEOUT_S = 15.0
 
@@ -136,6 +166,8 @@ def test_cheat_is_rejected_by_its_check(name: str, corpus_reports: dict[str, Ver
     check = report.check(expected)
     assert not check.passed, f"{name}: {expected} passed: {check.detail}\n{report.to_text()}"
     assert check.detail and not check.detail.startswith(("not checked", "not run")), check.detail
+    if name in DETAIL:
+        assert DETAIL[name] in check.detail, check.detail
 
 
 @pytest.mark.parametrize("name", sorted(HONEST))
@@ -176,3 +208,12 @@ def test_a_file_that_never_imports_says_the_one_cause(tmp_path: Path) -> None:
     assert all(c.status == "not run" for c in report.checks if c.name != "loads")
     assert report.to_dict()["checks"][1]["status"] == "not run"
     assert "candidate.py" not in report.to_text()
+
+
+def test_weights_are_fresh_and_followed(corpus_reports: dict[str, VerificationReport]) -> None:
+    detail = corpus_reports["rmsnorm.py"].check("depends_on_weights").detail
+    assert "fresh weights" in detail and "same instance" in detail
+    # every extra input set ran (or says why not) on an honest candidate
+    general = corpus_reports["softmax.py"].check("general_inputs").detail
+    assert "x-lead" in general and "x-strided" in general and "x-rows" in general
+    assert "x-hard" in corpus_reports["softmax.py"].check("hard_values").detail

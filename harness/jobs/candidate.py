@@ -15,6 +15,15 @@ When the child is gone the supervisor writes `out/cand-<group>.safetensors`,
 `out/cand-<set>-poison-b.safetensors`, `out/previous-cand-<group>.safetensors`,
 `out/post-<group>.safetensors` (inputs after forward), `out/weights-post-<set>.safetensors` and
 the facts in the response. It judges nothing: the parent does.
+
+A set may also carry (harness.verification.draws): `spec` (an input set the manifest does not
+declare), `views` (inputs as strided views of their staged storage), `weights` (which staged
+state_dict to load), `instance` (sets with the same one share a model instance), `partial` (a
+few elements changed in place after `inplace`), `reload` (a second state_dict loaded into the
+same instance, then its group run) and `conditions` per group (grad mode, no dispatch mode,
+as under torch.compile: harness.verification.conditions.call_model). The plan stays with the
+supervisor: the child gets each set's spec, views, instance and weights, each call's inputs and
+conditions, the partial update and the reload over the link, after import, as it gets inputs.
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ from typing import Any
 import torch
 
 CANDIDATE_MODULE = "kopt_candidate"
+NO_OP_LEAVES = frozenset({"to", "type_as", "resolve_conj", "resolve_neg"})
+"""Aten ops that, as a leaf of the profiler's record (nothing beneath them), changed nothing:
+a conversion to the dtype and device a tensor already has, conj/neg views of a real tensor."""
 
 
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
@@ -40,7 +52,10 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     staged = supervised.take_staged_inputs(job_dir)
     out_dir = job_dir / "out"
     _progress(out_dir, "import")
-    pid, link = supervised.fork_child(lambda lk: _child(lk, job_dir, request))
+    # The child knows where the case and the candidate are, not the plan: every set, draw and
+    # condition reaches it over the link, after import.
+    child_request = {k: v for k, v in request.items() if k != "sets"}
+    pid, link = supervised.fork_child(lambda lk: _child(lk, job_dir, child_request))
     record = _Record()
     try:
         _drive(link, request, staged, record, out_dir)
@@ -122,18 +137,23 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
         _progress(out_dir, "forward")
         for item in request["sets"]:
             set_name = item["name"]
-            facts: dict[str, Any] = {"forwards": []}
+            facts: dict[str, Any] = {"forwards": [], "compiled": []}
             resp["sets"][set_name] = facts
-            link.send({"op": "set", "name": set_name, "weights": staged[f"weights-{set_name}"]})
+            conds: dict[str, Any] = item.get("conditions") or {}
+            link.send({"op": "set", "name": set_name, "spec": item.get("spec"),
+                       "views": item.get("views"), "instance": item.get("instance"),
+                       "weights": staged[item.get("weights") or f"weights-{set_name}"]})
             resp["stage"] = "build"
             _expect(link, record, "built")
             resp["stage"] = "forward"
 
             def forward(group: str, poison: str, out_name: str, post: str | None,
-                        inplace: bool = False, facts: dict[str, Any] = facts) -> None:
+                        inplace: bool = False, facts: dict[str, Any] = facts,
+                        conds: dict[str, Any] = conds) -> dict[str, Any]:
+                cond = conds.get(group) or {}
                 record.ops, record.launches = {}, []
                 link.send({"op": "inplace" if inplace else "forward", "inputs": staged[group],
-                           "poison": poison})
+                           "poison": poison, "cond": cond})
                 msg = _expect(link, record, "forward")
                 fact = dict(msg.get("fact") or {})
                 # Launches and ops are the ones streamed while forward ran, not a summary.
@@ -142,24 +162,39 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
                 fact["launch_streams"] = [x["stream"] for x in record.launches]
                 fact["compute_ops"] = sorted(record.ops)
                 fact["compute_elements"] = dict(record.ops)
-                facts["forwards"].append(fact)
+                fact["condition"] = cond
+                # a torch.compile draw is judged for its outputs only (`conditions`)
+                facts["compiled" if cond.get("compile") else "forwards"].append(fact)
                 record.files[out_name] = bytes(msg.get("outputs") or b"")
                 if post is not None:
                     record.files[post] = bytes(msg.get("post") or b"")
                 if msg.get("previous") is not None:
                     record.files[f"previous-{out_name}"] = bytes(msg["previous"])
+                return fact
 
             draws = item["draws"]
             for i, group in enumerate(draws):
                 forward(group, "a", f"cand-{group}", f"post-{group}")
                 if i == 0 and item.get("poison_b", True):
                     forward(group, "b", f"cand-{set_name}-poison-b", None)
-            forward(item["inplace"], "a", f"cand-{item['inplace']}", f"post-{item['inplace']}",
-                    inplace=True)
-            facts["inplace_same_storage"] = bool(facts["forwards"][-1].get("inplace_same_storage"))
+            # New values written into the same storage the last call used: all of them
+            # (`inplace`), then a few (`partial`).
+            for key in ("inplace", "partial"):
+                group = item.get(key)
+                if not group:
+                    continue
+                fact = forward(group, "a", f"cand-{group}", f"post-{group}", inplace=True)
+                facts[f"{key}_same_storage"] = bool(fact.get("inplace_same_storage"))
             link.send({"op": "weights"})
             msg = _expect(link, record, "weights")
             record.files[f"weights-post-{set_name}"] = bytes(msg.get("data") or b"")
+            reload = item.get("reload")
+            if reload:  # a second state_dict into the same instance (depends_on_weights)
+                resp["stage"] = "load_state_dict"
+                link.send({"op": "reload", "weights": staged[reload["weights"]]})
+                _expect(link, record, "reloaded")
+                resp["stage"] = "forward"
+                forward(reload["group"], "a", f"cand-{reload['group']}", None)
         link.send({"op": "finish"})
         msg = _expect(link, record, "done")
         for key in ("tampering", "leftovers", "spawns", "writes"):
@@ -182,11 +217,10 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
     import triton.language  # noqa: F401
     from safetensors.torch import load as st_load
     from safetensors.torch import save as st_save
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import instantiate
-    from kopt.harness.verification import guards, tensors
+    from kopt.harness.verification import conditions, draws, guards, tensors  # noqa: F401
 
     send = link.send
 
@@ -228,19 +262,27 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
     send({"ev": "imported", "import_s": round(time.monotonic() - t0, 3)})
 
     model: Any = None
+    instances: dict[Any, Any] = {}  # sets with the same constructor may share one
     params: dict[str, torch.Tensor] = {}
     resolved: Any = None
+    views: dict[str, Any] | None = None
     bases: dict[str, torch.Tensor] = {}
     previous: list[torch.Tensor] | None = None
     while True:
         msg = link.recv()
         op = msg.get("op")
         if op == "set":
-            resolved = case.input_set(msg["name"])
-            weights = {k: v for k, v in st_load(msg["weights"]).items()}
             stage = "build"
             try:
-                model = instantiate(cls, resolved, case.model_file)
+                resolved = draws.resolve(case, msg)
+                views = msg.get("views") or None
+                weights = {k: v for k, v in st_load(msg["weights"]).items()}
+                key = msg.get("instance")
+                model = instances.get(key) if key is not None else None
+                if model is None:
+                    model = instantiate(cls, resolved, case.model_file)
+                    if key is not None:
+                        instances[key] = model
                 stage = "load_state_dict"
                 model.load_state_dict(weights, strict=True)
                 model = model.to(device).eval()
@@ -251,6 +293,15 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
                       if isinstance(v, torch.Tensor)}
             previous = None
             send({"ev": "built"})
+        elif op == "reload":  # a second state_dict loaded into the same instance
+            try:
+                model.load_state_dict({k: v for k, v in st_load(msg["weights"]).items()})
+            except BaseException as err:
+                fail("load_state_dict", err)
+                return
+            params = {f"weight {k}": v for k, v in model.state_dict(keep_vars=True).items()
+                      if isinstance(v, torch.Tensor)}
+            send({"ev": "reloaded"})
         elif op in ("forward", "inplace"):
             new = {k: v.to(device) for k, v in st_load(msg["inputs"]).items()}
             fact: dict[str, Any] = {}
@@ -265,7 +316,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
                 bases = new
             try:
                 seen, outs, more = _forward(model, resolved, bases, device, msg["poison"], counter,
-                                      params, send_op, _get_current_dispatch_mode)
+                                            params, send_op, views, msg.get("cond") or {})
             except BaseException as err:
                 fail("forward", err)
                 return
@@ -334,24 +385,24 @@ def _load_candidate(path: Path) -> type[torch.nn.Module]:
 
 def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tensor], device: str,
              poison: str, counter: Any, params: dict[str, torch.Tensor], send_op: Any,
-             current_mode: Any) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[str, Any]]:
-    """One observed forward: copies of the outputs (what leaves the process), the live
-    outputs (kept to check them again after the next call), and the facts seen."""
-    from kopt.harness.verification import guards, tensors
+             views: dict[str, Any] | None, cond: dict[str, Any],
+             ) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[str, Any]]:
+    """One observed forward under the call conditions `cond` (grad mode, no dispatch mode, as
+    under torch.compile; through the timer's call path: `verification.conditions`): copies of
+    the outputs (what leaves the process), the live outputs (kept to check them again after
+    the next call), and the facts seen."""
+    from kopt.harness.verification import conditions, draws, guards, tensors
 
-    inputs = tensors.materialize(resolved, bases, device)
+    inputs = draws.materialize(resolved, bases, device, views)
     guards.poison_free_device_memory(device)
     recorder = guards.OpRecorder(poison, sink=send_op)
     counter.take()
     harness_stream = torch.cuda.current_stream() if device == "cuda" else None
-    mode_intact = True
     trace = _Trace(device)
-    with torch.no_grad():
-        trace.start()
-        with recorder:
-            result = model(*inputs.args, **inputs.kwargs)
-            mode_intact = current_mode() is recorder
-        trace.stop()
+    trace.start()
+    result, mode_intact, compile_note = conditions.call_model(model, inputs, recorder, cond,
+                                                              device, resolved.name)
+    trace.stop()
     # Before anything touches the result: a tensor subclass may compute only when touched.
     types_seen = [type(x).__module__ + "." + type(x).__qualname__
                   for x in _leaves(result) if isinstance(x, torch.Tensor)]
@@ -370,11 +421,15 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
         "aliasing": tensors.aliasing(outs, {**named_inputs, **params}),
         "mode_intact": mode_intact,
     }
+    if compile_note:
+        fact["compile_note"] = compile_note
     if harness_stream is not None:
         fact["side_streams"] = sorted({x.kernel for x in launches
                                        if x.stream not in (None, harness_stream.cuda_stream)})
         fact["stream_restored"] = torch.cuda.current_stream() == harness_stream
-    hidden = trace.hidden_ops(set(recorder.ops))
+    # Without a dispatch mode (a `plain` call) the recorder saw nothing by design: the
+    # profiler's record is not compared with it there.
+    hidden = None if cond.get("plain") else trace.hidden_ops(set(recorder.ops))
     if hidden is not None:
         fact["hidden_ops"] = hidden
     if device == "cuda" and trace.device_kernels is not None:
@@ -427,6 +482,10 @@ class _Trace:
             self.device_kernels = names
 
     def hidden_ops(self, seen: set[str]) -> list[str] | None:
+        """Leaf aten ops of the profiler's record that the recorder did not see, neither
+        themselves nor any aten op above them (the recorder sees an op with a kernel of its
+        own, e.g. `stack`, whose profiler record holds a `cat` beneath it), less bookkeeping
+        and conversions that did nothing (a leaf `to`: with a copy, `_to_copy` is beneath)."""
         from kopt.harness.verification.guards import NON_COMPUTE_OPS
 
         if self.events is None:
@@ -438,14 +497,14 @@ class _Trace:
                     str(c.name).startswith("aten::") for c in event.cpu_children):
                 continue
             op = name[len("aten::"):]
-            if op in seen or op in NON_COMPUTE_OPS:
+            if op in NON_COMPUTE_OPS or op in NO_OP_LEAVES:
                 continue
             # An op the recorder saw may run others below the dispatcher (convolution ->
-            # cudnn_convolution): a leaf under a recorded op was not hidden from it.
-            parent, covered = getattr(event, "cpu_parent", None), False
-            while parent is not None and not covered:
-                covered = str(parent.name).removeprefix("aten::") in seen
-                parent = getattr(parent, "cpu_parent", None)
+            # cudnn_convolution, stack -> cat): a leaf under a recorded op was not hidden.
+            above, depth, covered = event, 0, False
+            while above is not None and depth < 64 and not covered:
+                covered = str(above.name).startswith("aten::") and str(above.name)[6:] in seen
+                above, depth = getattr(above, "cpu_parent", None), depth + 1
             if not covered:
                 hidden.add(op)
         return sorted(hidden)

@@ -10,8 +10,10 @@ Eager and compile: the baseline is built, its reference outputs computed, then t
 A candidate runs under a supervisor (harness.jobs.supervised): no reference output ever exists
 in the candidate's process. The forked child imports the candidate, times it with
 `execute_variant(reference=None)` and sends the first call's outputs and the metrics through
-the link; after the child is gone, the supervisor computes the baseline's reference on the same
-deterministic inputs, judges parity, and writes `metrics.json` itself. Failures come back as
+the link, then the timed calls' output fingerprints (harness.verification.fingerprints); after
+the child is gone, the supervisor computes the baseline's reference on the same deterministic
+inputs, judges parity, and writes `metrics.json` and `timed_outputs.json` itself (the parent
+compares the fingerprints with a reference job's outputs). Failures come back as
 `{"ok": false, "error", "error_kind"}` with `error_kind` one of `case` (the baseline cannot
 load or run: the user's input is bad), `compile` (torch.compile failed), `candidate`.
 """
@@ -19,6 +21,7 @@ load or run: the user's input is bad), `compile` (torch.compile failed), `candid
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -85,13 +88,16 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
         send({"ev": "sample", "data": st_save({f"o{i}": t.detach().to("cpu", copy=True).contiguous()
                                                for i, t in enumerate(out)})})
 
+    def on_timed_outputs(prints: list[dict[str, Any]]) -> None:
+        send({"ev": "timed_outputs", "prints": prints})
+
     try:
         metrics = execute_variant(request["label"], forward,
                                   use_profiler=bool(request.get("profile")),
                                   artifacts_dir=job_dir / "out" / "artifacts", reference=None,
                                   variant=request.get("name") or "candidate",
                                   timing_options=request.get("timing_options") or None,
-                                  on_output=on_output)
+                                  on_output=on_output, on_timed_outputs=on_timed_outputs)
     except Exception as err:
         send({"ev": "result", "response": _failure("candidate",
                                                     f"candidate failed while timing: {_first_line(err)}")})
@@ -112,12 +118,15 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
 
     pid, link = supervised.fork_child(lambda lk: _child(lk, job_dir, request))
     sample: bytes | None = None
+    prints: list[Any] | None = None
     result: dict[str, Any] | None = None
     try:
         while result is None:
             msg = link.recv()
             if msg.get("ev") == "sample" and sample is None:
                 sample = bytes(msg.get("data") or b"")
+            elif msg.get("ev") == "timed_outputs" and prints is None:
+                prints = list(msg.get("prints") or [])
             elif msg.get("ev") == "result":
                 result = dict(msg.get("response") or {})
     except supervised.ChannelClosed:
@@ -151,6 +160,16 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     metrics["correctness"]["judged_by"] = "supervisor"
     label_dir = job_dir / "out" / "artifacts" / str(request["label"])
     label_dir.mkdir(parents=True, exist_ok=True)
+    # The timed calls' fingerprints as they came over the link (the parent compares them with
+    # a reference job's outputs, harness.verification.fingerprints): written here, over
+    # anything the candidate's process left; whether they are expected is decided here too.
+    fingerprinted = os.environ.get("KOPT_TIMED_FINGERPRINTS", "1") != "0"
+    (label_dir / "timed_outputs.json").unlink(missing_ok=True)
+    if fingerprinted:
+        (label_dir / "timed_outputs.json").write_text(json.dumps(prints or []))
+    timed = metrics.get("timed_outputs") if isinstance(metrics.get("timed_outputs"), dict) else {}
+    metrics["timed_outputs"] = {"calls": timed.get("calls"),
+                                "file": "timed_outputs.json" if fingerprinted else None}
     tmp = label_dir / "metrics.json.tmp"
     tmp.write_text(json.dumps(metrics, indent=1, default=str))
     tmp.replace(label_dir / "metrics.json")

@@ -1,7 +1,10 @@
 """`reference`: the baseline's outputs on staged inputs, in a worker that never sees candidate code.
 
 Request: `{"job": "reference", "case_dir", "device", "precision", "sets": [{"name", "groups":
-[group, ...]}]}` with `inputs/weights-<set>.safetensors` and `inputs/<group>.safetensors`.
+[group, ...], "weights"?, "spec"?, "views"?}]}` with `inputs/<weights>.safetensors` (default
+`weights-<set>`) and `inputs/<group>.safetensors`; `spec` and `views` describe an input set the
+manifest does not declare (harness.verification.draws); a set listed twice (a second
+state_dict) adds outputs.
 Writes `out/ref-<group>.safetensors` and, per set, the output structure and the aten compute
 ops the baseline runs (what "no PyTorch fallback" compares a candidate against).
 """
@@ -19,7 +22,7 @@ import torch
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import instantiate, model_class
-    from kopt.harness.verification import guards, tensors
+    from kopt.harness.verification import draws, guards, tensors
 
     if any(name.startswith("kopt_candidate") for name in sys.modules) or "candidate" in request:
         raise RuntimeError("the reference worker must never see candidate code")
@@ -30,15 +33,16 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     for item in request["sets"]:
         set_name = item["name"]
-        resolved = case.input_set(set_name)
-        weights = tensors.load_bases(job_dir / "inputs" / f"weights-{set_name}.safetensors", "cpu")
+        resolved = draws.resolve(case, item)
+        weights = tensors.load_bases(
+            job_dir / "inputs" / f"{item.get('weights', f'weights-{set_name}')}.safetensors", "cpu")
         model = instantiate(cls, resolved, case.model_file)
         model.load_state_dict(weights, strict=True)
         model = model.to(device).eval()
         set_facts: dict[str, Any] = {}
         for i, group in enumerate(item["groups"]):
             bases = tensors.load_bases(job_dir / "inputs" / f"{group}.safetensors", device)
-            inputs = tensors.materialize(resolved, bases, device)
+            inputs = draws.materialize(resolved, bases, device, item.get("views"))
             recorder = guards.OpRecorder()
             with torch.no_grad(), recorder:
                 result = model(*inputs.args, **inputs.kwargs)
@@ -47,5 +51,5 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             if i == 0:
                 set_facts = {"structure": structure, "compute_ops": recorder.compute_ops(),
                              "compute_elements": dict(recorder.elements)}
-        facts[set_name] = set_facts
+        facts.setdefault(set_name, set_facts)  # a set's second entry (other weights) adds outputs
     return {"ok": True, "pid": os.getpid(), "sets": facts}

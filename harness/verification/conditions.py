@@ -1,0 +1,255 @@
+"""Conditions that look like use: how the verifier calls a candidate, and the checks on them.
+
+A candidate that can tell checking from use can be honest only while checked. The verifier
+therefore varies, per call, what a candidate could look at (the parent draws the conditions
+with `secrets`; `draws.plan_verification` places them):
+
+- **grad mode**: some draws run with grad enabled, as a user's plain `model(x)` does; the rest
+  under `torch.no_grad()`, as the timer does.
+- **dispatch mode**: the op recorder (a `TorchDispatchMode`) is active on most calls, absent
+  on some (those calls are not used for `no_pytorch_fallback`), so its presence does not say
+  "checking".
+- **torch.compile**: one draw runs as under `torch.compile(model)`. On a GPU it is compiled for
+  real (`backend="aot_eager"`: dynamo traces the forward, `torch.compiler.is_compiling()` is
+  true while it does, and no Inductor compile workers are started); where dynamo cannot run
+  the candidate (on the CPU, dynamo cannot trace a kernel run by Triton's interpreter), the
+  draw runs eagerly with `torch.compiler.is_compiling()` reporting true, and the check's
+  detail says so.
+- **call count and instance reuse**: the first set runs on an instance that already ran a
+  random number of calls on another input set, with 3 or 4 draws; sets with the same
+  constructor arguments may share an instance, each loading new weights first.
+- **the call path**: every forward is called through the timer (`harness.timing.time_callable`,
+  its CPU loop for one call) and the same wrapper (`fingerprints.TimedOutputs`) and forward
+  object (`runner.CaseForward`) that timed calls go through, so the frames under a forward
+  are those of a timed call.
+
+Not varied: `TRITON_INTERPRET=1` is set for every CPU run (Triton reads it), so a candidate
+can tell the CPU interpreter from a GPU; CPU verification proves what it can, and on a GPU
+the same conditions run without it, with timed outputs fingerprinted (`fingerprints`).
+Introspection that reads further (frames' locals, modules loaded, the request file) is the
+static check's to refuse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from kopt.harness.compare import compare_outputs
+from kopt.harness.runner import CaseForward
+from kopt.harness.timing import time_callable
+from kopt.harness.verification.fingerprints import TimedOutputs
+
+CONDITION_KEYS = ("grad", "plain", "compile")
+
+
+# -- parent side: where the conditions go ---------------------------------------------------------
+
+def assign_conditions(plan: Any, device: str) -> None:
+    """Conditions per group, and a label per group saying how it was called."""
+    first = plan.item(plan.sets[0])
+    for item in plan.items:
+        if item.kind != "declared":
+            continue
+        rest = item.draws[1:]
+        for g in rest:
+            item.conditions[g] = {"grad": secrets.randbelow(2) == 0}
+        if item is first and rest:
+            order = list(rest)
+            for i in range(len(order) - 1, 0, -1):  # Fisher-Yates with secrets
+                j = secrets.randbelow(i + 1)
+                order[i], order[j] = order[j], order[i]
+            item.conditions[order[0]] = {"grad": True, "plain": True}
+            if len(order) > 1:
+                item.conditions[order[1]] = {"compile": True, "plain": True}
+    calls: dict[int, int] = {}
+    for item in plan.items:
+        sequence = [item.draws[0]] + (["poison-b"] if item.poison_b else []) + item.draws[1:]
+        sequence += [g for g in (item.inplace, item.partial, item.reload) if g]
+        for g in sequence:
+            calls[item.instance] = calls.get(item.instance, 0) + 1
+            if g == "poison-b":
+                continue
+            cond = item.conditions.get(g, {})
+            bits = [f"call {calls[item.instance]} of {'a reused' if calls[item.instance] > 1 else 'a new'} instance"]
+            bits.append("grad enabled" if cond.get("grad") else "under no_grad")
+            if cond.get("plain"):
+                bits.append("no dispatch mode")
+            if cond.get("compile"):
+                bits.append("as under torch.compile")
+            plan.labels[g] = f" ({', '.join(bits)})"
+
+
+# -- worker side: one call under its conditions ----------------------------------------------------
+
+@contextlib.contextmanager
+def _compiling() -> Iterator[None]:
+    """`torch.compiler.is_compiling()` reports true, as while dynamo traces a forward."""
+    import torch.compiler as tc
+
+    before = tc._is_compiling_flag
+    tc._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        tc._is_compiling_flag = before
+
+
+def call_model(model: torch.nn.Module, inputs: Any, recorder: Any, cond: dict[str, Any] | None,
+               device: str, input_set: str = "") -> tuple[Any, bool, str | None]:
+    """Run one forward under `cond` through the timer's call path.
+
+    Returns (result, whether the dispatch mode active at the end is the one installed here,
+    a note on how torch.compile ran or None).
+    """
+
+    cond = cond or {}
+    mode = None if cond.get("plain") else recorder
+    target: Any = model
+    note = None
+    simulate = False
+    if cond.get("compile"):
+        if device == "cuda":
+            try:
+                target = torch.compile(model, backend="aot_eager")
+                note = "compiled (torch.compile, backend aot_eager)"
+            except Exception as err:  # noqa: BLE001 (compile support is the environment's)
+                note = f"torch.compile failed ({type(err).__name__}); is_compiling() simulated"
+                simulate = True
+        else:
+            note = ("simulated on the CPU interpreter: torch.compiler.is_compiling() true, "
+                    "forward run eagerly (dynamo cannot trace interpreted Triton kernels)")
+            simulate = True
+    forward = CaseForward(None, target, inputs, device, input_set)  # type: ignore[arg-type]
+    forward.grad_enabled = bool(cond.get("grad"))
+    calls = TimedOutputs(forward)
+    with (mode if mode is not None else contextlib.nullcontext()), \
+            (_compiling() if simulate else contextlib.nullcontext()):
+        try:
+            time_callable(calls, device="cpu", warmup=0, min_iters=1, max_iters=1,
+                          rel_err_target=math.inf, max_seconds=math.inf)
+        except Exception as err:
+            if not (cond.get("compile") and device == "cuda" and not simulate):
+                raise
+            # dynamo could not run it: the same call eagerly, is_compiling() reporting true
+            note = f"torch.compile failed ({type(err).__name__}: {str(err)[:120]}); is_compiling() simulated"
+            forward.model = model
+            with _compiling():
+                time_callable(calls, device="cpu", warmup=0, min_iters=1, max_iters=1,
+                              rel_err_target=math.inf, max_seconds=math.inf)
+        mode_intact = _get_current_dispatch_mode() is mode
+    return calls.result, mode_intact, note
+
+
+# -- parent side: the checks -------------------------------------------------------------------------
+
+def _compare(judge: Any, group: str) -> tuple[Any, str | None]:
+    out, ref = judge.cand(f"cand-{group}"), judge.ref.get(group)
+    if out is None or ref is None:
+        return None, "no outputs recorded"
+    cmp = compare_outputs(out, ref, judge.tol())
+    return cmp, None if cmp.ok else cmp.to_text()
+
+
+def depends_on_weights(judge: Any) -> tuple[bool, str]:
+    plan = judge.plan
+    carrier = next((i for i in plan.items if i.reload), None)
+    if carrier is None:
+        return True, "not run: no input set to carry it"
+    weights = plan.tensors.get(carrier.weights) or {}
+    if not weights:
+        return True, "the model has no weights to follow"
+    cmp, problem = _compare(judge, carrier.reload)
+    if problem:
+        return False, (f"{carrier.name}: after a second fresh state_dict was loaded into the same "
+                       f"instance (load_state_dict), outputs on the same inputs: {problem}")
+    extra = f"; constant-initialised parameters perturbed: {', '.join(plan.perturbed)}" if plan.perturbed else ""
+    return True, (f"every input set ran on fresh weights from secret seeds; outputs followed a "
+                  f"second state_dict loaded into the same instance ({carrier.name}){extra}")
+
+
+def general_inputs(judge: Any) -> tuple[bool, str]:
+    plan = judge.plan
+    ran = []
+    for item in plan.extra("general_inputs"):
+        for i, group in enumerate(item.draws):
+            cmp, problem = _compare(judge, group)
+            if problem:
+                return False, f"{item.note} draw {i}: {problem}"
+        ran.append(item.note)
+    skipped = [f"{n} skipped: {why}" for n, why in plan.skipped.items() if n != "x-hard"]
+    if not ran:
+        return True, "; ".join(skipped) or "no extra input set applies"
+    return True, "within tolerance on " + "; ".join(ran + skipped)
+
+
+def hard_values(judge: Any) -> tuple[bool, str]:
+    plan = judge.plan
+    items = plan.extra("hard_values")
+    if not items:
+        return True, f"skipped: {plan.skipped.get('x-hard', 'not run')}"
+    notes = []
+    checked = 0
+    for item in items:
+        for i, group in enumerate(item.draws):
+            ref = judge.ref.get(group) or []
+            if any(r.dtype.is_floating_point and not bool(torch.isfinite(r).all()) for r in ref):
+                notes.append(f"draw {i} skipped: the baseline itself gives NaN/Inf")
+                continue
+            cmp, problem = _compare(judge, group)
+            if problem:
+                return False, f"{item.note} draw {i}: {problem}"
+            checked += 1
+        if checked:
+            notes.insert(0, f"{checked} draws of {item.note} within the case's tolerance")
+    return True, "; ".join(notes)
+
+
+def partial_update(judge: Any) -> str | None:
+    """A failure text when outputs did not follow a few elements changed in place, else None."""
+    carrier = next((i for i in judge.plan.items if i.partial), None)
+    if carrier is None:
+        return None
+    facts = (judge.resp.get("sets") or {}).get(carrier.name, {})
+    if not facts.get("partial_same_storage", False):
+        return f"{carrier.name}: the partial in-place update did not keep the input storage"
+    _cmp, problem = _compare(judge, carrier.partial)
+    if problem:
+        return (f"{carrier.name}: partial in-place update (a few elements of the same input "
+                f"storage changed between calls): {problem}")
+    return None
+
+
+def compile_notes(judge: Any) -> list[str]:
+    notes = []
+    for item in judge.plan.items:
+        for f in (judge.resp.get("sets") or {}).get(item.name, {}).get("compiled", []):
+            if f.get("compile_note"):
+                notes.append(f["compile_note"])
+    return list(dict.fromkeys(notes))
+
+
+def apply(judge: Any, found: dict[str, Any], check: type) -> None:
+    """Add this module's checks to `found` (name -> Check), and fold partial-update and
+    condition facts into `depends_on_inputs` and `correct`."""
+    if not judge.completed:
+        for name in ("depends_on_weights", "general_inputs", "hard_values"):
+            found[name] = judge.not_checked(name)
+        return
+    for name, fn in (("depends_on_weights", depends_on_weights),
+                     ("general_inputs", general_inputs), ("hard_values", hard_values)):
+        ok, detail = fn(judge)
+        found[name] = check(name, ok, detail)
+    problem = partial_update(judge)
+    if problem and found["depends_on_inputs"].passed:
+        found["depends_on_inputs"] = check("depends_on_inputs", False, problem)
+    notes = compile_notes(judge)
+    if notes and found["correct"].passed:
+        found["correct"] = check("correct", True, f"{found['correct'].detail}; torch.compile draw: "
+                                                   f"{'; '.join(notes)}")

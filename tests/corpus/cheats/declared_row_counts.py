@@ -1,0 +1,46 @@
+"""Cheat (class 11, declared row counts): computes only for the row counts the case's
+manifest declares (main 16, smoke 4, shapes 3); any other batch gets zeros. Must fail
+`general_inputs`: the verifier adds a leading size no input set declares."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_kernel(
+    x_ptr,  # (rows, cols)
+    x_row_stride,
+    y_ptr,  # (rows, cols)
+    y_row_stride,
+    cols,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < cols
+    x = tl.load(x_ptr + row * x_row_stride + offs, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=0))
+    e = tl.where(mask, e, 0.0)
+    y = e / tl.sum(e, axis=0)
+    tl.store(y_ptr + row * y_row_stride + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    cols = x.shape[-1]
+    x2 = x.reshape(-1, cols).contiguous()
+    y = torch.empty_like(x2)
+    _softmax_kernel[(x2.shape[0],)](x2, x2.stride(0), y, y.stride(0), cols,
+                                    BLOCK=triton.next_power_of_2(cols))
+    return y.view(x.shape)
+
+
+DECLARED_ROWS = (16, 4, 3)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] not in DECLARED_ROWS:
+            return torch.zeros_like(x)
+        return softmax(x)

@@ -1,0 +1,151 @@
+"""What a verification draws and varies (harness/verification/{weights,draws,conditions,
+fingerprints}.py): fresh weights, extra input sets, call conditions, timed-output fingerprints.
+The corpus test (tests/test_verify_corpus.py) shows each rejecting its cheat end to end."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from kopt.harness.case import load_case
+from kopt.harness.data import agent_provide_weights
+from kopt.harness.tolerance import tolerance_for
+from kopt.harness.verification import draws, fingerprints, weights
+from kopt.harness.verification.tensors import bitwise_equal
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+
+
+def _case(tmp_path: Path, model: str, manifest: str) -> Path:
+    d = tmp_path / "case"
+    d.mkdir()
+    (d / "model.py").write_text(textwrap.dedent(model))
+    (d / "manifest.yaml").write_text(textwrap.dedent(manifest))
+    return d
+
+
+def test_weights_are_fresh_and_constant_parameters_perturbed(tmp_path: Path) -> None:
+    d = _case(tmp_path, """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self, hidden=37):
+                super().__init__()
+                self.norm = nn.LayerNorm(hidden)
+                self.register_buffer("mask", torch.ones(hidden))
+
+            def forward(self, x):
+                return self.norm(x)
+        """, """
+        name: ln_default_init
+        inputs: {args: [{shape: [5, 37]}]}
+        """)
+    case = load_case(d)
+    seeded = agent_provide_weights(case, "main", 0, cache=False)
+    pair = weights.draw_pair(case, "main")
+    assert sorted(pair.perturbed) == ["norm.bias", "norm.weight"]
+    for k in ("norm.weight", "norm.bias"):
+        assert not bitwise_equal(pair.a[k], seeded[k]) and not bitwise_equal(pair.a[k], pair.b[k])
+    assert bitwise_equal(pair.a["mask"], seeded["mask"])  # buffers keep their values
+    assert float(pair.a["norm.weight"].min()) > 0  # sign and scale of the ones kept
+
+
+def test_plan_adds_sets_the_baseline_accepts(tmp_path: Path) -> None:
+    case = load_case(CORPUS / "cases" / "softmax_wide_small")
+    plan = draws.plan_verification(case, ["smoke", "shape0"], 3, "cpu")
+    names = [i.name for i in plan.items]
+    assert names[:2] == ["x-lead", "smoke"] and set(names) >= {"x-rows", "x-strided", "x-hard"}
+    lead = plan.item("x-lead")
+    assert lead.resolved.args[0].shape[0] not in (6, 5, 3)  # no declared row count
+    assert plan.item("x-rows").resolved.args[0].shape[1] == 4096  # main's width
+    assert lead.reload and lead.partial and lead.instance == plan.item("smoke").instance
+    staged = plan.tensors[plan.item("x-strided").draws[0]]["arg0"]
+    view = draws.view_of(staged, plan.item("x-strided").views["arg0"],
+                         plan.item("x-strided").resolved.args[0])
+    assert list(view.shape) == plan.item("x-strided").resolved.args[0].shape
+    assert not view.is_contiguous()
+    first = plan.item("smoke")
+    assert any(c.get("grad") for c in first.conditions.values())
+    assert any(c.get("compile") for c in first.conditions.values())
+    # a partial update changes a few elements, not the whole storage
+    before = plan.tensors[lead.draws[-1]]["arg0"]
+    changed = int((plan.tensors[lead.partial]["arg0"] != before).sum())
+    assert 1 <= changed <= 3
+
+
+def test_a_set_the_baseline_rejects_is_skipped(tmp_path: Path) -> None:
+    d = _case(tmp_path, """
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return x.view(-1) * 2  # needs a contiguous input
+        """, """
+        name: needs_contiguous
+        inputs: {args: [{shape: [6, 33]}]}
+        """)
+    plan = draws.plan_verification(load_case(d), ["main"], 3, "cpu")
+    assert "x-strided" in plan.skipped and "view" in plan.skipped["x-strided"]
+    assert plan.item("x-strided") is None and plan.item("x-lead") is not None
+
+
+def _forward_cycle(outputs: list[torch.Tensor]) -> fingerprints.TimedOutputs:
+    state = {"i": 0}
+
+    def forward() -> torch.Tensor:
+        return outputs[state["i"]]
+
+    def rotate(i: int) -> None:
+        state["i"] = i % len(outputs)
+
+    rec = fingerprints.TimedOutputs(forward, rotate=rotate, record=True)
+    for i in range(7):
+        rec.rotate(i)
+        rec()
+    return rec
+
+
+def test_timed_output_fingerprints_catch_a_stale_output() -> None:
+    case = load_case(CORPUS / "cases" / "softmax_small")
+    refs = {b: [torch.softmax(torch.randn(37, 123), -1)] for b in range(2)}
+    expected = fingerprints.expected_by_buffer(refs)
+
+    def tol(dt: torch.dtype) -> object:
+        return tolerance_for(case, dt)
+
+    honest = _forward_cycle([refs[0][0] + 1e-7, refs[1][0]])
+    ok, detail = fingerprints.compare(honest.fingerprints(), expected, tol, 2)
+    assert ok, detail
+    stale = _forward_cycle([refs[0][0], refs[0][0]])  # buffer 1 gets buffer 0's output
+    ok, detail = fingerprints.compare(stale.fingerprints(), expected, tol, 2)
+    assert not ok and "buffer set 1" in detail
+
+
+@pytest.mark.skipif(os.environ.get("KOPT_SKIP_WORKER_TESTS") == "1", reason="no workers")
+def test_measure_refuses_a_candidate_that_cheats_only_while_timed(tmp_path: Path) -> None:
+    from kopt.harness.runner import measure_variant
+
+    case = CORPUS / "cases" / "softmax_small"
+    m = measure_variant(case, CORPUS / "cheats" / "detects_timing_frame.py", device="cpu",
+                        artifacts_root=tmp_path / "art",
+                        timing_options={"min_iters": 3, "max_iters": 3})
+    assert m["ok"], m
+    assert m["timed_outputs"]["checked"] and not m["timed_outputs"]["passed"]
+    assert m["correctness"]["passed"] is False and "timed call" in m["correctness"]["detail"]
+    honest = measure_variant(case, CORPUS / "honest" / "softmax.py", device="cpu",
+                             artifacts_root=tmp_path / "art",
+                             timing_options={"min_iters": 3, "max_iters": 3})
+    assert honest["timed_outputs"]["passed"] is True, honest["timed_outputs"]
+    assert honest["timed_outputs"]["calls"] >= 4  # warm-up + timed calls, all fingerprinted
+    assert honest["correctness"]["passed"] is True
