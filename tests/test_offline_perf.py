@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from kopt.harness.case import load_case, load_case_dir
-from kopt.phases.accelerator import trial_configs
 from kopt.phases.engineers.offline import generate_candidate
 from tests.test_offline import KERNELBENCH, _check_case, _load_candidate
 
@@ -119,19 +118,6 @@ def test_gate_epilogue_stays_when_its_value_is_also_returned(workspace: Path) ->
     result = generate_candidate(case)
     assert any("sigmoid" in k["fuses"] and "mm" in k["fuses"] for k in result.kernels)
     _check_case(case, _load_candidate(result.source, workspace, "gate_out"), "main")
-
-
-def test_accelerator_always_tries_both_backends() -> None:
-    # three matmul kernels and room for only 4 trials: an even spread alone would vary g0 only
-    space: dict[str, list] = {}
-    for g in range(3):
-        space |= {f"_g{g}_k/BACKEND": ["triton", "cublas"], f"_g{g}_k/BLOCK_M": [64, 128],
-                  f"_g{g}_k/BLOCK_N": [64, 128, 256], f"_g{g}_k/num_warps": [4, 8]}
-    default = {k: v[0] for k, v in space.items()}
-    trials = trial_configs(space, default, None, 4)
-    assert len(trials) == 4 and trials[0] == default
-    for g in range(3):
-        assert {t[f"_g{g}_k/BACKEND"] for t in trials} == {"triton", "cublas"}
 
 
 def test_cross_entropy_is_a_row_kernel_and_a_mean_kernel(workspace: Path) -> None:
