@@ -117,6 +117,7 @@ def call_model(model: torch.nn.Module, inputs: Any, recorder: Any, cond: dict[st
     if cond.get("compile"):
         if device == "cuda":
             try:
+                _quiet_progress_bars()
                 target = torch.compile(model, backend="aot_eager")
                 note = "compiled (torch.compile, backend aot_eager)"
             except Exception as err:  # noqa: BLE001 (compile support is the environment's)
@@ -203,12 +204,38 @@ def hard_values(judge: Any) -> tuple[bool, str]:
                 notes.append(f"draw {i} skipped: the baseline itself gives NaN/Inf")
                 continue
             cmp, problem = _compare(judge, group)
-            if problem:
+            if problem and not _within_norm(judge, cmp, ref):
                 return False, f"{item.note} draw {i}: {problem}"
+            if problem:
+                notes.append(f"draw {i}: element-wise bound missed by reassociation at scale, "
+                             f"relative error within the case's bound ({_worst_rel(cmp):.3g})")
             checked += 1
         if checked:
             notes.insert(0, f"{checked} draws of {item.note} within the case's tolerance")
     return True, "; ".join(notes)
+
+
+def _within_norm(judge: Any, cmp: Any, ref: list[torch.Tensor]) -> bool:
+    """Hard values exist to expose overflow, lost precision and NaN (a softmax without its max
+    subtraction): at magnitudes of hundreds a legitimate kernel's rounding order moves single
+    bf16 elements past the element-wise bound, so there the whole-tensor relative error
+    decides, and a NaN/Inf where the baseline is finite always fails."""
+    if cmp is None or cmp.problem:
+        return False
+    tol = judge.tol()
+    if len(cmp.tensors) != len(ref):
+        return False
+    for t, r in zip(cmp.tensors, ref, strict=True):
+        if t.problem or t.nonfinite_where_ref_finite or t.nan_inf_mismatches:
+            return False
+        bound = tol[r.dtype].rel if r.dtype in tol else 0.0
+        if not t.rel_err < bound:
+            return False
+    return True
+
+
+def _worst_rel(cmp: Any) -> float:
+    return max((t.rel_err for t in cmp.tensors), default=0.0)
 
 
 def partial_update(judge: Any) -> str | None:
@@ -253,3 +280,14 @@ def apply(judge: Any, found: dict[str, Any], check: type) -> None:
     if notes and found["correct"].passed:
         found["correct"] = check("correct", True, f"{found['correct'].detail}; torch.compile draw: "
                                                    f"{'; '.join(notes)}")
+
+
+def _quiet_progress_bars() -> None:
+    """torch.compile's progress bars start tqdm's monitor thread, which would outlive the
+    forward and read as a thread the candidate left behind (seen on the H100): the harness's
+    own compile draw runs with the monitor off."""
+    try:
+        import tqdm
+    except ImportError:
+        return
+    tqdm.tqdm.monitor_interval = 0

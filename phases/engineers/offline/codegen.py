@@ -427,7 +427,10 @@ def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], bod
             lines.append(f"        self.register_buffer(\"_kopt_{n.name}\", torch.tensor({v.tolist()!r}, "
                          f"dtype={v.dtype}), persistent=False)")
     fwd_args = ", ".join(a.key for a in args)
-    lines += ["", f"    def forward(self{', ' + fwd_args if fwd_args else ''}):"]
+    # Triton kernels compute no gradients: forward runs as inference under autograd too (a
+    # library product into an `out=` buffer refuses weights that require grad otherwise).
+    lines += ["", "    @torch.no_grad()",
+              f"    def forward(self{', ' + fwd_args if fwd_args else ''}):"]
     lines += [f"        {line}" for line in body]
     helper = ['', '', 'def _submodule(root, path):',
               '    """The (created on first use) submodule at a dotted state_dict path."""',
