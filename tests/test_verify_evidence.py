@@ -97,7 +97,13 @@ def test_the_link_carries_only_plain_values() -> None:
     left.send({"ev": "forward", "outputs": b"\x00\x01", "fact": {"n": [1, 2.5, None, True]}})
     assert right.recv() == {"ev": "forward", "outputs": b"\x00\x01",
                             "fact": {"n": [1, 2.5, None, True]}}
-    left.send({"ev": "x", "code": (lambda: 0).__code__})
+    left.send({"ev": "x", "code": (lambda: 0).__code__})  # the sender writes it as text
+    assert isinstance(right.recv()["code"], str)
+    import marshal
+    import struct
+
+    raw = marshal.dumps({"ev": "x", "code": (lambda: 0).__code__})  # a forged frame
+    a.sendall(struct.pack("<Q", len(raw)) + raw)
     with pytest.raises(ChannelClosed, match="code"):
         right.recv()
     left.close()

@@ -18,8 +18,8 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 def test_a_kept_library_gemm_is_not_a_fallback_but_a_torch_epilogue_is() -> None:
     honest, cheat = verify_candidates(
         CORPUS / "cases" / "linear_relu_small",
-        [CORPUS / "honest" / "linear_relu_library_gemm.py",
-         CORPUS / "cheats" / "library_gemm_with_torch_epilogue.py"], device="cpu")
+        [CORPUS / "library" / "linear_relu_library_gemm.py",
+         CORPUS / "library" / "library_gemm_with_torch_epilogue.py"], device="cpu")
     assert honest.accepted, honest.to_text()
     assert "library calls kept" in honest.check("no_pytorch_fallback").detail
     assert not cheat.accepted
