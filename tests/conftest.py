@@ -19,6 +19,8 @@ def has_gpu() -> bool:
 # merged, with no time left to fix them: each is a known defect, listed in that session's issue
 # note, and expected to fail until fixed (xfail, not strict: a fix shows as XPASS).
 KNOWN_FAILING: dict[str, str] = {
+    "tests/test_acceptance_bundled.py::test_imported_kernelbench_problem_is_accepted[conv2d_relu_bias]":
+        "a parameter shaped by a list-valued constructor argument (bias_shape) is emitted at main size",
     "tests/test_acceptance_bundled.py::test_offline_candidate_is_accepted[causal_softmax]":
         "failed under a 2-core machine shared by a full run (passes alone: 137 s)",
     "tests/test_sandbox.py::test_without_the_sandbox_the_escape_gets_out[connects_loopback.py]":
