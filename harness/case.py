@@ -1,6 +1,6 @@
 """Cases: `cases/<name>/manifest.yaml` + `model.py`, loaded into a validated `Case`.
 
-The manifest format is SPEC.md's "Case (input contract)". Every field of SPEC.md's example
+The manifest format is docs/CASES.md's "Case (input contract)". Every field of docs/CASES.md's example
 loads exactly as written; unknown keys are rejected; an error names the file, the key, what
 was expected and what was found.
 
@@ -326,7 +326,7 @@ def parse_manifest(data: object, file: Path) -> CaseManifest:
     """Validate already-parsed YAML `data` as a case manifest."""
     if not isinstance(data, dict):
         raise CaseError(file, f"expected a mapping at the top level (found {type(data).__name__})",
-                        fix="see SPEC.md's case example")
+                        fix="see docs/CASES.md's case example")
     try:
         return CaseManifest.model_validate(data)
     except ValidationError as err:

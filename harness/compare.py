@@ -193,7 +193,7 @@ def compare_outputs(out: list[torch.Tensor], ref: list[torch.Tensor],
     """Compare outputs with reference outputs, tensor by tensor.
 
     `tol` is one tolerance for all, or a tolerance per reference dtype (see
-    `harness.tolerance.tolerance_for`); None means SPEC.md's defaults under strict precision.
+    `harness.tolerance.tolerance_for`); None means docs/CASES.md's defaults under strict precision.
     """
     from kopt.harness.tolerance import default_tolerance
 

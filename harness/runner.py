@@ -1,4 +1,4 @@
-"""The variant runner: SPEC.md's harness API.
+"""The variant runner: docs/CASES.md's harness API.
 
 - `make_case_forward(case, ...)` -> `CaseForward`: a zero-argument callable that runs one
   model (the baseline, or a candidate's `ModelNew` with the baseline's weights, strict) on

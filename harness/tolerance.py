@@ -1,4 +1,4 @@
-"""How close a candidate's outputs must be to the baseline's (SPEC.md, "Verification").
+"""How close a candidate's outputs must be to the baseline's (docs/CASES.md, "Verification").
 
 Two bounds, both required: element-wise `|out - ref| <= atol + rtol * |ref|`, and the relative
 error `||out - ref|| / ||ref||` under `rel`. The second one is what stops an all-zeros output
@@ -13,12 +13,12 @@ import torch
 
 from kopt.harness.case import Case
 
-# SPEC.md's defaults: (atol = rtol, rel) by dtype and precision.
+# docs/CASES.md's defaults: (atol = rtol, rel) by dtype and precision.
 _FLOAT32_STRICT = (1e-4, 1e-5)
 _FLOAT32_TF32 = (5e-3, 2e-3)
 _HALF = (1e-2, 2e-3)
 _BFLOAT16 = (1e-2, 1e-2)
-# float64 is not in SPEC.md; a float64 model is compared as tightly as float32 strict.
+# float64 is not in docs/CASES.md; a float64 model is compared as tightly as float32 strict.
 _DEFAULTS: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: _FLOAT32_STRICT,
     torch.float32: _FLOAT32_STRICT,
@@ -47,7 +47,7 @@ class Tolerance:
 
 
 def default_tolerance(dtype: torch.dtype, precision: str = "strict") -> Tolerance:
-    """SPEC.md's default for an output of `dtype` under the case's `precision`."""
+    """docs/CASES.md's default for an output of `dtype` under the case's `precision`."""
     if not dtype.is_floating_point:
         return Tolerance(0.0, 0.0, 0.0, exact=True)
     if dtype == torch.float32 and precision == "tf32":

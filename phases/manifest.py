@@ -1,4 +1,4 @@
-"""Phase manifests: the validated JSON hand-off between phases (SPEC.md "Phases and manifests").
+"""Phase manifests: the validated JSON hand-off between phases (docs/CASES.md "Phases and manifests").
 
 A manifest lives at `manifests/<run-id>/<phase>.json`. Its envelope (`schemas/envelope.json`)
 is the same for every phase; its `details` follow the phase's own schema
@@ -104,7 +104,7 @@ class FileRef:
 
 @dataclass
 class Manifest:
-    """One phase's hand-off (the envelope of SPEC.md; `details` per phase)."""
+    """One phase's hand-off (the envelope of docs/CASES.md; `details` per phase)."""
 
     phase: str
     run_id: str

@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kopt",
         description="kopt: make PyTorch models faster with fused, verified Triton kernels.",
-        epilog="Run `kopt-tui` for the interactive workbench. Docs: README.md, SPEC.md.",
+        epilog="Run `kopt-tui` for the interactive workbench. Docs: README.md, docs/CASES.md.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

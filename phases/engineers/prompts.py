@@ -1,7 +1,7 @@
 """Prompts of the Triton Code Engineer and the Strategy Analyst.
 
 The engineer's system prompt is the stable prefix of every call of a run (it is cached):
-role, SPEC.md's candidate contract, STYLE.md's kernel order, the tools' rules, the case
+role, docs/CASES.md's candidate contract, STYLE.md's kernel order, the tools' rules, the case
 (manifest and model source), the plan, the offline engineer's candidate as a starting point,
 and the knowledge snippets most relevant to this case. What changes per iteration (the
 feedback of the previous one) goes into the first user message.
@@ -22,7 +22,7 @@ iterating until the candidate is accepted and meets the plan's target. You work 
 the run's git worktree; every candidate you verify becomes a commit the user reviews."""
 
 CANDIDATE_CONTRACT = """\
-## The candidate contract (SPEC.md)
+## The candidate contract (docs/CASES.md)
 A Python file defining `class ModelNew(nn.Module)` with the same constructor signature and the
 same `state_dict` keys and shapes as `Model`; the harness loads the baseline's weights into it
 (strict). Its forward runs the hot path in Triton kernels (`@triton.jit`) it defines.

@@ -1,7 +1,7 @@
 """Pointwise ops as Triton expressions.
 
 Every value in a generated kernel is computed in its *compute type*: float32 for float16,
-bfloat16 and float32 tensors (float32 accumulation, SPEC.md), float64 for float64, the
+bfloat16 and float32 tensors (float32 accumulation, docs/CASES.md), float64 for float64, the
 integer type for integers and int1 for bools. Explicit casts in the model (`.to(bf16)`)
 round through the narrow type, so a kernel rounds where eager PyTorch does.
 """
