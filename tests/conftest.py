@@ -21,8 +21,6 @@ def has_gpu() -> bool:
 KNOWN_FAILING: dict[str, str] = {
     "tests/test_acceptance_bundled.py::test_imported_kernelbench_problem_is_accepted[matmul_bias_relu]":
         "failed in the session's last full run after the merges: not yet diagnosed",
-    "tests/test_replay.py::test_replay_errors_are_one_line":
-        "replay engineer errors after the engineer-name check moved before the run: not yet reconciled",
     "tests/test_acceptance_bundled.py::test_imported_kernelbench_problem_is_accepted[conv2d_relu_bias]":
         "a parameter shaped by a list-valued constructor argument (bias_shape) is emitted at main size",
     "tests/test_acceptance_bundled.py::test_offline_candidate_is_accepted[causal_softmax]":

@@ -44,7 +44,7 @@ def test_bad_run_id_is_refused_before_anything_is_written(workspace: Path, run_i
 
 @pytest.mark.parametrize(("flag", "value", "says"), [
     ("--engineer", "bogus", "unknown engineer 'bogus'"),
-    ("--engineer", "replay:/no/such/transcript.jsonl", "names no recorded transcript"),
+    ("--engineer", "replay:/no/such/transcript.jsonl", "no transcript at"),
     ("--target", "bogus", "unknown target 'bogus'"),
     ("--target", "ssh://a b", "bad host 'a b'"),
 ])

@@ -130,9 +130,12 @@ def check_engineer(spec: str) -> str:
     if name not in ENGINEERS:
         raise BadInputError(f"unknown engineer {spec!r}",
                             fix="expected one of 'offline', 'anthropic', 'replay:PATH'")
-    if name == "replay" and not (arg and Path(arg).exists()):
-        raise BadInputError(f"engineer {spec!r} names no recorded transcript",
-                            fix="give --engineer replay:PATH with an existing .jsonl or run folder")
+    if name == "replay" and not arg:
+        raise BadInputError("engineer 'replay' needs a transcript",
+                            fix="use --engineer replay:PATH (a .jsonl or a run folder)")
+    if name == "replay" and not Path(arg).exists():
+        raise BadInputError(f"no transcript at {arg}",
+                            fix="use --engineer replay:PATH (a .jsonl or a run folder)")
     return name
 
 
