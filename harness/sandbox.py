@@ -395,8 +395,11 @@ def _symlinked_roots() -> list[tuple[str, str]]:
     return links
 
 
-def bwrap_args(state: SandboxState, env: dict[str, str], job_dir: str) -> list[str]:
-    """The `bwrap ...` prefix (up to and excluding the command) for a worker in `job_dir`."""
+def bwrap_args(state: SandboxState, env: dict[str, str], job_dir: str, *,
+               executable: str | None = None) -> list[str]:
+    """The `bwrap ...` prefix (up to and excluding the command) for a worker in `job_dir`;
+    `executable`, the command's own program when it is a file the mounts may not show (an
+    interpreter wrapper named with `ssh://...?python=PATH`), is shown read-only."""
     args = [shutil.which("bwrap") or "bwrap", "--unshare-all", *state.bwrap_options,
             "--die-with-parent"]
     for target, link in _symlinked_roots():
@@ -414,6 +417,8 @@ def bwrap_args(state: SandboxState, env: dict[str, str], job_dir: str) -> list[s
         elif kind == "hide":  # an empty folder nobody inside may write (no capabilities)
             args += (["--perms", "0555", "--tmpfs", p] if os.path.isdir(p)
                      else ["--ro-bind", "/dev/null", p])
+    if executable and os.path.isabs(executable) and os.path.isfile(executable):
+        args += ["--ro-bind", executable, executable]
     for node in _gpu_nodes():
         args += ["--dev-bind", node, node]
     for kind, p in steps:
@@ -434,7 +439,7 @@ def wrap(argv: list[str], env: dict[str, str], job_dir: str | Path, *,
     env = dict(env)
     if state.mechanism == "bwrap":
         try:
-            prefix = bwrap_args(state, env, job_dir)
+            prefix = bwrap_args(state, env, job_dir, executable=argv[0] if argv else None)
         except OSError:
             return argv, env, "none"
         env["TMPDIR"] = "/tmp"

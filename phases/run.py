@@ -169,7 +169,7 @@ class RunContext:
     def clocked_target(self) -> Any:
         """`config.target`, resolved once, every job it runs clocked into `breakdown`."""
         if self._clocked is None:
-            from kopt.harness.targets.base import resolve_target
+            from kopt.harness.targets.resolve import resolve_target
 
             self._clocked = ClockedTarget(resolve_target(self.config.target), self.breakdown)
         return self._clocked

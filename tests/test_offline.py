@@ -99,15 +99,7 @@ def test_layernorm_is_one_kernel(workspace: Path) -> None:
     assert "gelu" in result.kernels[0]["fuses"]
 
 
-# Known bug (2026-11-25, found at the end of the session): a parameter whose shape comes from a
-# list-valued constructor argument (KernelBench's `bias_shape`) is emitted as the main set's
-# literal shape, so a smoke set that shrinks the channels cannot load its state_dict.
-_LIST_SHAPED = pytest.mark.xfail(reason="parameter shape from a list-valued constructor "
-                                        "argument is emitted as a literal", strict=False)
-
-
-@pytest.mark.parametrize("file", [pytest.param(f, marks=_LIST_SHAPED) if f.stem == "conv2d_relu_bias"
-                                  else f for f in KERNELBENCH], ids=[f.stem for f in KERNELBENCH])
+@pytest.mark.parametrize("file", KERNELBENCH, ids=[f.stem for f in KERNELBENCH])
 def test_kernelbench_problem_gets_matching_candidate(file: Path, workspace: Path) -> None:
     from kopt.harness.kernelbench import import_kernelbench
 

@@ -169,7 +169,7 @@ def test_the_tui_run_data_says_the_outcome_and_shows_no_interpreter_figure(repo:
     from kopt.workbench.backend import Backend, RunRequest
     from kopt.workbench.backend import format_speedup as tui_format
 
-    backend = Backend(pipeline_options={"fakes": fakes()})
+    backend = Backend(pipeline_options={"fakes": fakes()}, in_process=True)
     done = backend.run_pipeline(RunRequest("layernorm_gelu", iterations=2), events=lambda e: None,
                                 cancel=threading.Event())
     assert done.status == "verified (CPU interpreter: no speed measured)"

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,10 @@ def _verify_escapes(tmp: Path, *, sandbox_on: bool) -> tuple[dict[str, dict], Pa
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
+    # accept (and drop) every connection: verification calls forward dozens of times, and an
+    # unaccepted backlog fills up, after which a connect times out instead of getting in
+    accepting = threading.Thread(target=_accept_all, args=(listener,), daemon=True)
+    accepting.start()
     env = {**os.environ, "HOME": str(home), "ANTHROPIC_API_KEY": API_KEY,
            "ESCAPE_TEST_PORT": str(listener.getsockname()[1]), "KOPT_HOME": str(tmp / "ws"),
            "KOPT_CACHE": str(tmp / "cache"), sandbox.ENV_SWITCH: "1" if sandbox_on else "0",
@@ -73,6 +78,15 @@ def _verify_escapes(tmp: Path, *, sandbox_on: bool) -> tuple[dict[str, dict], Pa
         listener.close()
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), home
+
+
+def _accept_all(listener: socket.socket) -> None:
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:  # closed
+            return
+        conn.close()
 
 
 def _check(report: dict, name: str) -> dict:

@@ -87,12 +87,10 @@ def build_constructor(case: Case, model: torch.nn.Module) -> Constructor:
     # positional names for init_args (KernelBench's get_init_inputs())
     # the layout at the main set's arguments (the model given may be built for another set)
     base_state = _state(cls, [], dict(values)) or dict(model.state_dict())
-    ints = {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    ints = _int_arguments(values)
     exps: dict[str, dict[str, dict[int, int]]] = {k: {} for k in base_state}
     for arg, v in ints.items():
-        kw = dict(values)
-        kw[arg] = v * 2
-        st = _state(cls, [], kw)
+        st = _state(cls, [], _doubled(values, arg))
         if st is None:
             continue
         for key, t in base_state.items():
@@ -132,6 +130,38 @@ def build_constructor(case: Case, model: torch.nn.Module) -> Constructor:
                              f"constructor arguments; baked")
                 p.shape = [str(s) for s in st[p.key].shape] if name == "main" else p.shape
     return Constructor(signature, params, notes)
+
+
+def _is_size(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _int_arguments(values: dict[str, Any]) -> dict[str, int]:
+    """The constructor's positive integer arguments, by the Python source that reads them:
+    `hidden`, and `bias_shape[0]` for each element of a list or tuple of sizes (KernelBench's
+    `bias_shape = (out_channels, 1, 1)`)."""
+    found: dict[str, int] = {}
+    for k, v in values.items():
+        if _is_size(v):
+            found[k] = v
+        elif isinstance(v, (list, tuple)) and v and all(_is_size(x) for x in v):
+            for i, x in enumerate(v):
+                found[f"{k}[{i}]"] = x
+    return found
+
+
+def _doubled(values: dict[str, Any], path: str) -> dict[str, Any]:
+    """The constructor arguments with the size at `path` (`hidden`, `bias_shape[0]`) doubled."""
+    kw = dict(values)
+    name, _, index = path.partition("[")
+    if not index:
+        kw[name] = kw[name] * 2
+        return kw
+    i = int(index.rstrip("]"))
+    seq = list(kw[name])
+    seq[i] *= 2
+    kw[name] = type(kw[name])(seq)
+    return kw
 
 
 def _meta_model(cls: type[torch.nn.Module], args: list[Any], kwargs: dict[str, Any]) -> torch.nn.Module | None:
