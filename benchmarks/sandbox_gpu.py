@@ -46,6 +46,8 @@ def main() -> int:
     parser.add_argument("cases", nargs="*")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    parser.add_argument("--no-verify", action="store_true",
+                        help="time only (skip the verification's wall time each way)")
     args = parser.parse_args()
     home = Path(os.environ.get("KOPT_HOME") or tempfile.mkdtemp(prefix="kopt-sandbox-bench-"))
     os.environ["KOPT_HOME"] = str(home)
@@ -86,7 +88,7 @@ def main() -> int:
                     if ms is not None:
                         times.setdefault((label, on), []).append(ms)
         verify_s: dict[bool, float] = {}
-        if candidate is not None:
+        if candidate is not None and not args.no_verify:
             for on in (True, False):
                 _with_sandbox(on)
                 t0 = time.monotonic()
