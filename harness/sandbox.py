@@ -395,6 +395,16 @@ def _symlinked_roots() -> list[tuple[str, str]]:
     return links
 
 
+def _needs_own_bind(executable: str | None, shown: list[str]) -> bool:
+    """Is `executable` a file outside every folder the sandbox already shows? (A path under
+    one of them is visible as it is; binding over it fails when it is a symlink there, such
+    as a virtual environment's `bin/python`.)"""
+    if not executable or not os.path.isabs(executable) or not os.path.isfile(executable):
+        return False
+    path = Path(executable)
+    return not any(_within(path, Path(p)) for p in shown)
+
+
 def bwrap_args(state: SandboxState, env: dict[str, str], job_dir: str, *,
                executable: str | None = None) -> list[str]:
     """The `bwrap ...` prefix (up to and excluding the command) for a worker in `job_dir`;
@@ -417,7 +427,7 @@ def bwrap_args(state: SandboxState, env: dict[str, str], job_dir: str, *,
         elif kind == "hide":  # an empty folder nobody inside may write (no capabilities)
             args += (["--perms", "0555", "--tmpfs", p] if os.path.isdir(p)
                      else ["--ro-bind", "/dev/null", p])
-    if executable and os.path.isabs(executable) and os.path.isfile(executable):
+    if _needs_own_bind(executable, [p for k, p in steps if k == "ro"]):
         args += ["--ro-bind", executable, executable]
     for node in _gpu_nodes():
         args += ["--dev-bind", node, node]
