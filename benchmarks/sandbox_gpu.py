@@ -103,7 +103,8 @@ def main() -> int:
             rows.append((case.name, label, device, on, off, _pct(on, off),
                          verify_s.get(True) if label == "candidate" else None,
                          verify_s.get(False) if label == "candidate" else None))
-        print(f"{case.name}: done", flush=True)
+        print(f"{case.name}: " + "; ".join(
+            f"{r[1]} on {r[3]} off {r[4]} ({r[5]})" for r in rows if r[0] == case.name), flush=True)
 
     print()
     head = ("case", "variant", "device", "on ms", "off ms", "diff", "verify on s", "verify off s")
