@@ -63,13 +63,28 @@ def one(problem: Path, scratch: Path, timeout: float) -> dict:
                                 "--json"], home, timeout)
     row["run_s"] = round(secs, 1)
     result = _last_json(out)
-    row["built"] = "architect" in " ".join(result.get("manifests") or []) or rc == 0
-    if rc == 0:
+    row["built"] = any("architect" in m for m in result.get("manifests") or [])
+    if result:  # the run ended with its summary: verified or not, the outcome says which
         outcome = result.get("outcome") or {}
-        row["verdict"] = outcome.get("verdict") or ("verified" if result.get("verified") else "")
+        row["verdict"] = outcome.get("verdict") or ("verified" if result.get("verified")
+                                                    else "not verified")
+        row["verdict"] += _optimizer_failures(home)
     else:
-        row["error"] = (err.strip().splitlines() or [f"exit {rc}"])[-1][:200]
+        row["error"] = next((line for line in reversed(err.strip().splitlines())
+                             if "error" in line.lower()), f"exit {rc}")[:200]
     return row
+
+
+def _optimizer_failures(home: Path) -> str:
+    """` (rejected: check, ...)` from the optimizer's manifest when no iteration passed."""
+    for path in home.glob("manifests/*/optimizer.json"):
+        m = json.loads(path.read_text())
+        if m.get("status") == "verified":
+            return ""
+        failed = sorted({c for it in m.get("details", {}).get("iterations", [])
+                         for c in it.get("checks", {}).get("failed", [])})
+        return f" (rejected: {', '.join(failed)})" if failed else ""
+    return ""
 
 
 def main() -> int:
@@ -102,7 +117,7 @@ def main() -> int:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
     rows.sort(key=lambda r: -((r["import_s"] or 0) + (r["run_s"] or 0)))
     print()
-    print(f"| problem | import s | run s | outcome |\n|---|---|---|---|")
+    print("| problem | import s | run s | outcome |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['problem']} | {r['import_s']} | {r['run_s']} | "
               f"{r['verdict'] or r['error']} |")

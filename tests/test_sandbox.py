@@ -211,3 +211,20 @@ def test_a_missing_mechanism_is_reported_with_its_fix(monkeypatch: pytest.Monkey
     assert "bubblewrap is not installed" in state.reason
     assert "apt-get install bubblewrap" in state.fix
     assert not any(layer.enforced for layer in state.layers if layer.name != "gpu")
+
+
+def test_the_commands_own_program_is_bound_only_outside_the_shown_folders(tmp_path: Path) -> None:
+    """An interpreter named with `ssh://...?python=PATH` may live where the sandbox shows
+    nothing: it gets its own read-only bind. One under a shown folder (a venv's `bin/python`,
+    a symlink there) must not: binding over a symlink fails every worker."""
+    env_dir = tmp_path / "venv" / "bin"
+    env_dir.mkdir(parents=True)
+    python = env_dir / "python"
+    python.write_text("#!/bin/sh\n")
+    elsewhere = tmp_path / "wrapper"
+    elsewhere.write_text("#!/bin/sh\n")
+    shown = [str(tmp_path / "venv")]
+    assert not sandbox._needs_own_bind(str(python), shown)
+    assert sandbox._needs_own_bind(str(elsewhere), shown)
+    assert not sandbox._needs_own_bind("python3", shown)  # found on PATH, not a path
+    assert not sandbox._needs_own_bind(str(tmp_path / "missing"), shown)

@@ -8,6 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_tui_fakes import FakeBackend, kernel_source
+from textual import events
+
 from kopt.harness.errors import BadInputError
 from kopt.workbench.app import KoptApp
 from kopt.workbench.config import TuiConfig, load_config
@@ -22,8 +25,6 @@ from kopt.workbench.widgets.diff_view import DiffView
 from kopt.workbench.widgets.iteration_table import IterationTable
 from kopt.workbench.widgets.phase_strip import PhaseStrip
 from kopt.workbench.widgets.verification_view import VerificationView
-from test_tui_fakes import FakeBackend, kernel_source
-from textual import events
 
 pytestmark = pytest.mark.anyio
 
@@ -292,9 +293,10 @@ async def test_metrics_chart_shows_slower_than_eager_iterations(workspace: Path)
     with no figure (speedup 0, latency unknown) is a row of dashes, never "0.0000x"."""
     import io
 
-    from kopt.workbench.widgets.metrics_chart import MetricsChart
     from rich.console import Console
     from test_tui_fakes import FakeIteration
+
+    from kopt.workbench.widgets.metrics_chart import MetricsChart
 
     app = KoptApp(backend=FakeBackend(workspace))
     async with app.run_test(size=(120, 40)) as pilot:

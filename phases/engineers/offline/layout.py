@@ -89,7 +89,7 @@ def build_constructor(case: Case, model: torch.nn.Module) -> Constructor:
     base_state = _state(cls, [], dict(values)) or dict(model.state_dict())
     ints = _int_arguments(values)
     exps: dict[str, dict[str, dict[int, int]]] = {k: {} for k in base_state}
-    for arg, v in ints.items():
+    for arg in ints:
         st = _state(cls, [], _doubled(values, arg))
         if st is None:
             continue
