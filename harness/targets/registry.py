@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from kopt.harness.errors import BadInputError, TargetError
+from kopt.harness.errors import BadInputError
 from kopt.harness.paths import kopt_dir, workspace_root
 
 

@@ -5,7 +5,7 @@ as they do for `ssh`; host keys are verified (BatchMode: an unknown key is an er
 prompt). Connections are multiplexed (ControlMaster) so the several calls of one job cost one
 handshake.
 
-On the remote, a small stdlib-only agent (`_AGENT`, shipped inline with `python3 -c`) keeps a
+On the remote, a small stdlib-only agent (harness/targets/ssh_agent.py, shipped inline with `python3 -c`) keeps a
 workspace (default `~/.kopt-remote`):
 
     blobs/<sha256>          content store: a file is pushed once, whatever job needs it
@@ -28,8 +28,6 @@ Query options on the spec: `?python=/path/to/python` (default `python3`), `?sour
 
 from __future__ import annotations
 
-import base64
-import getpass
 import hashlib
 import io
 import json
@@ -38,11 +36,9 @@ import re
 import shlex
 import subprocess
 import tarfile
-import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +48,20 @@ from kopt.harness import sandbox
 from kopt.harness.errors import BadInputError, TargetError, TargetLost
 from kopt.harness.targets import jobs as job_records
 from kopt.harness.targets.base import LineSink, WorkerOutcome, read_response, register_scheme
+from kopt.harness.targets.ssh_agent import BOOTSTRAP
+from kopt.harness.targets.ssh_files import (
+    Entry,
+    LineAssembler,
+    control_dir,
+    first_line,
+    probe_cache_file,
+    read_fresh,
+    read_request,
+    safe_extract,
+    source_manifest,
+    tree_hash,
+    tree_manifest,
+)
 
 SECRET_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 CONNECT_TIMEOUT_S = 10
@@ -185,16 +195,16 @@ class SshTarget:
               note: str = "") -> job_records.JobRecord:
         """Push `job_dir` and start its worker on the remote, detached; returns at once."""
         job_dir = Path(job_dir).resolve()
-        request = _read_request(job_dir)
+        request = read_request(job_dir)
         probe = self.probe()
         self._check_requirements(probe, request)
         job_id = job_records.new_job_id()
         remote_dir = f"jobs/{job_id}"
-        trees = {remote_dir: _manifest(job_dir, skip_top=("out",))}
+        trees = {remote_dir: tree_manifest(job_dir, skip_top=("out",))}
         src = ""
         if self.parsed.push_source:
-            source = _source_manifest()
-            src = "src/" + _tree_hash(source)
+            source = source_manifest()
+            src = "src/" + tree_hash(source)
             trees[src] = source
         with self._push_lock:
             self._push(trees, probe)
@@ -220,7 +230,7 @@ class SshTarget:
         down_since: float | None = None
         last_error = ""
         while True:
-            sink = _LineAssembler(tail, on_line)
+            sink = LineAssembler(tail, on_line)
             code, err = self._follow(record, offset, sink, deadline)
             offset += sink.bytes_seen
             if code == 0:
@@ -240,7 +250,7 @@ class SshTarget:
             if now - down_since > RECONNECT_WINDOW_S:
                 job_records.update(record, state="running")
                 raise TargetLost(f"lost the connection to {self.name} during job {record.id} "
-                                 f"({_first_line(last_error) or 'ssh exited'})",
+                                 f"({first_line(last_error) or 'ssh exited'})",
                                  fix=f"it goes on there: `kopt jobs attach {record.id}`")
             time.sleep(1.0)
         return self._collect(record, tail)
@@ -281,9 +291,9 @@ class SshTarget:
     def probe(self, *, refresh: bool = False) -> dict[str, Any]:
         """Python/torch/triton versions, GPU and free disk of the remote (cached)."""
         with self._lock:
-            cache = _probe_cache_file(f"{self.spec}|{self.parsed.python}|{self.parsed.workspace}")
+            cache = probe_cache_file(f"{self.spec}|{self.parsed.python}|{self.parsed.workspace}")
             if self._probe is None and not refresh:
-                self._probe = _read_fresh(cache, PROBE_TTL_S)
+                self._probe = read_fresh(cache, PROBE_TTL_S)
             if self._probe is None or refresh:
                 out = self._call("probe", payload=json.dumps({}).encode(), timeout=120)
                 try:
@@ -310,7 +320,7 @@ class SshTarget:
 
     # -- pushing files ------------------------------------------------------------------------
 
-    def _push(self, trees: dict[str, dict[str, _Entry]], probe: dict[str, Any]) -> None:
+    def _push(self, trees: dict[str, dict[str, Entry]], probe: dict[str, Any]) -> None:
         blobs = {e.sha: e for tree in trees.values() for e in tree.values()}
         query = {"blobs": sorted(blobs), "trees": sorted(trees)}
         answer = json.loads(self._call("missing", payload=json.dumps(query).encode(),
@@ -342,7 +352,7 @@ class SshTarget:
 
     # -- following and collecting -------------------------------------------------------------
 
-    def _follow(self, record: job_records.JobRecord, offset: int, sink: _LineAssembler,
+    def _follow(self, record: job_records.JobRecord, offset: int, sink: LineAssembler,
                 deadline: float) -> tuple[int, str]:
         payload = json.dumps({"job": record.remote_dir, "offset": offset}).encode()
         proc = subprocess.Popen(self._ssh_command(self._agent_command("follow")),
@@ -386,7 +396,7 @@ class SshTarget:
                     file = tar.extractfile(member)
                     status = json.loads(file.read()) if file else {}
                 elif member.name == "out" or member.name.startswith("out/"):
-                    _safe_extract(tar, member, job_dir)
+                    safe_extract(tar, member, job_dir)
         timed_out = bool(status.get("timed_out"))
         state = "timed_out" if timed_out else "cancelled" if status.get("cancelled") else "fetched"
         job_records.update(record, state=state, returncode=status.get("returncode"))
@@ -419,7 +429,7 @@ class SshTarget:
             settings = hashlib.sha256(repr((config, o.identity_file, o.known_hosts,
                                             o.ssh_options)).encode()).hexdigest()[:8]
             cmd += ["-o", "ControlMaster=auto",
-                    "-o", f"ControlPath={_control_dir()}/{settings}-%C",
+                    "-o", f"ControlPath={control_dir()}/{settings}-%C",
                     "-o", "ControlPersist=60"]
         for option in o.ssh_options:
             cmd += ["-o", option]
@@ -430,7 +440,7 @@ class SshTarget:
         return [*cmd, p.host, remote]
 
     def _agent_command(self, action: str) -> str:
-        return (f"{shlex.quote(self.parsed.python)} -c {shlex.quote(_BOOTSTRAP)} "
+        return (f"{shlex.quote(self.parsed.python)} -c {shlex.quote(BOOTSTRAP)} "
                 f"{action} {shlex.quote(self.parsed.workspace)}")
 
     def _call(self, action: str, *, payload: bytes, timeout: float) -> bytes:
@@ -471,7 +481,7 @@ class SshTarget:
                        "no route to host", "network is unreachable", "connection closed by",
                        "connection reset"):
             if marker in low and code == 255:
-                return TargetLost(f"{self.name} is unreachable: {_first_line(text, marker)}",
+                return TargetLost(f"{self.name} is unreachable: {first_line(text, marker)}",
                                   fix=f"check the host is up and sshd listens there: "
                                       f"`ssh{port} {who} true`")
         if "no space left on device" in low or code == 28:
@@ -483,467 +493,11 @@ class SshTarget:
                                fix="install python3 there, or give ?python=/path/to/python in the "
                                    "spec or python: in targets.yaml")
         if code == 255:
-            return TargetLost(f"ssh to {self.name} failed: {_first_line(text) or 'exit 255'}",
+            return TargetLost(f"ssh to {self.name} failed: {first_line(text) or 'exit 255'}",
                               fix=f"try `ssh{port} {who} true` to see why")
         return TargetError(f"{action} on {self.name} failed (exit {code}): "
-                           f"{_first_line(text, None, last=True) or 'no output'}",
+                           f"{first_line(text, None, last=True) or 'no output'}",
                            fix="run `kopt targets` to check the remote")
-
-
-# -- local helpers -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Entry:
-    path: Path
-    sha: str
-    size: int
-    mode: int
-
-
-class _LineAssembler:
-    """Bytes in, whole lines out (to `on_line` and the tail), across reconnects."""
-
-    def __init__(self, tail: deque[str], on_line: LineSink | None) -> None:
-        self.tail, self.on_line = tail, on_line
-        self.pending = b""
-        self.bytes_seen = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self.bytes_seen += len(chunk)
-        self.pending += chunk
-        *lines, self.pending = self.pending.split(b"\n")
-        for line in lines:
-            self._emit(line)
-
-    def flush(self) -> None:
-        if self.pending:
-            self._emit(self.pending)
-            self.pending = b""
-
-    def _emit(self, raw: bytes) -> None:
-        line = raw.decode(errors="replace").rstrip("\r")
-        self.tail.append(line)
-        if self.on_line is not None:
-            self.on_line(line)
-
-
-def _read_request(job_dir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((job_dir / "request.json").read_text())
-    except (OSError, ValueError) as err:
-        raise BadInputError(f"{job_dir} is not a job directory (no readable request.json)",
-                            fix="stage it with harness.job.stage_job") from err
-
-
-def _file_sha(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _manifest(root: Path, *, skip_top: Iterable[str] = (),
-              skip_names: tuple[str, ...] = ("__pycache__",)) -> dict[str, _Entry]:
-    skip_top = set(skip_top)
-    entries: dict[str, _Entry] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel_dir = Path(dirpath).relative_to(root)
-        dirnames[:] = sorted(d for d in dirnames if d not in skip_names
-                             and not (rel_dir == Path(".") and d in skip_top))
-        for name in sorted(filenames):
-            if name.endswith(".pyc") or (rel_dir == Path(".") and name in skip_top):
-                continue
-            path = Path(dirpath) / name
-            if not path.is_file():
-                continue
-            st = path.stat()
-            entries[(rel_dir / name).as_posix()] = _Entry(path, _file_sha(path), st.st_size,
-                                                          st.st_mode & 0o777)
-    return entries
-
-
-_SOURCE_CACHE: dict[tuple[Any, ...], dict[str, _Entry]] = {}
-
-
-def _source_manifest() -> dict[str, _Entry]:
-    """What the remote worker imports (`kopt/__init__.py` and the `harness` package beside it,
-    as in a source checkout), keyed by path under src/<hash>/."""
-    import kopt
-    from kopt.harness.paths import PACKAGE_ROOT
-
-    root = PACKAGE_ROOT / "harness"
-    init = Path(kopt.__file__).resolve()
-    files = [init, *root.rglob("*.py")]
-    stamp = tuple(sorted((str(p), p.stat().st_mtime_ns) for p in files))
-    if stamp not in _SOURCE_CACHE:
-        _SOURCE_CACHE.clear()
-        tree = {f"harness/{rel}": e for rel, e in _manifest(root).items()}
-        st = init.stat()
-        tree["kopt/__init__.py"] = _Entry(init, _file_sha(init), st.st_size, st.st_mode & 0o777)
-        _SOURCE_CACHE[stamp] = tree
-    return _SOURCE_CACHE[stamp]
-
-
-def _tree_hash(tree: dict[str, _Entry]) -> str:
-    digest = hashlib.sha256()
-    for rel in sorted(tree):
-        digest.update(f"{rel}\0{tree[rel].sha}\0{tree[rel].mode}\n".encode())
-    return digest.hexdigest()[:20]
-
-
-def _probe_cache_file(spec: str) -> Path:
-    from kopt.harness.paths import cache_dir
-
-    return cache_dir() / "targets" / (hashlib.sha256(spec.encode()).hexdigest()[:16] + ".json")
-
-
-def _read_fresh(file: Path, max_age_s: float) -> dict[str, Any] | None:
-    try:
-        if time.time() - file.stat().st_mtime > max_age_s:
-            return None
-        data = json.loads(file.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _control_dir() -> str:
-    """Short (unix socket paths are limited to ~100 bytes) and private."""
-    directory = Path(tempfile.gettempdir()) / f"kopt-ssh-{getpass.getuser()}"
-    directory.mkdir(mode=0o700, exist_ok=True)
-    return str(directory)
-
-
-def _safe_extract(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path) -> None:
-    target = (dest / member.name).resolve()
-    if not str(target).startswith(str(dest.resolve()) + os.sep) or not (member.isfile() or
-                                                                       member.isdir()):
-        return  # never let the remote write outside the job directory
-    if member.isdir():
-        target.mkdir(parents=True, exist_ok=True)
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    source = tar.extractfile(member)
-    if source is not None:
-        target.write_bytes(source.read())
-
-
-def _first_line(text: str, marker: str | None = None, *, last: bool = False) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning:")]
-    if marker:
-        lines = [ln for ln in lines if marker in ln.lower()] or lines
-    if not lines:
-        return ""
-    return (lines[-1] if last else lines[0])[:200]
-
-
-# -- the remote agent (stdlib only; runs under the remote's python) ---------------------------
-
-_AGENT = r'''
-import json, os, signal, subprocess, sys, tarfile, time, io, shutil, platform
-
-ACTION, WS = sys.argv[1], os.path.expanduser(sys.argv[2])
-
-
-def job_path(rel):
-    path = os.path.normpath(os.path.join(WS, rel))
-    if not path.startswith(os.path.join(WS, "jobs") + os.sep):
-        sys.exit("bad job path %r" % rel)
-    return path
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def read_json(path, default=None):
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return default
-
-
-def write_json(path, data):
-    with open(path + ".tmp", "w") as handle:
-        json.dump(data, handle)
-    os.replace(path + ".tmp", path)
-
-
-def probe(args):
-    info = {"host": platform.node(), "python": sys.version.split()[0],
-            "python_path": sys.executable, "workspace": WS}
-    os.makedirs(WS, exist_ok=True)
-    usage = shutil.disk_usage(WS)
-    info["disk_free_bytes"] = usage.free
-    try:
-        import torch
-        info["torch"] = torch.__version__
-        info["torch_cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
-            props = torch.cuda.get_device_properties(0)
-            info["gpu"] = {"name": props.name, "count": torch.cuda.device_count(),
-                           "memory_gib": round(props.total_memory / 2**30, 1),
-                           "capability": "%d.%d" % (props.major, props.minor)}
-        else:
-            info["gpu"] = None
-    except Exception as err:
-        info["torch"] = None
-        info["torch_error"] = "%s: %s" % (type(err).__name__, err)
-        info["gpu"] = None
-    try:
-        import triton
-        info["triton"] = triton.__version__
-    except Exception as err:
-        info["triton"] = None
-        info["triton_error"] = "%s: %s" % (type(err).__name__, err)
-    try:
-        import kopt
-        info["kopt_installed"] = os.path.dirname(os.path.dirname(kopt.__file__))
-    except Exception:
-        info["kopt_installed"] = None
-    print(json.dumps(info))
-
-
-def missing(args):
-    blobs = os.path.join(WS, "blobs")
-    gone = [s for s in args["blobs"] if not os.path.exists(os.path.join(blobs, s))]
-    trees = [t for t in args["trees"] if not os.path.exists(os.path.join(WS, t, ".complete"))]
-    print(json.dumps({"blobs": gone, "trees": trees}))
-
-
-def receive(_):
-    blobs = os.path.join(WS, "blobs")
-    os.makedirs(blobs, exist_ok=True)
-    layout = {}
-    with tarfile.open(fileobj=sys.stdin.buffer, mode="r|*") as tar:
-        for member in tar:
-            data = tar.extractfile(member)
-            if data is None:
-                continue
-            if member.name == "trees.json":
-                layout = json.loads(data.read())
-                continue
-            sha = os.path.basename(member.name)
-            tmp = os.path.join(blobs, ".%s.%d" % (sha, os.getpid()))
-            with open(tmp, "wb") as out:
-                shutil.copyfileobj(data, out)
-            os.replace(tmp, os.path.join(blobs, sha))
-    for tree, files in layout.items():
-        root = os.path.join(WS, tree)
-        for rel, (sha, mode) in files.items():
-            dest = os.path.join(root, rel)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            if os.path.exists(dest):
-                os.unlink(dest)
-            # a copy, never a hard link: a job that edits its own files (a cheating candidate
-            # rewriting case/model.py) must not change the blob other jobs are built from
-            shutil.copyfile(os.path.join(blobs, sha), dest)
-            os.utime(os.path.join(blobs, sha))  # last use, for prune()
-            if mode & 0o111:
-                os.chmod(dest, 0o755)
-        open(os.path.join(root, ".complete"), "w").close()
-
-
-def prune(keep_days=3.0):
-    """Finished job directories and blobs unused for `keep_days`."""
-    now = time.time()
-    jobs = os.path.join(WS, "jobs")
-    for name in os.listdir(jobs) if os.path.isdir(jobs) else []:
-        status = os.path.join(jobs, name, "status.json")
-        try:
-            if now - os.path.getmtime(status) > keep_days * 86400:
-                shutil.rmtree(os.path.join(jobs, name), ignore_errors=True)
-        except OSError:
-            continue
-    blobs = os.path.join(WS, "blobs")
-    for name in os.listdir(blobs) if os.path.isdir(blobs) else []:
-        path = os.path.join(blobs, name)
-        try:
-            if now - os.path.getmtime(path) > keep_days * 86400:
-                os.unlink(path)
-        except OSError:
-            continue
-
-
-def start(args):
-    prune()
-    job = job_path(args["job"])
-    os.makedirs(os.path.join(job, "out"), exist_ok=True)
-    write_json(os.path.join(job, "launch.json"), args)
-    open(os.path.join(job, "worker.log"), "ab").close()
-    boot = "import base64,sys;BLOB=%r;exec(base64.b64decode(BLOB).decode())" % BLOB
-    sup = subprocess.Popen([sys.executable, "-c", boot, "supervise", WS],
-                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                           stderr=open(os.path.join(job, "supervisor.log"), "ab"),
-                           start_new_session=True, close_fds=True)
-    sup.stdin.write(json.dumps({"job": args["job"]}).encode())
-    sup.stdin.close()
-    with open(os.path.join(job, "supervisor.pid"), "w") as handle:
-        handle.write(str(sup.pid))
-    print(json.dumps({"pid": sup.pid}))
-
-
-def supervise(args):
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    job = job_path(args["job"])
-    launch = read_json(os.path.join(job, "launch.json"))
-    env = dict(os.environ)
-    env["KOPT_CACHE"] = os.path.join(WS, "cache")  # tensors and GPU ceilings, shared by jobs
-    if launch["src"]:
-        src = os.path.join(WS, launch["src"])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
-    env.update({k: str(v) for k, v in launch["env"].items()})
-    env["PYTHONUNBUFFERED"] = "1"
-    log = open(os.path.join(job, "worker.log"), "ab")
-    began = time.time()
-    command = [launch["python"], "-m", "kopt.harness.worker", job]
-    if launch.get("sandbox"):
-        # harness/sandbox.py on this host wraps the worker (bwrap when it can) and execs it,
-        # keeping the pid: the group kill below still takes everything down
-        command = [launch["python"], "-m", "kopt.harness.sandbox", "exec", job, "--"] + command
-    proc = subprocess.Popen(command, cwd=job, env=env,
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    with open(os.path.join(job, "worker.pid"), "w") as handle:
-        handle.write(str(proc.pid))
-    cancelled = []
-
-    def on_term(signum, frame):
-        cancelled.append(True)
-        kill_group(proc.pid)
-
-    signal.signal(signal.SIGTERM, on_term)
-    timed_out = False
-    try:
-        proc.wait(timeout=float(launch["timeout"]))
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    kill_group(proc.pid)
-    proc.wait()
-    log.close()
-    write_json(os.path.join(job, "status.json"),
-               {"returncode": None if timed_out else proc.returncode, "timed_out": timed_out,
-                "cancelled": bool(cancelled), "elapsed_s": time.time() - began,
-                "host": platform.node()})
-
-
-def kill_group(pid):
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def state_of(job):
-    status = read_json(os.path.join(job, "status.json"))
-    if status is not None:
-        state = "timed_out" if status.get("timed_out") else \
-            "cancelled" if status.get("cancelled") else "done"
-        return dict(status, state=state)
-    try:
-        pid = int(open(os.path.join(job, "supervisor.pid")).read())
-    except (OSError, ValueError):
-        return {"state": "lost"}
-    return {"state": "running" if alive(pid) else "lost", "pid": pid}
-
-
-def follow(args):
-    job = job_path(args["job"])
-    if not os.path.isdir(job):
-        sys.exit(3)
-    out = sys.stdout.buffer
-    with open(os.path.join(job, "worker.log"), "rb") as log:
-        log.seek(int(args.get("offset", 0)))
-        while True:
-            chunk = log.read(65536)
-            if chunk:
-                out.write(chunk)
-                out.flush()
-                continue
-            state = state_of(job)["state"]
-            if state != "running":
-                rest = log.read()
-                if rest:
-                    out.write(rest)
-                    out.flush()
-                return
-            time.sleep(0.05)
-
-
-def status(args):
-    job = job_path(args["job"])
-    if not os.path.isdir(job):
-        print(json.dumps({"state": "missing"}))
-        return
-    info = state_of(job)
-    try:
-        info["log_bytes"] = os.path.getsize(os.path.join(job, "worker.log"))
-    except OSError:
-        info["log_bytes"] = 0
-    print(json.dumps(info))
-
-
-def fetch(args):
-    job = job_path(args["job"])
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
-        if os.path.isdir(os.path.join(job, "out")):
-            tar.add(os.path.join(job, "out"), arcname="out")
-        if os.path.exists(os.path.join(job, "status.json")):
-            tar.add(os.path.join(job, "status.json"), arcname="status.json")
-    sys.stdout.buffer.write(buffer.getvalue())
-
-
-def cancel(args):
-    job = job_path(args["job"])
-    info = state_of(job)
-    if info["state"] != "running":
-        print(json.dumps({"cancelled": False, "state": info["state"]}))
-        return
-    try:
-        os.kill(info["pid"], signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    for _ in range(100):
-        if read_json(os.path.join(job, "status.json")) is not None:
-            break
-        time.sleep(0.05)
-    else:
-        try:
-            kill_group(int(open(os.path.join(job, "worker.pid")).read()))
-        except (OSError, ValueError):
-            pass
-    print(json.dumps({"cancelled": True}))
-
-
-ACTIONS = {"probe": probe, "missing": missing, "receive": receive, "start": start,
-           "supervise": supervise, "follow": follow, "status": status, "fetch": fetch,
-           "cancel": cancel}
-try:
-    if ACTION == "receive":
-        receive(None)
-    else:
-        raw = sys.stdin.read()
-        ACTIONS[ACTION](json.loads(raw) if raw.strip() else {})
-except OSError as err:
-    if err.errno == 28:
-        sys.stderr.write("No space left on device: %s\n" % err)
-        sys.exit(28)
-    raise
-'''
-
-_BLOB = base64.b64encode(_AGENT.encode()).decode()
-# The agent re-launches itself as the supervisor, so it is handed its own encoded source.
-_BOOTSTRAP = (f"import base64,sys;BLOB={_BLOB!r};"
-              "exec(base64.b64decode(BLOB).decode())")
 
 
 def _factory(spec: str) -> SshTarget:
