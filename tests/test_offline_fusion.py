@@ -80,6 +80,25 @@ def test_middle_and_outer_dim_reductions_match_eager(tmp_path: Path, expr: str) 
     assert len(result.kernels) == 1, result.kernels
 
 
+@pytest.mark.parametrize("expr", [
+    "torch.tanh(x.mean(dim=(2, 3), keepdim=True)) * 2.0",  # a global average pool
+    "x.amax(dim=[1, 2, 3]) + 1.0",
+    "x.var(dim=(-2, -1), keepdim=True) + x.sum(dim=(1, 2))[:, None, None, :]",
+    "torch.logsumexp(x, dim=(1, 2))",
+])
+def test_reductions_over_several_adjacent_dims_are_generated(tmp_path: Path, expr: str) -> None:
+    """Several adjacent reduced dims are one dim of a reshape: no PyTorch fallback left."""
+    result, _ = _generate(tmp_path, [f"return {expr}"], [[3, 5, 7, 9], [1]])
+    assert result.kernels and all("reduction" in k["kind"] or k["kind"] == "pointwise"
+                                  for k in result.kernels), result.kernels
+    assert "aten." not in " ".join(u.get("op", "") for u in result.unfused), result.unfused
+
+
+def test_reduction_over_dims_that_are_not_adjacent_stays_in_pytorch(tmp_path: Path) -> None:
+    result, _ = _generate(tmp_path, ["return x.sum(dim=(1, 3)) * 2.0"], [[3, 5, 7, 9], [1]])
+    assert any("several" in u["reason"] for u in result.unfused), result.unfused
+
+
 def test_middle_dim_softmax_bf16_with_long_reduced_extent(tmp_path: Path) -> None:
     result, _ = _generate(tmp_path, ["return torch.softmax(x, dim=1)"], [[2, 1100, 17], [1]], "bfloat16")
     assert [k["kind"] for k in result.kernels] == ["tiled_reduction"], result.kernels

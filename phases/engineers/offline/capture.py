@@ -9,6 +9,7 @@ by `graph.py`.
 
 from __future__ import annotations
 
+import math
 import operator
 import warnings
 from dataclasses import dataclass
@@ -423,8 +424,14 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         dims = [norm_dim(d, x.rank) for d in dims]
         if packet in ("max", "min") and overload == "dim":
             return _fallback(b, fx, args, kwargs, shape, sym, dtype)  # values + indices
+        merged_keep: tuple[Node, list[int]] | None = None
         if len(dims) != 1 and x.rank > 0 and len([d for d in dims if x.shape[d] != 1]) > 1:
-            return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+            if sorted(set(dims)) != list(range(min(dims), max(dims) + 1)):
+                return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+            # adjacent dims (a global average pool's H, W): one dim of a reshape of x
+            merged_keep = (x, sorted(set(dims)))
+            x = _merge_dims(b, x, sorted(set(dims)), name)
+            dims = [min(dims)]
         if x.rank == 0:
             return node("identity", [x])
         d = next((d for d in dims if x.shape[d] != 1), dims[0])
@@ -446,9 +453,13 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             if packet == "std":
                 out = b.op(name, "sqrt", [var], var, origin=name)
             elif packet == "var_mean":
+                if merged_keep is not None and keep:
+                    return (_unmerge_kept(b, var, *merged_keep), _unmerge_kept(b, mean, *merged_keep))
                 return (_squeeze(b, var, squeeze_rest, keep), _squeeze(b, mean, squeeze_rest, keep))
             else:
                 out = var
+        if merged_keep is not None and keep:
+            return _unmerge_kept(b, out, *merged_keep)
         return _squeeze(b, out, squeeze_rest, keep)
     if packet in ("_softmax", "_log_softmax", "softmax", "log_softmax"):
         x = x0()
@@ -505,6 +516,29 @@ def _lower_eval_batch_norm(b: Builder, args: list[Any], name: str) -> tuple[Node
     if bias is not None:
         y = b.op(f"{name}_shifted", "add", [y, per_channel(bias, "bias")], y, origin=name)
     return b.op(name, "identity", [y], y, dtype=x.dtype, origin=name), None, None
+
+
+def _merge_dims(b: Builder, x: Node, dims: list[int], name: str) -> Node:
+    """x reshaped so that the adjacent `dims` are one dim (their product), at `dims[0]`: a
+    reduction over several adjacent dims is a reduction over that one. The merged size is
+    written -1 in the generated reshape, so it follows the input at run time."""
+    d0, d1 = dims[0], dims[-1]
+    size = math.prod(x.shape[d0:d1 + 1])
+    size_sym: Any = 1
+    for s in x.sym[d0:d1 + 1]:
+        size_sym = size_sym * s
+    return b.op(f"{name}_merged", "view", [x, [*x.sym[:d0], -1, *x.sym[d1 + 1:]]], x,
+                shape=(*x.shape[:d0], size, *x.shape[d1 + 1:]),
+                sym=(*x.sym[:d0], size_sym, *x.sym[d1 + 1:]), origin=name)
+
+
+def _unmerge_kept(b: Builder, out: Node, x: Node, dims: list[int]) -> Node:
+    """A keepdim reduction over merged dims, reshaped to x's rank (1 at each reduced dim)."""
+    d0, d1 = dims[0], dims[-1]
+    ones = [1] * (d1 - d0 + 1)
+    return b.op(f"{out.name}_kept", "view", [out, [*x.sym[:d0], *ones, *x.sym[d1 + 1:]]], out,
+                shape=(*x.shape[:d0], *ones, *x.shape[d1 + 1:]),
+                sym=(*x.sym[:d0], *ones, *x.sym[d1 + 1:]), origin=out.origin)
 
 
 def _squeeze(b: Builder, out: Node, dims: list[int], keep: bool) -> Node:
