@@ -597,13 +597,20 @@ class SmokeTrial:
 
 
 def _smoke_override(sizes: dict[int, int], d: _Derivation, init: list[Any],
-                    names: list[str] | None) -> dict[str, Any]:
+                    names: list[str] | None, batch: tuple[int, int] | None = None
+                    ) -> dict[str, Any]:
+    """The smoke set's overrides: each size of `sizes` wherever it appears; with `batch`
+    (size, smoke size), dim 0 of every input of two or more dims that has that size, by
+    position (its other occurrences keep their sizes)."""
     args: list[dict[str, Any]] = []
     for a in d.args:
         if "shape" not in a:
             args.append({})
             continue
-        over: dict[str, Any] = {"shape": [sizes.get(s, s) for s in a["shape"]]}
+        shape = [sizes.get(s, s) for s in a["shape"]]
+        if batch is not None and len(shape) >= 2 and a["shape"][0] == batch[0]:
+            shape[0] = batch[1]
+        over: dict[str, Any] = {"shape": shape}
         if a.get("init") == "randint" and a["high"] in sizes:
             over["high"] = sizes[a["high"]]
         args.append(over)
@@ -672,13 +679,16 @@ def search_smoke(file: Path, manifest: dict[str, Any], d: _Derivation, sz: _Size
     tried: set[tuple[tuple[int, int], ...]] = set()
     smokes: dict[int, dict[str, Any]] = {}
 
-    def attempt(strategy: str, sizes: dict[int, int]) -> SmokeTrial | None:
-        key = tuple(sorted(sizes.items()))
+    def attempt(strategy: str, sizes: dict[int, int],
+                batch: tuple[int, int] | None = None) -> SmokeTrial | None:
+        key = (tuple(sorted(sizes.items())), batch)
         if key in tried or len(trials) >= SMOKE_TRIALS:
             return None
         tried.add(key)
-        smoke = _smoke_override(sizes, d, init, names)
+        smoke = _smoke_override(sizes, d, init, names, batch)
         trial = try_smoke(file, {**manifest, "smoke": smoke}, strategy, sizes)
+        if batch is not None:
+            trial.strategy += f" (batch {batch[0]}->{batch[1]} at dim 0 only)"
         smokes[id(trial)] = smoke
         trials.append(trial)
         return trial
@@ -697,6 +707,24 @@ def search_smoke(file: Path, manifest: dict[str, Any], d: _Derivation, sz: _Size
                 break
             sizes = smaller
             trial = attempt(strategy, sizes)
+        if trial is not None and trial.ok and trial.largest <= SMOKE_OP_BUDGET:
+            return smokes[id(trial)], trial, trials
+    # Sizes are shrunk by value, so a batch equal to a size the model ties to its weights (a
+    # LayerNorm over a last dim that happens to equal the batch) breaks every sizing above:
+    # shrink the batch by position, and the sizes that are not the batch's by value.
+    if sz.batch and sz.batch > 2 and sz.batch not in sz.pinned:
+        local = _Sizes(sz.shapes, sz.ctor_ints, False, sz.pinned | sz.ctor_ints | {sz.batch},
+                       None)
+        sizes = _initial_sizes(local, 1)
+        batch = (sz.batch, 2)
+        trial = attempt("keep the batch's other sizes", sizes, batch)
+        while trial is not None and trial.ok and trial.largest > SMOKE_OP_BUDGET:
+            smaller = _shrink(sizes, local, lambda s, t=trial: t.largest, SMOKE_OP_BUDGET,
+                              prefer=trial.shape, exact=False)
+            if smaller == sizes:
+                break
+            sizes = smaller
+            trial = attempt("keep the batch's other sizes", sizes, batch)
         if trial is not None and trial.ok and trial.largest <= SMOKE_OP_BUDGET:
             return smokes[id(trial)], trial, trials
     ran = [t for t in trials if t.ok]

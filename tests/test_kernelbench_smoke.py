@@ -207,6 +207,45 @@ def test_bias_shape_shrinks_with_its_channels(tmp_path: Path, workspace: Path) -
     assert smoke.init_kwargs["out_channels"] < 192
 
 
+BATCH_EQUALS_A_TIED_WIDTH = """\
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self, features):
+            super().__init__()
+            self.norm = nn.LayerNorm(features)
+
+        def forward(self, x):
+            return torch.relu(self.norm(torch.cat([x, x.flip(-1)], dim=-1)))
+
+    batch_size = 32
+    seq = 2048
+    width = 32
+    features = 64
+
+    def get_inputs():
+        return [torch.rand(batch_size, seq, width)]
+
+    def get_init_inputs():
+        return [features]
+"""
+
+
+def test_a_batch_equal_to_a_tied_width_shrinks_by_position(tmp_path: Path, workspace: Path) -> None:
+    """Sizes shrink by value; here the batch (32) is also the width that the LayerNorm ties to
+    its constructor argument (64 = 2 * 32) through the forward, so every by-value sizing fails.
+    The batch then shrinks alone, at dim 0, and the width keeps its size."""
+    case, report = import_in_process(write_problem(tmp_path, "tied", BATCH_EQUALS_A_TIED_WIDTH),
+                                     workspace)
+    assert case.manifest.smoke is not None, report
+    (x,) = case.input_set("smoke").args
+    assert isinstance(x, TensorSpec) and x.shape[0] < 32 and x.shape[-1] == 32
+    out, largest = smoke_forward(case)
+    assert torch.isfinite(out).all() and largest < 32 * 2048 * 64
+    assert "at dim 0 only" in case.manifest.description
+
+
 def test_a_problem_no_sizing_can_run_gets_no_smoke_set_and_says_why(
         tmp_path: Path, workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     file = write_problem(tmp_path, "fixed", """\
