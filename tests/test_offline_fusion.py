@@ -120,3 +120,35 @@ def test_long_rows_layer_norm_reads_the_row_twice_not_three_times(tmp_path: Path
     (kernel,) = result.kernels
     looped = result.source.split("else:  # a long row")[1].split("\ndef ")[0]
     assert looped.count("for start in range(0, n_cols, BLOCK_SIZE):") == 2  # statistics, then outputs
+
+
+def test_global_average_pool_follows_a_constructor_channel_count(tmp_path: Path) -> None:
+    """Generated from the main set (as the pipeline does), verified on a smoke set whose
+    constructor shrinks the channels: the merged reduction names no traced size (2026-11-25:
+    `reshape([N, 128, -1])` crashed three KernelBench level-2 problems on smoke)."""
+    from kopt.harness.verify import verify_candidate
+
+    case_dir = tmp_path / "gap"
+    case_dir.mkdir()
+    (case_dir / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, channels):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, channels, 3)\n"
+        "        self.bias = nn.Parameter(torch.randn(channels, 1, 1))\n\n"
+        "    def forward(self, x):\n"
+        "        y = self.conv(x)\n"
+        "        return torch.tanh(y.mean(dim=(2, 3), keepdim=True) + self.bias)\n")
+    (case_dir / "manifest.yaml").write_text(
+        "name: gap\ndescription: conv, global average pool, bias, tanh\n"
+        "model: {module: model.py, class: Model, init_kwargs: {channels: 24}}\n"
+        "inputs:\n  args:\n    - {shape: [4, 3, 18, 18], dtype: float32}\n"
+        "device: auto\nprecision: strict\n"
+        "smoke:\n  init_kwargs: {channels: 8}\n  args: [{shape: [2, 3, 11, 13]}]\n")
+    case = load_case_dir(case_dir)
+    result = generate_candidate(case)
+    file = tmp_path / "gap_candidate.py"
+    file.write_text(result.source)
+    report = verify_candidate(case, file, device="cpu")
+    assert report.accepted, report.to_text()

@@ -519,26 +519,27 @@ def _lower_eval_batch_norm(b: Builder, args: list[Any], name: str) -> tuple[Node
 
 
 def _merge_dims(b: Builder, x: Node, dims: list[int], name: str) -> Node:
-    """x reshaped so that the adjacent `dims` are one dim (their product), at `dims[0]`: a
-    reduction over several adjacent dims is a reduction over that one. The merged size is
-    written -1 in the generated reshape, so it follows the input at run time."""
+    """x with the adjacent `dims` flattened into one (their product), at `dims[0]`: a reduction
+    over several adjacent dims is a reduction over that one. `flatten` names no size, so the
+    generated code follows every input set (a channel count from the constructor included)."""
     d0, d1 = dims[0], dims[-1]
     size = math.prod(x.shape[d0:d1 + 1])
     size_sym: Any = 1
     for s in x.sym[d0:d1 + 1]:
         size_sym = size_sym * s
-    return b.op(f"{name}_merged", "view", [x, [*x.sym[:d0], -1, *x.sym[d1 + 1:]]], x,
+    return b.op(f"{name}_merged", "flatten", [x, d0, d1], x,
                 shape=(*x.shape[:d0], size, *x.shape[d1 + 1:]),
                 sym=(*x.sym[:d0], size_sym, *x.sym[d1 + 1:]), origin=name)
 
 
 def _unmerge_kept(b: Builder, out: Node, x: Node, dims: list[int]) -> Node:
-    """A keepdim reduction over merged dims, reshaped to x's rank (1 at each reduced dim)."""
-    d0, d1 = dims[0], dims[-1]
-    ones = [1] * (d1 - d0 + 1)
-    return b.op(f"{out.name}_kept", "view", [out, [*x.sym[:d0], *ones, *x.sym[d1 + 1:]]], out,
-                shape=(*x.shape[:d0], *ones, *x.shape[d1 + 1:]),
-                sym=(*x.sym[:d0], *ones, *x.sym[d1 + 1:]), origin=out.origin)
+    """A keepdim reduction over merged dims, back at x's rank (1 at each reduced dim)."""
+    d0 = dims[0]
+    for i in range(len(dims) - 1):
+        out = b.op(f"{out.name}_kept{i}", "unsqueeze", [out, d0], out,
+                   shape=(*out.shape[:d0], 1, *out.shape[d0:]),
+                   sym=(*out.sym[:d0], 1, *out.sym[d0:]), origin=out.origin)
+    return out
 
 
 def _squeeze(b: Builder, out: Node, dims: list[int], keep: bool) -> Node:

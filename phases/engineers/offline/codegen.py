@@ -193,6 +193,8 @@ class ForwardWriter:
         x = self.var.get(n.args[0]) if n.args and isinstance(n.args[0], Node) else None
         if n.op == "view":
             code = f"{x}.reshape({self.view_shape(n)})"
+        elif n.op == "flatten":
+            code = f"{x}.flatten({n.args[1]}, {n.args[2]})"
         elif n.op == "unsqueeze":
             code = f"{x}.unsqueeze({n.args[1]})"
         elif n.op == "squeeze":

@@ -153,6 +153,8 @@ class TorchRegion:
         raise EngineerError(f"no PyTorch form for {op!r} in region {self.g.name}")
 
     def layout(self, n: Node, x: str) -> str:
+        if n.op == "flatten":
+            return f"{x}.flatten({n.args[1]}, {n.args[2]})"
         if n.op == "unsqueeze":
             return f"{x}.unsqueeze({n.args[1]})"
         if n.op == "squeeze":

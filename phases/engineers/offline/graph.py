@@ -37,7 +37,7 @@ POINTWISE = {
 }
 REDUCTIONS = {"sum", "amax", "amin", "select"}
 GENERATORS = {"arange", "full"}
-LAYOUT = {"view", "unsqueeze", "squeeze", "permute", "expand", "slice", "select_index",
+LAYOUT = {"view", "flatten", "unsqueeze", "squeeze", "permute", "expand", "slice", "select_index",
           "split_item", "as_strided", "layout_fallback"}
 MATMUL = {"mm", "bmm"}
 
