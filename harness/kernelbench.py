@@ -676,7 +676,7 @@ def search_smoke(file: Path, manifest: dict[str, Any], d: _Derivation, sz: _Size
     SMOKE_OP_BUDGET elements (over budget: shrink again, batch first; failed: the next
     strategy); else the smallest one that ran; else None. Every sizing returned has run."""
     trials: list[SmokeTrial] = []
-    tried: set[tuple[tuple[int, int], ...]] = set()
+    tried: set[tuple[tuple[tuple[int, int], ...], tuple[int, int] | None]] = set()
     smokes: dict[int, dict[str, Any]] = {}
 
     def attempt(strategy: str, sizes: dict[int, int],
@@ -693,21 +693,28 @@ def search_smoke(file: Path, manifest: dict[str, Any], d: _Derivation, sz: _Size
         trials.append(trial)
         return trial
 
-    for strategy, scale, shrink_ctor in _STRATEGIES:
-        if shrink_ctor and not sz.shrink_ctor:
-            continue
-        local = _Sizes(sz.shapes, sz.ctor_ints, shrink_ctor, sz.pinned | (
-            set() if shrink_ctor else sz.ctor_ints), sz.batch)
+    def shrink_within_budget(strategy: str, local: _Sizes, scale: int,
+                             batch: tuple[int, int] | None = None) -> SmokeTrial | None:
+        """`local`'s initial sizing, shrunk again while it runs over SMOKE_OP_BUDGET: the
+        trial that ran within it, else None."""
         sizes = _initial_sizes(local, scale)
-        trial = attempt(strategy, sizes)
+        trial = attempt(strategy, sizes, batch)
         while trial is not None and trial.ok and trial.largest > SMOKE_OP_BUDGET:
             smaller = _shrink(sizes, local, lambda s, t=trial: t.largest, SMOKE_OP_BUDGET,
                               prefer=trial.shape, exact=False)
             if smaller == sizes:
                 break
             sizes = smaller
-            trial = attempt(strategy, sizes)
-        if trial is not None and trial.ok and trial.largest <= SMOKE_OP_BUDGET:
+            trial = attempt(strategy, sizes, batch)
+        return trial if trial is not None and trial.ok and trial.largest <= SMOKE_OP_BUDGET else None
+
+    for strategy, scale, shrink_ctor in _STRATEGIES:
+        if shrink_ctor and not sz.shrink_ctor:
+            continue
+        local = _Sizes(sz.shapes, sz.ctor_ints, shrink_ctor, sz.pinned | (
+            set() if shrink_ctor else sz.ctor_ints), sz.batch)
+        trial = shrink_within_budget(strategy, local, scale)
+        if trial is not None:
             return smokes[id(trial)], trial, trials
     # Sizes are shrunk by value, so a batch equal to a size the model ties to its weights (a
     # LayerNorm over a last dim that happens to equal the batch) breaks every sizing above:
@@ -715,17 +722,8 @@ def search_smoke(file: Path, manifest: dict[str, Any], d: _Derivation, sz: _Size
     if sz.batch and sz.batch > 2 and sz.batch not in sz.pinned:
         local = _Sizes(sz.shapes, sz.ctor_ints, False, sz.pinned | sz.ctor_ints | {sz.batch},
                        None)
-        sizes = _initial_sizes(local, 1)
-        batch = (sz.batch, 2)
-        trial = attempt("keep the batch's other sizes", sizes, batch)
-        while trial is not None and trial.ok and trial.largest > SMOKE_OP_BUDGET:
-            smaller = _shrink(sizes, local, lambda s, t=trial: t.largest, SMOKE_OP_BUDGET,
-                              prefer=trial.shape, exact=False)
-            if smaller == sizes:
-                break
-            sizes = smaller
-            trial = attempt("keep the batch's other sizes", sizes, batch)
-        if trial is not None and trial.ok and trial.largest <= SMOKE_OP_BUDGET:
+        trial = shrink_within_budget("keep the batch's other sizes", local, 1, (sz.batch, 2))
+        if trial is not None:
             return smokes[id(trial)], trial, trials
     ran = [t for t in trials if t.ok]
     if ran:

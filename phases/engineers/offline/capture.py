@@ -424,14 +424,14 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         dims = [norm_dim(d, x.rank) for d in dims]
         if packet in ("max", "min") and overload == "dim":
             return _fallback(b, fx, args, kwargs, shape, sym, dtype)  # values + indices
-        merged_keep: tuple[Node, list[int]] | None = None
+        merged: list[int] = []
         if len(dims) != 1 and x.rank > 0 and len([d for d in dims if x.shape[d] != 1]) > 1:
-            if sorted(set(dims)) != list(range(min(dims), max(dims) + 1)):
+            merged = sorted(set(dims))
+            if merged != list(range(merged[0], merged[-1] + 1)):
                 return _fallback(b, fx, args, kwargs, shape, sym, dtype)
-            # adjacent dims (a global average pool's H, W): one dim of a reshape of x
-            merged_keep = (x, sorted(set(dims)))
-            x = _merge_dims(b, x, sorted(set(dims)), name)
-            dims = [min(dims)]
+            # adjacent dims (a global average pool's H, W): one dim of a flatten of x
+            x = _merge_dims(b, x, merged, name)
+            dims = [merged[0]]
         if x.rank == 0:
             return node("identity", [x])
         d = next((d for d in dims if x.shape[d] != 1), dims[0])
@@ -453,13 +453,13 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             if packet == "std":
                 out = b.op(name, "sqrt", [var], var, origin=name)
             elif packet == "var_mean":
-                if merged_keep is not None and keep:
-                    return (_unmerge_kept(b, var, *merged_keep), _unmerge_kept(b, mean, *merged_keep))
+                if merged and keep:
+                    return (_unmerge_kept(b, var, merged), _unmerge_kept(b, mean, merged))
                 return (_squeeze(b, var, squeeze_rest, keep), _squeeze(b, mean, squeeze_rest, keep))
             else:
                 out = var
-        if merged_keep is not None and keep:
-            return _unmerge_kept(b, out, *merged_keep)
+        if merged and keep:
+            return _unmerge_kept(b, out, merged)
         return _squeeze(b, out, squeeze_rest, keep)
     if packet in ("_softmax", "_log_softmax", "softmax", "log_softmax"):
         x = x0()
@@ -532,8 +532,8 @@ def _merge_dims(b: Builder, x: Node, dims: list[int], name: str) -> Node:
                 sym=(*x.sym[:d0], size_sym, *x.sym[d1 + 1:]), origin=name)
 
 
-def _unmerge_kept(b: Builder, out: Node, x: Node, dims: list[int]) -> Node:
-    """A keepdim reduction over merged dims, back at x's rank (1 at each reduced dim)."""
+def _unmerge_kept(b: Builder, out: Node, dims: list[int]) -> Node:
+    """A keepdim reduction over the merged `dims`, back at its input's rank (1 at each)."""
     d0 = dims[0]
     for i in range(len(dims) - 1):
         out = b.op(f"{out.name}_kept{i}", "unsqueeze", [out, d0], out,
