@@ -31,6 +31,7 @@ import string
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,10 @@ SMOKE_MIN = 4
 SMOKE_KERNEL_MAX = 16
 # Smoke sizings built and run at most per import (each a constructor and one smoke forward).
 SMOKE_TRIALS = 12
+# ... and at most this many more, each one input dim shrunk by position, when every sizing by
+# value stayed over budget (a size the model ties to a weight shares its value with one that
+# is free to shrink: a LayerNorm over a last dim of 32 beside a depth of 32).
+SMOKE_POSITION_TRIALS = 12
 # get_inputs() is drawn this many times (seeds 0, 1, ...) to observe integer value ranges.
 PROBE_DRAWS = 3
 PROBE_TIMEOUT_S = 300
@@ -728,8 +733,47 @@ def search_smoke(file: Path, manifest: dict[str, Any], d: _Derivation, sz: _Size
     ran = [t for t in trials if t.ok]
     if ran:
         best = min(ran, key=lambda t: t.largest)
+        best = shrink_by_position(
+            best, smokes[id(best)], smokes, trials,
+            lambda smoke, label: try_smoke(file, {**manifest, "smoke": smoke}, label, best.sizes))
         return smokes[id(best)], best, trials
     return None, None, trials
+
+
+def shrink_by_position(best: SmokeTrial, smoke: dict[str, Any],
+                       smokes: dict[int, dict[str, Any]], trials: list[SmokeTrial],
+                       run: Callable[[dict[str, Any], str], SmokeTrial]) -> SmokeTrial:
+    """`best` (a sizing that ran over budget) shrunk further one input dim at a time, by
+    position: the largest dim of the largest input first, each step kept only when the smoke
+    model still runs and its largest op output drops; a dim that failed is not tried again.
+    Returns the last sizing kept (`best` when no step helped); every step tried joins
+    `trials`."""
+    import copy
+
+    failed: set[tuple[int, int]] = set()
+    spent = 0
+    while best.largest > SMOKE_OP_BUDGET and spent < SMOKE_POSITION_TRIALS:
+        args = smoke["args"]
+        dims = [(math.prod(a["shape"]), i, dim, size) for i, a in enumerate(args)
+                if a.get("shape") for dim, size in enumerate(a["shape"])]
+        dims = sorted(((-numel, -size, i, dim, size) for numel, i, dim, size in dims
+                       if (i, dim) not in failed and size > SMOKE_MIN))
+        if not dims:
+            break
+        _n, _s, i, dim, size = dims[0]
+        need = best.largest / SMOKE_OP_BUDGET
+        new = max(SMOKE_MIN, size // (4 if need >= 4 and size // 4 >= SMOKE_MIN else 2))
+        trial_smoke = copy.deepcopy(smoke)
+        trial_smoke["args"][i]["shape"][dim] = new
+        trial = run(trial_smoke, f"{best.strategy}; input {i} dim {dim} {size}->{new} by position")
+        spent += 1
+        smokes[id(trial)] = trial_smoke
+        trials.append(trial)
+        if trial.ok and trial.largest < best.largest:
+            best, smoke = trial, trial_smoke
+        else:
+            failed.add((i, dim))
+    return best
 
 
 @dataclass

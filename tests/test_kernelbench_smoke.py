@@ -246,6 +246,23 @@ def test_a_batch_equal_to_a_tied_width_shrinks_by_position(tmp_path: Path, works
     assert "at dim 0 only" in case.manifest.description
 
 
+def test_sizes_that_share_a_tied_value_shrink_one_dim_at_a_time(tmp_path: Path, workspace: Path) -> None:
+    """Every size is 32 and the last one is tied to the LayerNorm (64 = 2 * 32): no sizing by
+    value runs, the batch alone still leaves the forward over budget, so the other dims shrink
+    by position, one at a time, each kept only when the model still runs (KernelBench level-2
+    34: 4.2 M -> 0.5 M elements in its largest op output)."""
+    problem = BATCH_EQUALS_A_TIED_WIDTH.replace("torch.rand(batch_size, seq, width)",
+                                                "torch.rand(batch_size, width, width, width)")
+    case, report = import_in_process(write_problem(tmp_path, "cube", problem), workspace)
+    assert case.manifest.smoke is not None, report
+    (x,) = case.input_set("smoke").args
+    assert isinstance(x, TensorSpec) and x.shape[0] < 32 and x.shape[-1] == 32, x.shape
+    assert min(x.shape[1:3]) < 32, x.shape
+    out, largest = smoke_forward(case)
+    assert torch.isfinite(out).all() and largest <= SMOKE_OP_BUDGET, largest
+    assert "by position" in case.manifest.description
+
+
 def test_a_problem_no_sizing_can_run_gets_no_smoke_set_and_says_why(
         tmp_path: Path, workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     file = write_problem(tmp_path, "fixed", """\
