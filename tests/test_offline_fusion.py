@@ -152,3 +152,60 @@ def test_global_average_pool_follows_a_constructor_channel_count(tmp_path: Path)
     file.write_text(result.source)
     report = verify_candidate(case, file, device="cpu")
     assert report.accepted, report.to_text()
+
+
+@pytest.mark.parametrize(("shape", "groups"), [([7, 12], 4), ([3, 6, 5, 7], 3)])
+def test_group_norm_is_lowered_to_reductions(tmp_path: Path, shape: list[int], groups: int) -> None:
+    """A group norm is a layer norm's statistics over each group (a view as (N, groups, -1))
+    and a per-channel affine map: generated, nothing left to PyTorch (2026-11-25: six
+    KernelBench level-2 problems ran `native_group_norm` in PyTorch with traced sizes)."""
+    c = shape[1]
+    body = [f"w = torch.linspace(0.5, 1.5, {c})", f"b = torch.linspace(-1.0, 1.0, {c})",
+            f"return torch.relu(F.group_norm(x, {groups}, w, b) + 0.25)"]
+    result, _ = _generate(tmp_path, body, [shape, [1]])
+    assert result.kernels
+    assert "group_norm" not in " ".join(u.get("op", "") for u in result.unfused), result.unfused
+
+
+@pytest.mark.parametrize(("layer", "main", "smoke"), [
+    ("nn.Conv2d(3, channels, 3)", [4, 3, 18, 18], [2, 3, 11, 13]),
+    ("nn.Linear(10, channels)", [8, 10], [5, 10]),  # the view joins the GEMM's epilogue
+])
+def test_group_norm_follows_a_constructor_channel_count(tmp_path: Path, layer: str,
+                                                         main: list[int], smoke: list[int]) -> None:
+    """Generated on main, verified on a smoke set whose constructor shrinks the channels:
+    only the group count is fixed in the candidate; the channels per group and the spatial
+    extent are read at run time, in the kernels and in each region's PyTorch form."""
+    from kopt.harness.verify import verify_candidate
+
+    case_dir = tmp_path / "gn"
+    case_dir.mkdir()
+    (case_dir / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, channels, groups):\n"
+        "        super().__init__()\n"
+        f"        self.conv = {layer}\n"
+        "        self.norm = nn.GroupNorm(groups, channels)\n\n"
+        "    def forward(self, x):\n"
+        "        return torch.tanh(self.norm(self.conv(x))) * 2.0\n")
+    (case_dir / "manifest.yaml").write_text(
+        "name: gn\ndescription: conv, group norm, tanh\n"
+        "model: {module: model.py, class: Model, init_kwargs: {channels: 24, groups: 4}}\n"
+        f"inputs:\n  args:\n    - {{shape: {main}, dtype: float32}}\n"
+        "device: auto\nprecision: strict\n"
+        f"smoke:\n  init_kwargs: {{channels: 12}}\n  args: [{{shape: {smoke}}}]\n")
+    case = load_case_dir(case_dir)
+    result = generate_candidate(case)
+    assert "group_norm" not in " ".join(u.get("op", "") for u in result.unfused), result.unfused
+    file = tmp_path / "gn_candidate.py"
+    file.write_text(result.source)
+    report = verify_candidate(case, file, device="cpu")
+    assert report.accepted, report.to_text()
+    # each region's PyTorch form too (a view there once baked the traced channels per group)
+    from kopt.phases.engineers.offline.regions import SWITCH, regions
+
+    for region in regions(result.source):
+        module = _load_candidate(result.source, tmp_path, f"gn_{region.name}")
+        getattr(module, SWITCH)[region.name] = "torch"
+        _check_case(case, module, "smoke")

@@ -30,6 +30,7 @@ from kopt.phases.engineers.offline.graph import (
     InputInfo,
     Node,
     Sym,
+    lower_group_norm,
     lower_layer_norm,
     lower_logsumexp,
     lower_mean,
@@ -472,6 +473,9 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         if len(normalized) != 1:
             return _fallback(b, fx, args, kwargs, shape, sym, dtype)
         return lower_layer_norm(b, x, args[2], args[3], float(args[4]), name, name)
+    if packet == "native_group_norm" and x0().rank >= 2 and isinstance(args[6], int) and \
+            x0().shape[1] % args[6] == 0:
+        return lower_group_norm(b, x0(), args[1], args[2], args[6], float(args[7]), name, name)
     if packet == "gather":
         x, d, idx = args[0], norm_dim(args[1], args[0].rank), args[2]
         if isinstance(idx, Node) and idx.rank == x.rank and idx.shape[d] == 1 and \

@@ -242,7 +242,7 @@ class ForwardWriter:
             else:
                 args.append(a[1:])
         try:
-            torch_lines = torch_region(g, self.part, self.var, self.arg, self.size)
+            torch_lines = torch_region(g, self.part, self.var, self.arg, self.size, self.view_shape)
         except EngineerError as err:
             self.notes.append(f"region {g.name} has no PyTorch form ({err.message}); it always runs in Triton")
             torch_lines = None

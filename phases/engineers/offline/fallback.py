@@ -44,8 +44,11 @@ def _compute(dtype: torch.dtype) -> torch.dtype:
 class TorchRegion:
     """Writes one group's nodes as torch statements over forward's variables."""
 
-    def __init__(self, group: Group, part: Partition, var: dict[Node, str], arg: Any, size: Any) -> None:
+    def __init__(self, group: Group, part: Partition, var: dict[Node, str], arg: Any, size: Any,
+                 view_shape: Any = None) -> None:
         self.g = group
+        self.view_shape = view_shape
+        """ForwardWriter.view_shape: a view's target with its largest fixed size as -1."""
         self.part = part
         self.var = var
         self.arg = arg
@@ -164,6 +167,8 @@ class TorchRegion:
         if n.op == "expand":
             return f"{x}.expand({', '.join(self.arg(s) for s in n.args[1])})"
         if n.op == "view":
+            if self.view_shape is not None:
+                return f"{x}.reshape({self.view_shape(n)})"
             return f"{x}.reshape({', '.join(self.size(s) for s in n.sym)})"
         raise EngineerError(f"no PyTorch form for layout op {n.op!r} in region {self.g.name}")
 
@@ -184,7 +189,8 @@ class TorchRegion:
         return self.lines
 
 
-def torch_region(group: Group, part: Partition, var: dict[Node, str], arg: Any, size: Any) -> list[str]:
+def torch_region(group: Group, part: Partition, var: dict[Node, str], arg: Any, size: Any,
+                 view_shape: Any = None) -> list[str]:
     """`group` as torch statements over forward's variables (raises EngineerError when an op
     has no PyTorch form: the region then has only its Triton form)."""
-    return TorchRegion(group, part, var, arg, size).write()
+    return TorchRegion(group, part, var, arg, size, view_shape).write()

@@ -20,6 +20,7 @@ can read at run time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,6 +269,45 @@ def lower_layer_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None
         y = b.op(f"{name}_shifted", "add", [y, bias], y, origin=origin)
     out = b.op(name, "identity", [y], y, dtype=x.dtype, origin=origin)
     return out, mean, rstd
+
+
+def lower_group_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None, groups: int,
+                     eps: float, name: str, origin: str) -> tuple[Node, Node, Node]:
+    """(out, mean, rstd) of a group norm: x (N, C, *S) viewed as (N, groups, -1), a layer
+    norm's statistics over the last dim, viewed back, then a per-channel affine map. Only the
+    group count is a fixed size (the module's own); C and S are read from x at run time."""
+    tail = (1,) * (x.rank - 2)
+    m = math.prod(x.shape[1:]) // groups
+    m_sym: Any = 1
+    for s in x.sym[1:]:
+        m_sym = m_sym * s
+    xg = b.op(f"{name}_grouped", "view", [x, [x.sym[0], groups, -1]], x,
+              shape=(x.shape[0], groups, m), sym=(x.sym[0], groups, m_sym // groups), origin=origin)
+    var, mean = lower_var(b, xg, 2, True, 0.0, f"{name}_var", origin)
+    var = b.op(f"{name}_varf", "cast", [var], var, dtype=torch.float32, origin=origin)
+    ve = b.op(f"{name}_var_eps", "add", [var, float(eps)], var, dtype=torch.float32, origin=origin)
+    rstd = b.op(f"{name}_rstd", "rsqrt", [ve], ve, origin=origin)
+    dev = b.op(f"{name}_centered", "sub", [xg, mean], xg, dtype=torch.float32, origin=origin)
+    y = b.op(f"{name}_normed", "mul", [dev, rstd], dev, origin=origin)
+    y = b.op(f"{name}_ungrouped", "view", [y, [x.sym[0], -1, *x.sym[2:]]], x,
+             dtype=torch.float32, origin=origin)
+
+    def per_channel(v: Node, what: str) -> Node:
+        return b.op(f"{name}_{what}_c", "view", [v, [-1, *tail]], v, shape=(v.shape[0], *tail),
+                    sym=(v.sym[0], *tail), origin=origin)
+
+    if weight is not None:
+        y = b.op(f"{name}_scaled", "mul", [y, per_channel(weight, "weight")], y, origin=origin)
+    if bias is not None:
+        y = b.op(f"{name}_shifted", "add", [y, per_channel(bias, "bias")], y, origin=origin)
+    out = b.op(name, "identity", [y], y, dtype=x.dtype, origin=origin)
+    stats = (x.shape[0], groups)
+    stats_sym = (x.sym[0], groups)
+    mean_out = b.op(f"{name}_mean_out", "squeeze", [mean, [2]], mean, shape=stats, sym=stats_sym,
+                    dtype=x.dtype, origin=origin)
+    rstd_out = b.op(f"{name}_rstd_out", "squeeze", [rstd, [2]], rstd, shape=stats, sym=stats_sym,
+                    dtype=x.dtype, origin=origin)
+    return out, mean_out, rstd_out
 
 
 def _key(v: Any, canon: dict[Node, Node]) -> Any:
