@@ -21,6 +21,7 @@ from torch.export import Dim
 
 from kopt.harness.case import Case
 from kopt.harness.data import build_model
+from kopt.phases.engineers.offline.layout import constructor_ints
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.graph import (
     _SIMPLE,
@@ -65,13 +66,14 @@ def capture(case: Case, input_set: str = "main") -> Captured:
         args, kwargs = example_inputs(case, input_set, device="meta")
         try:
             ep, dynamic = _export(model, args, kwargs)
-            return Captured(lower_program(ep), model, args, kwargs, dynamic)
+            return Captured(lower_program(ep, constructor_ints(case, input_set)), model, args,
+                            kwargs, dynamic)
         except (EngineerError, RuntimeError, TypeError, ValueError, NotImplementedError):
             pass  # a model that needs real tensors: the CPU build below
     model = build_model(case, input_set, device="cpu")
     args, kwargs = example_inputs(case, input_set)
     ep, dynamic = _export(model, args, kwargs)
-    graph = lower_program(ep)
+    graph = lower_program(ep, constructor_ints(case, input_set))
     return Captured(graph, model, args, kwargs, dynamic)
 
 
@@ -177,10 +179,11 @@ def _size(s: Any) -> tuple[int, Any]:
     return int(s), int(s)
 
 
-def lower_program(ep: Any) -> Graph:
-    """The exported program as a lowered `Graph`."""
+def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None) -> Graph:
+    """The exported program as a lowered `Graph`; `ctor_ints` (the model's integer constructor
+    arguments) let a size the model fixes from one of them follow it (a group count)."""
     sig = ep.graph_signature
-    b = Builder()
+    b = Builder(ctor_ints)
     env: dict[str, Any] = {}
     inputs: dict[str, InputInfo] = {}
     symbols: dict[str, str] = {}
@@ -232,7 +235,7 @@ def lower_program(ep: Any) -> Graph:
     user_outputs = [s for s in sig.output_specs if s.kind.name == "USER_OUTPUT"]
     outputs = outputs[len(outputs) - len(user_outputs):]
     spec = "single" if ep.call_spec.out_spec is not None and ep.call_spec.out_spec.is_leaf() else "tuple"
-    return Graph(b.nodes, inputs, outputs, spec, symbols)
+    return Graph(b.nodes, inputs, outputs, spec, {**symbols, **b.symbols}, dict(b.attributes))
 
 
 def _forward_arg_names(ep: Any, n: int) -> list[str]:

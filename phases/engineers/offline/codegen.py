@@ -422,6 +422,8 @@ def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], bod
                          f'requires_grad={p.dtype.is_floating_point}))')
         else:
             lines.append(f'        {owner}.register_buffer("{leaf}", {tensor})')
+    for attr, source in sorted(graph.attributes.items()):
+        lines.append(f"        self.{attr} = {source}  # a size forward reads (Model fixes it from {source})")
     for n in graph.nodes:
         info = graph.inputs.get(n.name) if n.op == "input" else None
         if info is not None and info.kind == "constant" and info.value is not None:

@@ -21,6 +21,7 @@ can read at run time.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,6 +146,9 @@ class Graph:
     """`single`: forward returns outputs[0]; `tuple`: a tuple."""
     symbols: dict[str, str] = field(default_factory=dict)
     """Sympy symbol name -> Python expression of it in forward (`x.shape[0]`)."""
+    attributes: dict[str, str] = field(default_factory=dict)
+    """ModelNew attribute -> the constructor argument it keeps (`_kopt_num_groups` ->
+    `num_groups`): a size the model fixes from its constructor, read in forward."""
 
     def users(self) -> dict[Node, list[Node]]:
         users: dict[Node, list[Node]] = {n: [] for n in self.nodes}
@@ -166,9 +170,28 @@ def norm_dim(d: int, rank: int) -> int:
 class Builder:
     """Appends lowered nodes with fresh names."""
 
-    def __init__(self) -> None:
+    def __init__(self, ctor_ints: dict[str, int] | None = None) -> None:
         self.nodes: list[Node] = []
         self._names: set[str] = set()
+        self.ctor_ints = dict(ctor_ints or {})
+        """The constructor's integer arguments (their source, `num_groups` or
+        `bias_shape[0]`, and value at the traced input set)."""
+        self.symbols: dict[str, str] = {}
+        self.attributes: dict[str, str] = {}
+
+    def ctor_size(self, value: int) -> Any:
+        """`value` as a size read from the constructor argument that has it (a symbol whose
+        forward code is a ModelNew attribute set in __init__), when exactly one argument has
+        that value; else `value` itself, fixed at its traced value."""
+        import sympy
+
+        names = [k for k, v in self.ctor_ints.items() if v == value]
+        if len(names) != 1:
+            return value
+        attr = "_kopt_" + re.sub(r"\W+", "_", names[0]).strip("_")
+        self.attributes[attr] = names[0]
+        self.symbols[attr.lstrip("_")] = f"self.{attr}"
+        return sympy.Symbol(attr.lstrip("_"), integer=True, positive=True)
 
     def add(self, node: Node) -> Node:
         base, i = node.name, 1
@@ -277,12 +300,14 @@ def lower_group_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None
     norm's statistics over the last dim, viewed back, then a per-channel affine map. Only the
     group count is a fixed size (the module's own); C and S are read from x at run time."""
     tail = (1,) * (x.rank - 2)
-    m = math.prod(x.shape[1:]) // groups
+    count = groups
+    groups = b.ctor_size(groups)
+    m = math.prod(x.shape[1:]) // count
     m_sym: Any = 1
     for s in x.sym[1:]:
         m_sym = m_sym * s
     xg = b.op(f"{name}_grouped", "view", [x, [x.sym[0], groups, -1]], x,
-              shape=(x.shape[0], groups, m), sym=(x.sym[0], groups, m_sym // groups), origin=origin)
+              shape=(x.shape[0], count, m), sym=(x.sym[0], groups, m_sym // count), origin=origin)
     var, mean = lower_var(b, xg, 2, True, 0.0, f"{name}_var", origin)
     var = b.op(f"{name}_varf", "cast", [var], var, dtype=torch.float32, origin=origin)
     ve = b.op(f"{name}_var_eps", "add", [var, float(eps)], var, dtype=torch.float32, origin=origin)
@@ -301,7 +326,7 @@ def lower_group_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None
     if bias is not None:
         y = b.op(f"{name}_shifted", "add", [y, per_channel(bias, "bias")], y, origin=origin)
     out = b.op(name, "identity", [y], y, dtype=x.dtype, origin=origin)
-    stats = (x.shape[0], groups)
+    stats = (x.shape[0], count)
     stats_sym = (x.sym[0], groups)
     mean_out = b.op(f"{name}_mean_out", "squeeze", [mean, [2]], mean, shape=stats, sym=stats_sym,
                     dtype=x.dtype, origin=origin)

@@ -132,6 +132,19 @@ def build_constructor(case: Case, model: torch.nn.Module) -> Constructor:
     return Constructor(signature, params, notes)
 
 
+def constructor_ints(case: Case, input_set: str = "main") -> dict[str, int]:
+    """The model's integer constructor arguments at `input_set`, by source (`_int_arguments`);
+    empty when the signature cannot be bound."""
+    try:
+        sig = inspect.signature(model_class(case).__init__)
+        resolved = case.input_set(input_set)
+        bound = sig.bind_partial(None, *resolved.init_args, **resolved.init_kwargs)
+        bound.apply_defaults()
+    except (TypeError, ValueError):
+        return {}
+    return _int_arguments({k: v for k, v in bound.arguments.items() if k != "self"})
+
+
 def _is_size(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
