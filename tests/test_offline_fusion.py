@@ -210,3 +210,16 @@ def test_group_norm_follows_a_constructor_channel_count(tmp_path: Path, layer: s
         module = _load_candidate(result.source, tmp_path, f"gn_{region.name}")
         getattr(module, SWITCH)[region.name] = "torch"
         _check_case(case, module, "smoke")
+
+
+def test_narrow_rows_share_a_program_and_match_eager(tmp_path: Path) -> None:
+    """Rows narrower than ROW_TILE are reduced ROWS at a time: 91 rows of 40 (ROWS 32, the last
+    program's rows partly masked), softmax and a layer norm's statistics, against eager."""
+    body = ["s = torch.softmax(x, dim=-1)", "return F.layer_norm(s * 3.0, (40,)) + s"]
+    result, module = _generate(tmp_path, body, [[7, 13, 40], [1]])
+    assert "ROWS: tl.constexpr" in result.source
+    assert "tl.arange(0, ROWS)" in result.source
+    launch = next(v for k, v in vars(module).items() if k.startswith("_launch_config"))
+    cfg = launch(result.kernels[0]["name"], "reduction", 40, 91)
+    assert cfg["ROWS"] == 32 and cfg["BLOCK_SIZE"] == 64
+    assert launch(result.kernels[0]["name"], "reduction", 40, 3)["ROWS"] == 4  # few rows: fewer lanes

@@ -17,6 +17,7 @@ from kopt.phases.engineers.offline.fusion import NHWC_CONV, Group, Partition
 from kopt.phases.engineers.offline.graph import Node, Sym
 from kopt.phases.engineers.offline.kernels import (
     ROW_BLOCK,
+    ROW_TILE,
     KernelSource,
     kernel_label,
     matmul_kernel,
@@ -45,9 +46,12 @@ def _launch_config(kernel, kind, n, m=0, k=0):
     elif kind == "tiled_reduction":  # n: the reduced extent, m: the contiguous extent after it
         cfg["BLOCK_SIZE"] = min(cfg["BLOCK_SIZE"], max(MIN_BLOCK, triton.next_power_of_2(n)))
         cfg["BLOCK_C"] = min(cfg["BLOCK_C"], max(MIN_BLOCK, triton.next_power_of_2(m)))
-    elif kind == "reduction":
+    elif kind == "reduction":  # n: the row's width, m: the number of rows
         block = min(cfg["BLOCK_SIZE"], MAX_ROW_BLOCK, max(MIN_BLOCK, triton.next_power_of_2(n)))
         cfg["BLOCK_SIZE"] = block
+        # rows narrower than ROW_TILE share a program (a row that loops has one to itself)
+        rows = max(1, ROW_TILE // block) if n <= block else 1
+        cfg["ROWS"] = min(rows, triton.next_power_of_2(max(m, 1)))
     else:
         cfg["BLOCK_M"] = min(cfg["BLOCK_M"], max(16, triton.next_power_of_2(m)))
         cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, triton.next_power_of_2(n)))
@@ -363,6 +367,8 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append("KOPT_REGIONS = " + _pretty({r: "triton" for r in fw.regions}) + "\n")
     src.append("# Rows longer than this are reduced in a loop over column blocks (registers would spill).")
     src.append(f"MAX_ROW_BLOCK = {ROW_BLOCK}")
+    src.append("# Rows narrower than this many elements share a program, ROW_TILE // width rows each.")
+    src.append(f"ROW_TILE = {ROW_TILE}")
     src.append("# tl.arange and tl.dot need at least 16 lanes.")
     src.append("MIN_BLOCK = 16")
     src.append("# More warps than this per program only adds scheduling overhead on Hopper.")

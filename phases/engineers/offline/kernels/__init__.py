@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from kopt.phases.engineers.offline.kernels.matmul import matmul_backend, matmul_kernel
 from kopt.phases.engineers.offline.kernels.pointwise import pointwise_kernel
-from kopt.phases.engineers.offline.kernels.reduction import ROW_BLOCK, reduction_kernel
+from kopt.phases.engineers.offline.kernels.reduction import ROW_BLOCK, ROW_TILE, reduction_kernel
 from kopt.phases.engineers.offline.kernels.writer import KernelSource, kernel_label
 
-__all__ = ["ROW_BLOCK", "KernelSource", "kernel_label", "matmul_backend", "matmul_kernel",
+__all__ = ["ROW_BLOCK", "ROW_TILE", "KernelSource", "kernel_label", "matmul_backend", "matmul_kernel",
            "pointwise_kernel", "reduction_kernel"]

@@ -95,6 +95,16 @@ def is_tiled(group: Group) -> bool:
     return not any(n.op == "select" for n in group.nodes)
 
 
+def is_multirow(group: Group) -> bool:
+    """A reduction along the innermost dim whose programs each take ROWS rows (a
+    (ROWS, BLOCK_SIZE) tile, row values (ROWS, 1)): a 64-wide LayerNorm row is one program's
+    2 % otherwise, on a GPU and in the CPU interpreter alike. The launcher picks ROWS from the
+    row's width at run time (ROW_TILE elements per program, 1 for a row that loops). A select
+    (gather) keeps one row per program."""
+    return group.rdim is not None and not is_tiled(group) and \
+        not any(n.op == "select" for n in group.nodes)
+
+
 class _ReductionWriter(_Writer):
     one_pass = True
     col, col_mask = "cr", "cmask"
@@ -103,6 +113,7 @@ class _ReductionWriter(_Writer):
     def __init__(self, group: Group, part: Partition, sym_code: Any) -> None:
         super().__init__(group, part, sym_code)
         self.tiled = is_tiled(group)
+        self.multirow = is_multirow(group)
         """An outer or middle-dim reduction: each program reduces a (BLOCK_SIZE, BLOCK_C) tile
         per step, BLOCK_SIZE along the reduced dim and BLOCK_C along the contiguous dims after
         it (one coalesced row of BLOCK_C elements per reduced index), instead of one program
@@ -122,19 +133,27 @@ class _ReductionWriter(_Writer):
 
     def red(self, fn: str, x: str) -> str:
         """A reduction over the reduced axis (keeping it, as (1, BLOCK_C), when tiled)."""
+        if self.multirow:
+            return f"tl.{fn}({x}, axis=1, keep_dims=True)"
         return f"tl.{fn}({x}, axis=0{', keep_dims=True' if self.tiled else ''})"
 
     def row_full(self, value: str, dtype: str) -> str:
         """A running row value's initial value."""
+        if self.multirow:
+            return f"tl.full([ROWS, 1], {value}, {dtype})"
         return f"tl.full([1, BLOCK_C], {value}, {dtype})" if self.tiled else value
 
     def acc_shape(self) -> str:
+        if self.multirow:
+            return "[ROWS, BLOCK_SIZE]"
         return "[BLOCK_SIZE, BLOCK_C]" if self.tiled else "[BLOCK_SIZE]"
 
     def col_step(self) -> list[str]:
         """The reduced coordinate and its mask for one block starting at `start`."""
         if self.tiled:
             return ["cr = start + rows", "cmask = (cr < n_cols) & imask"]
+        if self.multirow:
+            return ["cr = start + cols", "cmask = (cr < n_cols) & rmask"]
         return ["cr = start + cols", "cmask = cr < n_cols"]
 
     def coord(self, k: int) -> str:
@@ -148,6 +167,8 @@ class _ReductionWriter(_Writer):
             return self.col_mask
         if self.tiled and any(d is not None and d > self.g.rdim for d in dm):
             return "imask"
+        if self.multirow and any(d is not None for d in dm):
+            return "rmask"
         return None
 
     def value(self, n: Node, scope: _Scope) -> Operand:
@@ -429,7 +450,7 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     for o in full:
         w.store(o, outs[o], scope, "cmask")
     for o in rows:
-        w.store(o, outs[o], scope, "imask" if w.tiled else None)
+        w.store(o, outs[o], scope, _row_mask(w))
     one = w.lines
     # looped: one loop per level of `loop_levels` (an amax, the online sums it stabilises, the
     # selects and the other reductions that only need the row share one), then one loop that
@@ -524,7 +545,7 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
             w.store(o, outs[o], loop, "cmask")
         w.indent -= 1
     for o in rows:
-        w.store(o, outs[o], top, "imask" if w.tiled else None)
+        w.store(o, outs[o], top, _row_mask(w))
     looped = w.lines
     r = len(group.domain)
     sizes = ["n_cols"] + [f"D{k}" for k in range(r) if k != group.rdim]
@@ -547,6 +568,19 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
         return _finish_simple(w, group, part, name, "tiled_reduction", head, body + looped, sizes,
                               _tiled_tunables(group), _tiled_default(group),
                               extra_constexpr=["ONE_PASS"], blocks=["BLOCK_SIZE", "BLOCK_C"])
+    if w.multirow:
+        others = [f"D{k}" for k in range(r) if k != group.rdim]
+        head = ["row = (tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS))[:, None]",
+                f"rmask = row < {' * '.join(others) or '1'}  # ROWS rows per program"]
+        head += _decompose("row", sorted(w.coords_needed), r, "c", skip=group.rdim)
+        head += ["cols = tl.arange(0, BLOCK_SIZE)[None, :]",
+                 "if ONE_PASS:  # the rows fit one block: read once, keep them in registers",
+                 "    cr = cols", "    cmask = (cr < n_cols) & rmask"]
+        body = one + ["    else:  # a long row (ROWS is 1): loops over column blocks (online max/sum), "
+                      "then the outputs"] + looped
+        return _finish_simple(w, group, part, name, "reduction", head, body, sizes,
+                              _reduction_tunables(group), _reduction_default(group),
+                              extra_constexpr=["ONE_PASS", "ROWS"])
     head = ["row = tl.program_id(0).to(tl.int64)"]
     head += _decompose("row", sorted(w.coords_needed), r, "c", skip=group.rdim)
     head += ["cols = tl.arange(0, BLOCK_SIZE)",
@@ -556,6 +590,11 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     return _finish_simple(w, group, part, name, "reduction", head, body, sizes,
                           _reduction_tunables(group), _reduction_default(group),
                           extra_constexpr=["ONE_PASS"])
+
+
+def _row_mask(w: _ReductionWriter) -> str | None:
+    """The mask of a per-row output's store."""
+    return "imask" if w.tiled else "rmask" if w.multirow else None
 
 
 def _decompose_dims(flat: str, needed: list[int], dims: list[int], prefix: str) -> list[str]:
@@ -610,6 +649,11 @@ def _tiled_tunables(group: Group) -> dict[str, list[int]]:
 ROW_BLOCK = 16384
 """The longest row a reduction keeps in registers in one block (the generated file's
 MAX_ROW_BLOCK); longer rows loop."""
+
+ROW_TILE = 2048
+"""Elements of the (ROWS, BLOCK_SIZE) tile a row reduction's program takes when its rows are
+narrower (the generated file's ROW_TILE): rows of 2048 or more keep a program each (every
+bundled row kernel's figure stands), a 64-wide row shares one with 31 others."""
 
 LOOP_DEFAULT = {"BLOCK_SIZE": 4096, "num_warps": 8}
 """Rows longer than one block (ROW_BLOCK) loop: cross_entropy's 32000-wide float32 rows ran

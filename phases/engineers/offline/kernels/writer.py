@@ -424,14 +424,17 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
                   'ONE_PASS=n_cols <= cfg["BLOCK_SIZE"]')
     else:
         rd = group.rdim
+        multirow = getattr(w, "multirow", False)
         lines += [f"    n_cols = D[{rd}]",
                   "    n_rows = math.prod(D) // max(n_cols, 1)",
                   "    if n_rows == 0 or math.prod(D) == 0:", "    " + ret,
-                  f'    cfg = _launch_config("{name}", "reduction", n_cols)',
-                  "    grid = (n_rows,)"]
+                  f'    cfg = _launch_config("{name}", "reduction", n_cols, n_rows)',
+                  '    grid = (triton.cdiv(n_rows, cfg["ROWS"]),)' if multirow else "    grid = (n_rows,)"]
         size_args = "n_cols, " + ", ".join(f"D[{k}]" for k in range(r) if k != rd)
         size_args = size_args.rstrip(", ")
         consts = 'BLOCK_SIZE=cfg["BLOCK_SIZE"], ONE_PASS=n_cols <= cfg["BLOCK_SIZE"]'
+        if multirow:
+            consts += ', ROWS=cfg["ROWS"]'
     scal = "".join(f", {p}" for p, _ in w.scalar_args)
     all_args = ", ".join(in_args + out_args)
     lines.append(f"    {name}[grid]({all_args + ', ' if all_args else ''}{size_args}{scal}, {consts}, "
