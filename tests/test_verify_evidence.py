@@ -103,8 +103,23 @@ def test_the_link_carries_only_plain_values() -> None:
     import struct
 
     raw = marshal.dumps({"ev": "x", "code": (lambda: 0).__code__})  # a forged frame
-    a.sendall(struct.pack("<Q", len(raw)) + raw)
+    a.sendall(struct.pack("<QI", len(raw), 0) + raw)
     with pytest.raises(ChannelClosed, match="code"):
+        right.recv()
+    # large bytes travel as raw attachments after the message, and arrive as they left
+    import threading
+
+    big = bytes(range(256)) * 1024  # more than a socket buffer: sent from another thread
+    sender = threading.Thread(target=left.send,
+                              args=({"ev": "forward", "outputs": big, "post": [b"\x07" * 70000, b"x"]},))
+    sender.start()
+    got = right.recv()
+    sender.join()
+    assert got == {"ev": "forward", "outputs": big, "post": [b"\x07" * 70000, b"x"]}
+    assert type(got["outputs"]) is bytes
+    raw = marshal.dumps({"ev": "x", "outputs": {"__kopt_attachment__": 3}})  # no such attachment
+    a.sendall(struct.pack("<QI", len(raw), 0) + raw)
+    with pytest.raises(ChannelClosed, match="attachment"):
         right.recv()
     left.close()
     with pytest.raises(ChannelClosed):

@@ -12,8 +12,10 @@ removes them from the job directory, opens a socket pair and forks:
   job's record (`out/*.safetensors`, the response). The parent reads files written by a
   process the candidate never ran in, after the candidate's process is gone.
 
-Messages are `marshal`-encoded dicts of plain values (bytes for tensors, as safetensors), each
-prefixed by its length; the child's encoder and socket calls are bound before the candidate
+Messages are `marshal`-encoded dicts of plain values, each prefixed by its length and its number
+of attachments: bytes of `ATTACH_MIN` or more (tensors, as safetensors) leave the dict as raw
+frames sent after it, so a 256 MB output is copied once on each side instead of three times
+(marshal's copy, the length prefix's concatenation, the receiver's own); the child's encoder and socket calls are bound before the candidate
 is imported, so replacing `json.dumps`, `sys.stdout` or `socket` changes nothing that is sent.
 What the supervisor keeps of a message is a plain-value copy (`_plain`): nothing the child
 sends can run code in the supervisor.
@@ -35,6 +37,11 @@ from typing import Any
 
 MAX_MESSAGE = 1 << 34
 """16 GiB: the largest frame accepted (full-size outputs of a big case)."""
+ATTACH_MIN = 1 << 16
+"""Bytes values this long or longer travel as attachments (raw frames after the message)."""
+MAX_ATTACHMENTS = 4096
+_ATTACHED = "__kopt_attachment__"
+"""The key of the placeholder an attachment leaves in its message: {_ATTACHED: index}."""
 
 
 class ChannelClosed(Exception):
@@ -52,22 +59,31 @@ class Link:
         self._sendall, self._recv_into = sock.sendall, sock.recv_into
 
     def send(self, msg: dict[str, Any]) -> None:
-        data = self._dumps(_wire(msg))
+        attachments: list[bytes | bytearray | memoryview] = []
+        data = self._dumps(_wire(msg, attachments=attachments))
         try:
-            self._sendall(self._pack("<Q", len(data)) + data)
+            self._sendall(self._pack("<QI", len(data), len(attachments)) + data)
+            for blob in attachments:
+                self._sendall(self._pack("<Q", len(blob)))
+                self._sendall(blob)
         except OSError as err:
             raise ChannelClosed(str(err)) from err
 
     def recv(self) -> dict[str, Any]:
-        head = self._read(8)
-        (size,) = self._unpack("<Q", head)
-        if size > MAX_MESSAGE:
-            raise ChannelClosed(f"frame of {size} bytes")
+        size, count = self._unpack("<QI", self._read(12))
+        if size > MAX_MESSAGE or count > MAX_ATTACHMENTS:
+            raise ChannelClosed(f"frame of {size} bytes and {count} attachments")
         try:
             msg = self._loads(self._read(size))
         except (ValueError, EOFError, TypeError) as err:
             raise ChannelClosed(f"malformed frame: {err}") from err
-        return _plain(msg)
+        attachments = []
+        for _ in range(count):
+            (n,) = self._unpack("<Q", self._read(8))
+            if n > MAX_MESSAGE:
+                raise ChannelClosed(f"attachment of {n} bytes")
+            attachments.append(self._read(n))
+        return _plain(msg, attachments=attachments)
 
     def _read(self, n: int) -> bytes:
         buf = bytearray(n)
@@ -90,17 +106,22 @@ class Link:
             pass
 
 
-def _wire(value: Any, depth: int = 0) -> Any:
+def _wire(value: Any, depth: int = 0, attachments: list[Any] | None = None) -> Any:
     """`value` in the types marshal carries: tuple subclasses (torch.Size) as lists, int and
-    float subclasses and scalar objects (numpy, SymInt) as int/float, anything else as text."""
+    float subclasses and scalar objects (numpy, SymInt) as int/float, anything else as text.
+    Bytes of ATTACH_MIN or more go to `attachments`, a placeholder in their place."""
+    if isinstance(value, (bytes, bytearray, memoryview)) and attachments is not None and \
+            len(value) >= ATTACH_MIN:
+        attachments.append(value)
+        return {_ATTACHED: len(attachments) - 1}
     if value is None or type(value) in (bool, int, float, str, bytes):
         return value
     if depth > 20:
         return repr(value)[:200]
     if isinstance(value, dict):
-        return {str(k): _wire(v, depth + 1) for k, v in value.items()}
+        return {str(k): _wire(v, depth + 1, attachments) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_wire(v, depth + 1) for v in value]
+        return [_wire(v, depth + 1, attachments) for v in value]
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, bool):
@@ -112,17 +133,23 @@ def _wire(value: Any, depth: int = 0) -> Any:
     return str(value)
 
 
-def _plain(value: Any, depth: int = 0) -> Any:
+def _plain(value: Any, depth: int = 0, attachments: list[bytes] | None = None) -> Any:
     """A copy made only of dict/list/str/bytes/int/float/bool/None (code objects, sets and
-    anything else marshal can carry are refused)."""
+    anything else marshal can carry are refused); placeholders replaced by their attachment."""
     if depth > 20:
         raise ChannelClosed("message nested too deeply")
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return value
     if isinstance(value, (list, tuple)):
-        return [_plain(v, depth + 1) for v in value]
+        return [_plain(v, depth + 1, attachments) for v in value]
     if isinstance(value, dict):
-        return {str(k): _plain(v, depth + 1) for k, v in value.items() if isinstance(k, str)}
+        if _ATTACHED in value:
+            i = value[_ATTACHED]
+            if len(value) != 1 or type(i) is not int or not 0 <= i < len(attachments or []):
+                raise ChannelClosed(f"attachment placeholder {i!r} out of range")
+            return attachments[i]  # type: ignore[index]
+        return {str(k): _plain(v, depth + 1, attachments) for k, v in value.items()
+                if isinstance(k, str)}
     raise ChannelClosed(f"message holds a {type(value).__name__}")
 
 
