@@ -87,6 +87,8 @@ def main() -> int:
                                                     label=f"{case.name}-{label}-{int(on)}-{r}"))
                     if ms is not None:
                         times.setdefault((label, on), []).append(ms)
+                        print(f"  {case.name} round {r} sandbox {'on ' if on else 'off'} "
+                              f"{label}: {ms:.4f} ms", flush=True)
         verify_s: dict[bool, float] = {}
         if candidate is not None and not args.no_verify:
             for on in (True, False):
