@@ -223,3 +223,22 @@ def test_narrow_rows_share_a_program_and_match_eager(tmp_path: Path) -> None:
     cfg = launch(result.kernels[0]["name"], "reduction", 40, 91)
     assert cfg["ROWS"] == 32 and cfg["BLOCK_SIZE"] == 64
     assert launch(result.kernels[0]["name"], "reduction", 40, 3)["ROWS"] == 4  # few rows: fewer lanes
+
+
+@pytest.mark.parametrize("expr", [
+    "torch.min(x, dim=1, keepdim=True)[0] * 2.0",
+    "torch.tanh(x.max(dim=-1).values) + 1.0",
+    "torch.softmax(torch.min(x, dim=2)[0], dim=1)",
+])
+def test_max_and_min_over_a_dim_whose_indices_are_unused_are_generated(tmp_path: Path, expr: str) -> None:
+    """`x.max(dim).values` is an amax when nothing reads the indices (KernelBench level-2
+    problems like Conv2d_Scaling_Min were rejected for this PyTorch fallback)."""
+    result, _ = _generate(tmp_path, [f"return {expr}"], [[3, 5, 7, 9], [1]])
+    assert result.kernels
+    assert not result.unfused, result.unfused
+
+
+def test_max_over_a_dim_whose_indices_are_read_stays_in_pytorch(tmp_path: Path) -> None:
+    result, _ = _generate(tmp_path, ["v, i = x.max(dim=1)", "return v * 2.0 + i.float()"],
+                          [[3, 5, 7], [1]])
+    assert any("indices" in u["reason"] for u in result.unfused), result.unfused

@@ -427,7 +427,11 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
                 keep = kwargs.get("keepdim", False)
         dims = [norm_dim(d, x.rank) for d in dims]
         if packet in ("max", "min") and overload == "dim":
-            return _fallback(b, fx, args, kwargs, shape, sym, dtype)  # values + indices
+            if not _only_values_used(fx):
+                return _fallback(b, fx, args, kwargs, shape, sym, dtype)  # values + indices
+            # `x.max(dim).values` alone is an amax/amin: the indices output is never read
+            kind = "amax" if packet == "max" else "amin"
+            return lower_reduction(b, kind, x, dims[0], keep, name, name, dtype), None
         merged: list[int] = []
         if len(dims) != 1 and x.rank > 0 and len([d for d in dims if x.shape[d] != 1]) > 1:
             merged = sorted(set(dims))
@@ -560,6 +564,11 @@ def _squeeze(b: Builder, out: Node, dims: list[int], keep: bool) -> Node:
     sym = tuple(s for i, s in enumerate(out.sym) if i not in keepd)
     del d0
     return b.op(f"{out.name}_sq", "squeeze", [out, keepd], out, shape=shape, sym=sym)
+
+
+def _only_values_used(fx: torch.fx.Node) -> bool:
+    """True when every user of a (values, indices) reduction reads element 0 (the values)."""
+    return all(u.target is operator.getitem and u.args[1] == 0 for u in fx.users)
 
 
 def _fallback(b: Builder, fx: torch.fx.Node, args: list[Any], kwargs: dict[str, Any],
