@@ -242,3 +242,37 @@ def test_max_over_a_dim_whose_indices_are_read_stays_in_pytorch(tmp_path: Path) 
     result, _ = _generate(tmp_path, ["v, i = x.max(dim=1)", "return v * 2.0 + i.float()"],
                           [[3, 5, 7], [1]])
     assert any("indices" in u["reason"] for u in result.unfused), result.unfused
+
+
+def test_a_view_keeps_sizes_it_shares_with_its_input(tmp_path: Path) -> None:
+    """`x.view(b, c, -1)` with c a constructor channel count: the candidate reads c from x
+    (`v.shape[1]`) instead of baking the traced 24 (KernelBench level-2 38 ran its softmax over
+    a sixteenth of each row on smoke)."""
+    from kopt.harness.verify import verify_candidate
+
+    case_dir = tmp_path / "view"
+    case_dir.mkdir()
+    (case_dir / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, channels):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, channels, 3)\n\n"
+        "    def forward(self, x):\n"
+        "        y = torch.clamp(self.conv(x), -1.0, 1.0)\n"
+        "        b, c, h, w = y.shape\n"
+        "        y = torch.softmax(y.view(b, c, -1), dim=2)\n"
+        "        return y.view(b, c, h, w) * 2.0\n")
+    (case_dir / "manifest.yaml").write_text(
+        "name: view\ndescription: conv, softmax over the flattened spatial dims\n"
+        "model: {module: model.py, class: Model, init_kwargs: {channels: 24}}\n"
+        "inputs:\n  args:\n    - {shape: [4, 3, 18, 18], dtype: float32}\n"
+        "device: auto\nprecision: strict\n"
+        "smoke:\n  init_kwargs: {channels: 6}\n  args: [{shape: [2, 3, 11, 13]}]\n")
+    case = load_case_dir(case_dir)
+    result = generate_candidate(case)
+    assert ".shape[1], -1]" in result.source
+    file = tmp_path / "view_candidate.py"
+    file.write_text(result.source)
+    report = verify_candidate(case, file, device="cpu")
+    assert report.accepted, report.to_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -143,6 +144,13 @@ def sym_code(v: Any, symbols: dict[str, str]) -> str:
     return repr(v)
 
 
+@dataclass(frozen=True)
+class _Source:
+    """A size written as given (read from a tensor at run time)."""
+
+    text: str
+
+
 class ForwardWriter:
     """Writes ModelNew.forward: PyTorch views and ops between the kernel launches."""
 
@@ -160,6 +168,8 @@ class ForwardWriter:
         return sym_code(v, self.graph.symbols)
 
     def arg(self, v: Any) -> str:
+        if isinstance(v, _Source):
+            return v.text
         if isinstance(v, Node):
             return self.var[v]
         if isinstance(v, Sym):
@@ -180,8 +190,22 @@ class ForwardWriter:
             return self.size(v)
         return repr(v)
 
-    def view_shape(self, n: Node) -> str:
+    def view_shape(self, n: Node, src: str | None = None) -> str:
+        """A view's target sizes as source: a fixed size that its input has at the same
+        position from the front or from the back is read from the input (`x.shape[1]`: the
+        channels kept by `x.view(b, c, -1)`), the largest other fixed size becomes -1, and any
+        size still fixed is noted. `src`: the input's expression (default: forward's variable)."""
         target = list(n.args[1])
+        x = n.args[0]
+        src = src or (self.var.get(x) if isinstance(x, Node) else None)
+        if src is not None and isinstance(x, Node):
+            for order in (range(min(len(target), x.rank)), range(-1, -min(len(target), x.rank) - 1, -1)):
+                for j in order:
+                    v, s = target[j], x.sym[j]
+                    if isinstance(v, int) and v not in (1, -1) and v == s:
+                        target[j] = _Source(f"{src}.shape[{j % x.rank}]")
+                    elif not (v == s or (isinstance(v, Sym) and v.expr == s)):
+                        break
         concrete = [j for j, v in enumerate(target) if isinstance(v, int) and v not in (1, -1)]
         if -1 not in target and concrete:
             j = max(concrete, key=lambda i: target[i])

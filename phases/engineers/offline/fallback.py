@@ -168,7 +168,7 @@ class TorchRegion:
             return f"{x}.expand({', '.join(self.arg(s) for s in n.args[1])})"
         if n.op == "view":
             if self.view_shape is not None:
-                return f"{x}.reshape({self.view_shape(n)})"
+                return f"{x}.reshape({self.view_shape(n, x)})"
             return f"{x}.reshape({', '.join(self.size(s) for s in n.sym)})"
         raise EngineerError(f"no PyTorch form for layout op {n.op!r} in region {self.g.name}")
 
