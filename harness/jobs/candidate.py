@@ -16,6 +16,12 @@ When the child is gone the supervisor writes `out/cand-<group>.safetensors`,
 `out/post-<group>.safetensors` (inputs after forward), `out/weights-post-<set>.safetensors` and
 the facts in the response. It judges nothing: the parent does.
 
+Inputs after forward and the previous call's result are compared where they live (on the GPU,
+bit for bit, with a copy the harness took before the call) and sent only when they differ: the
+response lists the unchanged ones (`post_unchanged`, and no `previous-cand-*` file), so a
+full-size verification moves a third of the bytes it did; a change still reaches the parent
+whole, which judges it as before.
+
 A set may also carry (harness.verification.draws): `spec` (an input set the manifest does not
 declare), `views` (inputs as strided views of their staged storage), `weights` (which staged
 state_dict to load), `instance` (sets with the same one share a model instance), `partial` (a
@@ -166,8 +172,10 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
                 # a torch.compile draw is judged for its outputs only (`conditions`)
                 facts["compiled" if cond.get("compile") else "forwards"].append(fact)
                 record.files[out_name] = bytes(msg.get("outputs") or b"")
-                if post is not None:
-                    record.files[post] = bytes(msg.get("post") or b"")
+                if post is not None and msg.get("post") is not None:
+                    record.files[post] = bytes(msg["post"])
+                elif post is not None and msg.get("post_unchanged") is True:
+                    resp.setdefault("post_unchanged", []).append(post)
                 if msg.get("previous") is not None:
                     record.files[f"previous-{out_name}"] = bytes(msg["previous"])
                 return fact
@@ -234,6 +242,8 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
     def pack(named: dict[str, torch.Tensor]) -> bytes:
         return st_save({k: v.detach().to("cpu", copy=True).contiguous() for k, v in named.items()})
 
+    same_bits = _same_bits  # bound before the candidate exists, as the link's calls are
+
     device = request["device"]
     guards.set_precision(request.get("precision", "strict"))
     case = load_case_dir(job_dir / request["case_dir"])
@@ -268,6 +278,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
     views: dict[str, Any] | None = None
     bases: dict[str, torch.Tensor] = {}
     previous: list[torch.Tensor] | None = None
+    previous_seen: list[torch.Tensor] = []
     while True:
         msg = link.recv()
         op = msg.get("op")
@@ -314,6 +325,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
                                                    for k, p in ptrs.items())
             else:
                 bases = new
+            pristine = {k: v.detach().clone() for k, v in bases.items()}
             try:
                 seen, outs, more = _forward(model, resolved, bases, device, msg["poison"], counter,
                                             params, send_op, views, msg.get("cond") or {})
@@ -322,16 +334,23 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
                 return
             fact.update(more)
             reply: dict[str, Any] = {"ev": "forward", "fact": fact,
-                                     "outputs": pack({f"o{i}": t for i, t in enumerate(seen)}),
-                                     "post": pack(bases)}
+                                     "outputs": pack({f"o{i}": t for i, t in enumerate(seen)})}
+            # Inputs after forward: sent only when a bit differs from the harness's own copy.
+            if all(same_bits(bases[k], pristine[k]) for k in bases):
+                reply["post_unchanged"] = True
+            else:
+                reply["post"] = pack(bases)
             if previous is not None:
-                # The last call's result as it is now: a result must not change on the next call.
-                reply["previous"] = pack({f"o{i}": t for i, t in enumerate(previous)
-                                          if type(t) is torch.Tensor})
+                # The last call's result as it is now (a result must not change on the next
+                # call): sent only when it no longer matches what was sent for that call.
+                kept = [(j, t) for j, t in enumerate(previous) if type(t) is torch.Tensor]
+                if not all(j < len(previous_seen) and same_bits(t, previous_seen[j])
+                           for j, t in kept):
+                    reply["previous"] = pack({f"o{j}": t for j, t in kept})
                 fact["previous_shares_storage"] = any(
                     tensors.aliasing(outs, {f"previous output[{j}]": p
                                             for j, p in enumerate(previous)}))
-            previous = list(outs)
+            previous, previous_seen = list(outs), seen
             send(reply)
         elif op == "weights":
             send({"ev": "weights", "data": pack({k: v for k, v in model.state_dict().items()
@@ -342,6 +361,19 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
             return
         else:
             return
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype and bits (NaN payloads included), compared where the tensors are."""
+    if type(a) is not torch.Tensor or a.shape != b.shape or a.dtype != b.dtype or \
+            a.device != b.device:
+        return False
+    if a.numel() == 0:
+        return True
+    with torch.no_grad():
+        x = a.detach().contiguous().reshape(-1).view(torch.uint8)
+        y = b.detach().contiguous().reshape(-1).view(torch.uint8)
+        return bool(torch.equal(x, y))
 
 
 def _error_line(err: BaseException) -> str:
