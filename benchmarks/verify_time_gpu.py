@@ -1,0 +1,49 @@
+"""Wall time of `kopt verify` as a user runs it (the CLI, a fresh process each time), repeated.
+
+    python benchmarks/verify_time_gpu.py CASE CANDIDATE [--repeats 3] [--device cuda|cpu]
+
+Issue 19's bar: a warm `kopt verify --device cuda` of a small candidate in at most 5 s. The
+first run is cold (no standby worker, empty caches); later runs are warm. Prints one line per
+run (seconds, verdict), then the median of the warm runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case")
+    parser.add_argument("candidate")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    took: list[float] = []
+    for i in range(args.repeats):
+        t0 = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "kopt", "verify", args.case, args.candidate,
+                               "--device", args.device], capture_output=True, text=True, env=env)
+        took.append(time.monotonic() - t0)
+        last = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
+        print(f"run {i} ({'cold' if i == 0 else 'warm'}): {took[-1]:.1f} s, exit {done.returncode}: "
+              f"{last[:120]}", flush=True)
+        if done.returncode not in (0, 1):
+            print(done.stderr[-2000:], flush=True)
+    if len(took) > 1:
+        print(f"warm median {statistics.median(took[1:]):.1f} s over {len(took) - 1} run(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
