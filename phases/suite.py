@@ -279,8 +279,12 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
                              timing=QUICK_TIMING if timing is None else timing, timeout=timeout)
         return row
     except Exception as err:  # a bug must cost one row, not the suite
+        import traceback
+
+        frames = traceback.extract_tb(err.__traceback__)
+        where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
         return SuiteRow(problem.name, problem.level, str(problem.file), "failed",
-                        f"{type(err).__name__}: {err}"[:300])
+                        f"{type(err).__name__}: {err}{where}"[:300])
 
 
 @dataclass

@@ -178,3 +178,18 @@ def test_a_timing_never_overlaps_a_verification() -> None:
     assert end == start + 1  # nothing ran while it timed
     assert all(e in log[:start] for e in [("verify", 0, "end"), ("verify", 1, "end")])
     assert log.index(("verify", 2, "start")) > end  # a waiting timing goes first
+
+
+def test_a_bug_on_one_problem_costs_its_row_and_says_where(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unexpected error (2026-11-25 on the H100: `KeyError: 'custom'` with no trace) is the
+    row's detail with the file and line it came from; the suite goes on."""
+    import kopt.phases.suite as suite
+
+    def boom(*args, **kwargs):
+        raise KeyError("custom")
+
+    monkeypatch.setattr(suite, "prepare_problem", boom)
+    row = suite.run_problem(suite.Problem(tmp_path / "1_x.py", "level1"), tmp_path, device="cpu")
+    assert row.status == "failed"
+    assert row.detail.startswith("KeyError: 'custom' at test_suite.py:"), row.detail
