@@ -202,3 +202,26 @@ def test_on_the_gpu_launches_are_confirmed_by_the_device_trace() -> None:
                                   device="cuda")
     assert good.accepted, good.to_text()
     assert not bad.check("triton_launched").passed
+
+
+def test_poisoned_runs_differ_only_where_an_element_was_never_written() -> None:
+    """every_element_written compares its two poisoned runs within the case's tolerance: the
+    last-bit noise of a library op that is not bit-reproducible (atomics in a cuDNN
+    algorithm) is not an unwritten element; a poisoned one (NaN in one run, -1234.5 in the
+    other) is, and so is any integer difference."""
+    import torch
+
+    from kopt.harness.tolerance import Tolerance
+    from kopt.harness.verify import _unlike_elements
+
+    tol = Tolerance(1e-4, 1e-4, 1e-5)
+    a = torch.linspace(-3.0, 3.0, 1000)
+    noisy = a + torch.where(torch.arange(1000) % 7 == 0, 1e-7, 0.0)
+    assert _unlike_elements(a, noisy, tol) == 0
+    poisoned_a, poisoned_b = a.clone(), a.clone()
+    poisoned_a[10:13], poisoned_b[10:13] = float("nan"), -1234.5
+    assert _unlike_elements(poisoned_a, poisoned_b, tol) == 3
+    assert _unlike_elements(poisoned_a, poisoned_a.clone(), tol) == 0  # NaN where both have it
+    ints = torch.arange(10)
+    assert _unlike_elements(ints, ints + (ints == 3), tol) == 1
+    assert _unlike_elements(a, noisy, None) > 0  # no tolerance: bit for bit
