@@ -23,6 +23,35 @@ def _generate(tmp: Path, body: list[str], shapes: list[list[int]], dtype: str = 
     return result, module
 
 
+def _constructor_case(tmp: Path, name: str, ctor: str, layers: list[str], forward: list[str],
+                      main_init: str, main: list[int], smoke_init: str, smoke: list[int]):
+    """A case whose constructor sizes the model (`ctor`: its arguments), with a smoke set that
+    changes them (the pipeline generates on main; CPU runs verify on smoke)."""
+    case_dir = tmp / name
+    case_dir.mkdir()
+    (case_dir / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        f"    def __init__(self, {ctor}):\n        super().__init__()\n"
+        + "".join(f"        {line}\n" for line in layers)
+        + "\n    def forward(self, x):\n" + "".join(f"        {line}\n" for line in forward))
+    (case_dir / "manifest.yaml").write_text(
+        f"name: {name}\ndescription: sized by its constructor\n"
+        f"model: {{module: model.py, class: Model, init_kwargs: {{{main_init}}}}}\n"
+        f"inputs:\n  args:\n    - {{shape: {main}, dtype: float32}}\n"
+        "device: auto\nprecision: strict\n"
+        f"smoke:\n  init_kwargs: {{{smoke_init}}}\n  args: [{{shape: {smoke}}}]\n")
+    return load_case_dir(case_dir)
+
+
+def _accepted_on_cpu(tmp: Path, case, source: str) -> None:
+    from kopt.harness.verify import verify_candidate
+
+    file = tmp / f"{case.name}_candidate.py"
+    file.write_text(source)
+    report = verify_candidate(case, file, device="cpu")
+    assert report.accepted, report.to_text()
+
+
 CHAIN = ["z = x * torch.sigmoid(x) + torch.tanh(y) * 0.7",
          "z = torch.clamp(z, -1.0, 2.0)",
          "z = torch.where(x > 0, z, z * 0.5)",
@@ -126,32 +155,13 @@ def test_global_average_pool_follows_a_constructor_channel_count(tmp_path: Path)
     """Generated from the main set (as the pipeline does), verified on a smoke set whose
     constructor shrinks the channels: the merged reduction names no traced size (2026-11-25:
     `reshape([N, 128, -1])` crashed three KernelBench level-2 problems on smoke)."""
-    from kopt.harness.verify import verify_candidate
-
-    case_dir = tmp_path / "gap"
-    case_dir.mkdir()
-    (case_dir / "model.py").write_text(
-        "import torch\nimport torch.nn as nn\n\n\n"
-        "class Model(nn.Module):\n"
-        "    def __init__(self, channels):\n"
-        "        super().__init__()\n"
-        "        self.conv = nn.Conv2d(3, channels, 3)\n"
-        "        self.bias = nn.Parameter(torch.randn(channels, 1, 1))\n\n"
-        "    def forward(self, x):\n"
-        "        y = self.conv(x)\n"
-        "        return torch.tanh(y.mean(dim=(2, 3), keepdim=True) + self.bias)\n")
-    (case_dir / "manifest.yaml").write_text(
-        "name: gap\ndescription: conv, global average pool, bias, tanh\n"
-        "model: {module: model.py, class: Model, init_kwargs: {channels: 24}}\n"
-        "inputs:\n  args:\n    - {shape: [4, 3, 18, 18], dtype: float32}\n"
-        "device: auto\nprecision: strict\n"
-        "smoke:\n  init_kwargs: {channels: 8}\n  args: [{shape: [2, 3, 11, 13]}]\n")
-    case = load_case_dir(case_dir)
-    result = generate_candidate(case)
-    file = tmp_path / "gap_candidate.py"
-    file.write_text(result.source)
-    report = verify_candidate(case, file, device="cpu")
-    assert report.accepted, report.to_text()
+    case = _constructor_case(
+        tmp_path, "gap", "channels",
+        ["self.conv = nn.Conv2d(3, channels, 3)",
+         "self.bias = nn.Parameter(torch.randn(channels, 1, 1))"],
+        ["y = self.conv(x)", "return torch.tanh(y.mean(dim=(2, 3), keepdim=True) + self.bias)"],
+        "channels: 24", [4, 3, 18, 18], "channels: 8", [2, 3, 11, 13])
+    _accepted_on_cpu(tmp_path, case, generate_candidate(case).source)
 
 
 @pytest.mark.parametrize(("shape", "groups"), [([7, 12], 4), ([3, 6, 5, 7], 3)])
@@ -177,32 +187,14 @@ def test_group_norm_follows_a_constructor_channel_count(tmp_path: Path, layer: s
     the groups: the group count follows its constructor argument, the channels per group and
     the spatial extent are read at run time, in the kernels and in each region's PyTorch form
     (KernelBench level-2 62 has 512 groups on main, 48 on smoke)."""
-    from kopt.harness.verify import verify_candidate
-
-    case_dir = tmp_path / "gn"
-    case_dir.mkdir()
-    (case_dir / "model.py").write_text(
-        "import torch\nimport torch.nn as nn\n\n\n"
-        "class Model(nn.Module):\n"
-        "    def __init__(self, channels, groups):\n"
-        "        super().__init__()\n"
-        f"        self.conv = {layer}\n"
-        "        self.norm = nn.GroupNorm(groups, channels)\n\n"
-        "    def forward(self, x):\n"
-        "        return torch.tanh(self.norm(self.conv(x))) * 2.0\n")
-    (case_dir / "manifest.yaml").write_text(
-        "name: gn\ndescription: conv, group norm, tanh\n"
-        "model: {module: model.py, class: Model, init_kwargs: {channels: 24, groups: 4}}\n"
-        f"inputs:\n  args:\n    - {{shape: {main}, dtype: float32}}\n"
-        "device: auto\nprecision: strict\n"
-        f"smoke:\n  init_kwargs: {{channels: 12, groups: 2}}\n  args: [{{shape: {smoke}}}]\n")
-    case = load_case_dir(case_dir)
+    case = _constructor_case(
+        tmp_path, "gn", "channels, groups",
+        [f"self.conv = {layer}", "self.norm = nn.GroupNorm(groups, channels)"],
+        ["return torch.tanh(self.norm(self.conv(x))) * 2.0"],
+        "channels: 24, groups: 4", main, "channels: 12, groups: 2", smoke)
     result = generate_candidate(case)
     assert "group_norm" not in " ".join(u.get("op", "") for u in result.unfused), result.unfused
-    file = tmp_path / "gn_candidate.py"
-    file.write_text(result.source)
-    report = verify_candidate(case, file, device="cpu")
-    assert report.accepted, report.to_text()
+    _accepted_on_cpu(tmp_path, case, result.source)
     # each region's PyTorch form too (a view there once baked the traced channels per group)
     from kopt.phases.engineers.offline.regions import SWITCH, regions
 
@@ -248,31 +240,11 @@ def test_a_view_keeps_sizes_it_shares_with_its_input(tmp_path: Path) -> None:
     """`x.view(b, c, -1)` with c a constructor channel count: the candidate reads c from x
     (`v.shape[1]`) instead of baking the traced 24 (KernelBench level-2 38 ran its softmax over
     a sixteenth of each row on smoke)."""
-    from kopt.harness.verify import verify_candidate
-
-    case_dir = tmp_path / "view"
-    case_dir.mkdir()
-    (case_dir / "model.py").write_text(
-        "import torch\nimport torch.nn as nn\n\n\n"
-        "class Model(nn.Module):\n"
-        "    def __init__(self, channels):\n"
-        "        super().__init__()\n"
-        "        self.conv = nn.Conv2d(3, channels, 3)\n\n"
-        "    def forward(self, x):\n"
-        "        y = torch.clamp(self.conv(x), -1.0, 1.0)\n"
-        "        b, c, h, w = y.shape\n"
-        "        y = torch.softmax(y.view(b, c, -1), dim=2)\n"
-        "        return y.view(b, c, h, w) * 2.0\n")
-    (case_dir / "manifest.yaml").write_text(
-        "name: view\ndescription: conv, softmax over the flattened spatial dims\n"
-        "model: {module: model.py, class: Model, init_kwargs: {channels: 24}}\n"
-        "inputs:\n  args:\n    - {shape: [4, 3, 18, 18], dtype: float32}\n"
-        "device: auto\nprecision: strict\n"
-        "smoke:\n  init_kwargs: {channels: 6}\n  args: [{shape: [2, 3, 11, 13]}]\n")
-    case = load_case_dir(case_dir)
+    case = _constructor_case(
+        tmp_path, "view", "channels", ["self.conv = nn.Conv2d(3, channels, 3)"],
+        ["y = torch.clamp(self.conv(x), -1.0, 1.0)", "b, c, h, w = y.shape",
+         "y = torch.softmax(y.view(b, c, -1), dim=2)", "return y.view(b, c, h, w) * 2.0"],
+        "channels: 24", [4, 3, 18, 18], "channels: 6", [2, 3, 11, 13])
     result = generate_candidate(case)
     assert ".shape[1], -1]" in result.source
-    file = tmp_path / "view_candidate.py"
-    file.write_text(result.source)
-    report = verify_candidate(case, file, device="cpu")
-    assert report.accepted, report.to_text()
+    _accepted_on_cpu(tmp_path, case, result.source)
