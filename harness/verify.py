@@ -209,6 +209,8 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
                                 fix=f"run `kopt baseline {case.name}` to see the error")
         ref_outputs = {g: load_outputs(ref_dir / "out" / f"ref-{g}.safetensors")
                        for entry in ref_request["sets"] for g in entry["groups"]}
+        truth = {g: load_outputs(ref_dir / "out" / f"truth-{g}.safetensors")
+                 for entry in ref_request["sets"] if entry.get("truth") for g in entry["groups"]}
     finally:
         if not keep_jobs:
             cleanup(ref_dir)
@@ -229,7 +231,7 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
         judged: dict[Path, VerificationReport] = {}
         for path, (job_dir, outcome, _t0) in zip(paths, cand_runs, strict=True):
             judge = _Judge(case, dev, plan, job_dir, outcome, ref.response or {}, ref_outputs,
-                           sources_intact, cand_exit, findings[path], path)
+                           sources_intact, cand_exit, findings[path], path, truth)
             judged[path] = VerificationReport(case.name, str(path), dev, judge.checks(),
                                               list(sets), time.monotonic() - start)
         return [judged[p] if p in judged else
@@ -333,8 +335,11 @@ class _Judge:
                  outcome: WorkerOutcome, ref_response: dict[str, Any],
                  ref_outputs: dict[str, list[torch.Tensor] | None], sources_intact: bool,
                  cand_exit: float, source: _Source | None = None,
-                 path: Path | None = None) -> None:
+                 path: Path | None = None,
+                 truth: dict[str, list[torch.Tensor] | None] | None = None) -> None:
         self.source = source or _Source()
+        self.truth = truth or {}
+        """Group -> the baseline's outputs computed in float64 (hard-value draws only)."""
         self.path = path
         self.case, self.device, self.plan = case, device, plan
         self.out = job_dir / "out"

@@ -149,3 +149,57 @@ def test_measure_refuses_a_candidate_that_cheats_only_while_timed(tmp_path: Path
     assert honest["timed_outputs"]["passed"] is True, honest["timed_outputs"]
     assert honest["timed_outputs"]["calls"] >= 4  # warm-up + timed calls, all fingerprinted
     assert honest["correctness"]["passed"] is True
+
+
+def _scaled_softmax_outputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A bf16 baseline that rounds `scores * scale` to bf16 before a float32 softmax (the
+    bundled causal_softmax), a kernel that keeps the product in float32, and the float64 truth,
+    on hard values (spread 200): the CI failure of 2026-11-25 (28/16384 elements past the
+    bound, relative error 0.012 against 0.01)."""
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(64, 64, generator=g) * 200).to(torch.bfloat16)
+    scale = 128 ** -0.5
+    baseline = torch.softmax((x * scale).float(), -1).to(torch.bfloat16)
+    kernel = torch.softmax(x.float() * scale, -1).to(torch.bfloat16)
+    truth = torch.softmax(x.double() * scale, -1)
+    return baseline, kernel, truth
+
+
+def test_hard_values_judge_a_kernel_closer_to_the_truth_than_the_baseline() -> None:
+    from kopt.harness.compare import compare_outputs
+    from kopt.harness.verification.conditions import _no_worse_than_baseline
+
+    baseline, kernel, truth = _scaled_softmax_outputs()
+    tol = {torch.bfloat16: tolerance_for(load_case("causal_softmax"), torch.bfloat16)}
+    assert not compare_outputs([kernel], [baseline], tol).ok  # the element-wise bound misses
+    ok, why = _no_worse_than_baseline([kernel], [baseline], [truth], tol)
+    assert ok, why
+    # a kernel 10% off, or one that overflows, is still rejected
+    ok, why = _no_worse_than_baseline([kernel * 1.1], [baseline], [truth], tol)
+    assert not ok and "float64 baseline" in why
+    broken = kernel.clone()
+    broken[3, 5] = float("nan")
+    ok, why = _no_worse_than_baseline([broken], [baseline], [truth], tol)
+    assert not ok and "NaN/Inf" in why
+
+
+def test_the_reference_job_writes_a_float64_truth_for_hard_value_draws(tmp_path: Path) -> None:
+    from kopt.harness.job import stage_job
+    from kopt.harness.targets.local import LocalTarget
+    from kopt.harness.verification.tensors import load_outputs
+
+    case = load_case("causal_softmax")
+    plan = draws.plan_verification(case, ["smoke"], 2, "cpu")
+    hard = plan.item("x-hard")
+    assert hard is not None
+    request = {"device": "cpu", "precision": "strict",
+               "sets": draws.reference_request_sets(plan)}
+    job = stage_job("reference", request, case=case, tensors=plan.tensors, root=tmp_path)
+    assert LocalTarget(standby=False).run(job, timeout=300).ok
+    for group in hard.draws:
+        ref = load_outputs(job / "out" / f"ref-{group}.safetensors")
+        truth = load_outputs(job / "out" / f"truth-{group}.safetensors")
+        assert truth is not None and truth[0].dtype == torch.float64
+        assert ref[0].shape == truth[0].shape
+    other = plan.sets[0]
+    assert not (job / "out" / f"truth-{plan.draws[other][0]}.safetensors").exists()

@@ -6,11 +6,15 @@ Request: `{"job": "reference", "case_dir", "device", "precision", "sets": [{"nam
 manifest does not declare (harness.verification.draws); a set listed twice (a second
 state_dict) adds outputs.
 Writes `out/ref-<group>.safetensors` and, per set, the output structure and the aten compute
-ops the baseline runs (what "no PyTorch fallback" compares a candidate against).
+ops the baseline runs (what "no PyTorch fallback" compares a candidate against). A set with
+`"truth": true` (the hard-value draws) also runs a float64 copy of the model on its inputs
+cast to float64 and writes `out/truth-<group>.safetensors`: the yardstick against which the
+baseline's own rounding error at large magnitudes is measured (`hard_values`).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from pathlib import Path
@@ -51,5 +55,35 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             if i == 0:
                 set_facts = {"structure": structure, "compute_ops": recorder.compute_ops(),
                              "compute_elements": dict(recorder.elements)}
+            if item.get("truth"):
+                problem = _write_truth(model, inputs, job_dir / "out" / f"truth-{group}.safetensors")
+                if problem:
+                    set_facts["truth_error"] = problem
         facts.setdefault(set_name, set_facts)  # a set's second entry (other weights) adds outputs
     return {"ok": True, "pid": os.getpid(), "sets": facts}
+
+
+def _as_float64(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.to(torch.float64)
+    if isinstance(value, list | tuple):
+        return type(value)(_as_float64(v) for v in value)
+    return value
+
+
+def _write_truth(model: torch.nn.Module, inputs: Any, file: Path) -> str | None:
+    """The baseline again in float64 (a model that casts inside forward keeps its casts); a
+    model that cannot run in float64 gets no truth and says why."""
+    from kopt.harness.verification import tensors
+
+    try:
+        wide = copy.deepcopy(model).to(torch.float64)
+        with torch.no_grad():
+            result = wide(*_as_float64(list(inputs.args)),
+                          **{k: _as_float64(v) for k, v in inputs.kwargs.items()})
+        outs, _structure = tensors.flatten_outputs(result)
+        tensors.save_tensors([o.to(torch.float64) if o.is_floating_point() else o for o in outs],
+                             file)
+    except Exception as exc:  # noqa: BLE001 (a model that has no float64 path)
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return None

@@ -481,6 +481,8 @@ def reference_request_sets(plan: Plan) -> list[dict[str, Any]]:
             entry["spec"] = spec_to_json(item.resolved)
         if item.views:
             entry["views"] = item.views
+        if item.kind == "x-hard":
+            entry["truth"] = True
         out.append(entry)
         if item.reload:
             out.append({**entry, "groups": [item.reload], "weights": item.reload_weights})
