@@ -268,8 +268,9 @@ class Case:
     def verification_sets(self, on_gpu: bool) -> list[str]:
         """The input sets a verification runs: main (GPU) or smoke (CPU), plus every shape.
 
-        On the CPU interpreter a `shapes` entry larger than the main inputs is still run:
-        the user declared it, so it is checked.
+        On the CPU interpreter a `shapes` entry larger than the smoke inputs is still run:
+        the user declared it, so its widths are checked (on as many rows as the interpreter's
+        budget allows: harness.verification.draws).
         """
         first = "main" if on_gpu or self.manifest.smoke is None else "smoke"
         return [first] + [f"shape{i}" for i in range(len(self.manifest.shapes))]

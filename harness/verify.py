@@ -517,9 +517,10 @@ class _Judge:
                                  f"again (a result must stay valid after the next call): "
                                  f"{cmp.to_text()}")
         n = len(self.plan.draws[self.plan.sets[0]])
+        trimmed = "".join(f"; {why}" for why in self.plan.trimmed.values())
         return Check("correct", True, f"{n} fresh draws x {len(self.plan.sets)} input sets "
                                       f"({', '.join(self.plan.sets)}) within tolerance; worst "
-                                      f"rel err {worst:.3g}")
+                                      f"rel err {worst:.3g}{trimmed}")
 
     def _structure(self, set_name: str) -> str:
         ref = (self.ref_resp.get("sets") or {}).get(set_name, {}).get("structure") or {}
