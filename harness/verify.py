@@ -201,6 +201,11 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
     # candidate's process starts.
     ref_request = {**common, "sets": reference_request_sets(plan)}
     ref_dir = stage_job("reference", ref_request, case=case, tensors=plan.tensors)
+    # the candidate's worker imports torch, dynamo and triton (about 4 s) while the reference
+    # runs: a standby process that has done nothing else (harness.targets.standby)
+    prepare = getattr(runner, "prepare", None)
+    if prepare is not None:
+        prepare(env, ref_dir.parent)
     try:
         ref = runner.run(ref_dir, timeout=timeout or MAX_TIMEOUT_S, env=env, on_line=on_line)
         if not ref.ok:

@@ -113,6 +113,7 @@ def _standby() -> Path | None:
     job directory on stdin. None when stdin closes first (the standby was discarded)."""
     _die_with_parent()
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401  (the candidate job's launch counter and dispatch modes need it: 1.8 s)
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 

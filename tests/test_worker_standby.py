@@ -100,3 +100,30 @@ def test_kopt_settings_travel_with_the_job(workspace: Path, tmp_path: Path) -> N
     settings = second.response["kopt_settings"]
     assert settings.get("KOPT_SSH_CONFIG") == "x"
     assert "KOPT_CACHE" not in settings or settings["KOPT_CACHE"] != str(tmp_path / "a")
+
+
+def test_the_verifier_starts_the_candidates_standby_before_its_reference_job(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The candidate worker's imports (torch, dynamo, triton: ~4 s on a 2-core CPU) overlap
+    with the reference job, which itself always starts cold."""
+    from kopt.harness.verify import verify_candidate
+
+    corpus = Path(__file__).parent / "corpus"
+    events: list[str] = []
+    run, prepare = LocalTarget.run, LocalTarget.prepare
+
+    def recording_run(self, job_dir, **kw):
+        outcome = run(self, job_dir, **kw)
+        events.append(f"{Path(job_dir).name.split('-')[0]}:{(outcome.response or {}).get('worker_started')}")
+        return outcome
+
+    def recording_prepare(self, env=None, jobs_root=None):
+        events.append("prepare")
+        prepare(self, env, jobs_root)
+
+    monkeypatch.setattr(LocalTarget, "run", recording_run)
+    monkeypatch.setattr(LocalTarget, "prepare", recording_prepare)
+    report = verify_candidate(corpus / "cases" / "softmax_small", corpus / "honest" / "softmax.py",
+                              device="cpu")
+    assert report.accepted, report.to_text()
+    assert events == ["prepare", "reference:cold", "candidate:standby"]

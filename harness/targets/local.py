@@ -82,6 +82,14 @@ class LocalTarget:
     def __init__(self, *, standby: bool = True) -> None:
         self.use_standby = standby
 
+    def prepare(self, env: dict[str, str] | None = None, jobs_root: Path | None = None) -> None:
+        """Start a standby for the next job with `env` now (harness.targets.standby), so that
+        its imports overlap with work the caller does first: the verifier calls this before its
+        reference job, which always starts cold, and the candidate job then finds the standby
+        ready. A no-op when standbys are off."""
+        if self.use_standby:
+            standby.STANDBY.prepare({**worker_env(env), PARENT_ENV: str(os.getpid())}, jobs_root)
+
     def run(self, job_dir: Path, *, timeout: float, env: dict[str, str] | None = None,
             on_line: LineSink | None = None) -> WorkerOutcome:
         tail: deque[str] = deque(maxlen=60)
