@@ -76,6 +76,7 @@ def main() -> int:
             print(f"{case.name}: no offline candidate ({type(err).__name__}: {err})")
             candidate = None
         times: dict[tuple[str, bool], list[float]] = {}
+        by_round: dict[tuple[str, int], dict[bool, float]] = {}
         for r in range(args.rounds):
             for on in ((True, False) if r % 2 == 0 else (False, True)):
                 _with_sandbox(on)
@@ -87,6 +88,7 @@ def main() -> int:
                                                     label=f"{case.name}-{label}-{int(on)}-{r}"))
                     if ms is not None:
                         times.setdefault((label, on), []).append(ms)
+                        by_round.setdefault((label, r), {})[on] = ms
                         print(f"  {case.name} round {r} sandbox {'on ' if on else 'off'} "
                               f"{label}: {ms:.4f} ms", flush=True)
         verify_s: dict[bool, float] = {}
@@ -105,6 +107,18 @@ def main() -> int:
             rows.append((case.name, label, device, on, off, _pct(on, off),
                          verify_s.get(True) if label == "candidate" else None,
                          verify_s.get(False) if label == "candidate" else None))
+        for label in ("eager", "candidate"):
+            # A model case's timing moves by up to 30% from one worker process to the next,
+            # sandbox or not: the on/off pair of each round ran back to back, so its difference
+            # is the one that says whether the sandbox moves timings.
+            paired = [(v[True] - v[False]) / v[False] * 100 for (lb, _r), v in by_round.items()
+                      if lb == label and True in v and False in v]
+            spread = times.get((label, False), []) + times.get((label, True), [])
+            if paired:
+                print(f"  {case.name} {label}: paired on-off per round "
+                      f"{', '.join(f'{d:+.2f}%' for d in paired)}; median {statistics.median(paired):+.2f}%; "
+                      f"spread of all {len(spread)} workers {(max(spread) - min(spread)) / min(spread) * 100:.1f}%",
+                      flush=True)
         print(f"{case.name}: " + "; ".join(
             f"{r[1]} on {r[3]} off {r[4]} ({r[5]})" for r in rows if r[0] == case.name), flush=True)
 
