@@ -212,9 +212,17 @@ def test_narrow_rows_share_a_program_and_match_eager(tmp_path: Path) -> None:
     assert "ROWS: tl.constexpr" in result.source
     assert "tl.arange(0, ROWS)" in result.source
     launch = next(v for k, v in vars(module).items() if k.startswith("_launch_config"))
+    # the interpreter (which ran the comparison above) takes 64 rows a program: two programs,
+    # the second partly masked; a GPU takes ROW_TILE's 32
+    interpreted = launch(result.kernels[0]["name"], "reduction", 40, 91)
+    assert interpreted["ROWS"] == 64 and interpreted["BLOCK_SIZE"] == 64
+    module._INTERPRETED = False
     cfg = launch(result.kernels[0]["name"], "reduction", 40, 91)
     assert cfg["ROWS"] == 32 and cfg["BLOCK_SIZE"] == 64
     assert launch(result.kernels[0]["name"], "reduction", 40, 3)["ROWS"] == 4  # few rows: fewer lanes
+    # the GPU's tiling (three programs, the last partly masked) run through the interpreter too
+    _check_case(load_case_dir(_write_case(tmp_path, body, [[7, 13, 40], [1]], "float32")), module,
+                "main", seed=6)
 
 
 @pytest.mark.parametrize("expr", [

@@ -151,3 +151,47 @@ def test_every_declared_reduction_config_launches_a_different_kernel(
         assert {p: cfg[p] for p in space} == dict(zip(space, values, strict=True))
         launched.add(tuple(sorted(cfg.items())))
     assert len(launched) == math.prod(len(v) for v in space.values()) > 1
+
+
+def _programs(module, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Programs each kernel of `module` ran in the interpreter, by kernel name."""
+    import triton.runtime.interpreter as interp
+
+    seen: dict[str, int] = {}
+    original = interp.GridExecutor.__call__
+
+    def call(self, *args, **kwargs):
+        g = tuple(self.grid) if isinstance(self.grid, tuple | list) else (self.grid,)
+        seen[self.fn.__name__] = seen.get(self.fn.__name__, 0) + math.prod(g)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(interp.GridExecutor, "__call__", call)
+    return seen
+
+
+def test_the_interpreter_runs_fewer_wider_programs_of_the_same_kernels(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the CPU interpreter a program costs a near-fixed Python time per op: pointwise
+    blocks, rows per reduction program and tiled blocks grow up to INTERPRETER_TILE elements
+    there, keeping two programs where the problem has room (llama_block's odd shape0 forward:
+    1.3-1.7 s -> 0.67 s; conv2d_relu_bias's: 2.2 s -> 0.18 s). A GPU keeps KOPT_CONFIG."""
+    for name, input_set in (("llama_block", "shape0"), ("conv2d_relu_bias", "shape0")):
+        case = load_case(name)
+        module = _load_candidate(generate_candidate(case).source, workspace, name)
+        assert module._INTERPRETED
+        seen = _programs(module, monkeypatch)
+        _check_case(case, module, input_set)
+        assert seen and all(n >= 2 for n in seen.values()), seen  # offsets still exercised
+        if name == "conv2d_relu_bias":  # (3, 12, 31, 45): 132 programs at BLOCK_HW 32
+            assert seen["_g0_convolution_bias_relu_add_kernel"] <= 12, seen
+        module._INTERPRETED = False  # as on a GPU: the configured blocks, clipped to the size
+        for kernel, cfg in module.KOPT_CONFIG.items():
+            if "BLOCK_SIZE" in cfg and "ROWS" not in cfg and "BLOCK_M" not in cfg:
+                got = module._launch_config(kernel, "pointwise", 1 << 20)
+                assert got["BLOCK_SIZE"] == cfg["BLOCK_SIZE"]
+        module._INTERPRETED = True
+        for kernel, cfg in module.KOPT_CONFIG.items():
+            if "BLOCK_HW" in cfg:
+                wide = module._launch_config(kernel, "tiled", 1395, 12)
+                assert wide["BLOCK_HW"] * wide["BLOCK_C"] <= module.INTERPRETER_TILE
+                assert math.ceil(1395 / wide["BLOCK_HW"]) >= 2

@@ -29,6 +29,10 @@ from kopt.phases.engineers.offline.layout import Constructor
 from kopt.phases.engineers.offline.pointwise import HELPERS
 
 _PRINTER = PythonPrinter()
+INTERPRETER_TILE = 8192
+"""Elements a pointwise block or a row reduction's (ROWS, BLOCK_SIZE) tile may grow to in the CPU
+interpreter (the generated `_widen_for_interpreter`): a LLaMA block's smoke forward went from
+1.3 s of kernels to a fraction, the per-element work unchanged."""
 
 _LAUNCH_CONFIG = '''
 def _launch_config(kernel, kind, n, m=0, k=0):
@@ -58,7 +62,28 @@ def _launch_config(kernel, kind, n, m=0, k=0):
         cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, triton.next_power_of_2(n)))
         cfg["BLOCK_K"] = min(cfg["BLOCK_K"], max(16, triton.next_power_of_2(k)))
     cfg["num_warps"] = min(cfg["num_warps"], MAX_WARPS)
+    if _INTERPRETED:
+        _widen_for_interpreter(kind, cfg, n, m)
     return cfg
+
+
+def _widen_for_interpreter(kind, cfg, n, m):
+    """Without a GPU every program runs as Python over numpy, at a near-fixed cost per op:
+    fewer, wider programs of the same kernel (same masks, same per-element arithmetic) take a
+    fraction of the time. Two programs stay wherever the problem has room for them, so the
+    offsets from one program to the next are still exercised."""
+    if kind == "pointwise":
+        half = triton.next_power_of_2(max(1, (n + 1) // 2))
+        cfg["BLOCK_SIZE"] = max(cfg["BLOCK_SIZE"], min(INTERPRETER_TILE, half))
+    elif kind == "reduction" and n <= cfg["BLOCK_SIZE"]:
+        half = triton.next_power_of_2(max(1, (m + 1) // 2))
+        cfg["ROWS"] = max(cfg["ROWS"], min(INTERPRETER_TILE // cfg["BLOCK_SIZE"], half))
+    elif kind == "tiled":  # (BLOCK_C, BLOCK_HW) tiles: wider along hw
+        half = triton.next_power_of_2(max(1, (n + 1) // 2))
+        cfg["BLOCK_HW"] = max(cfg["BLOCK_HW"], min(INTERPRETER_TILE // cfg["BLOCK_C"], half))
+    elif kind == "tiled_reduction":  # (BLOCK_SIZE, BLOCK_C) tiles: wider along the contiguous dim
+        half = triton.next_power_of_2(max(1, (m + 1) // 2))
+        cfg["BLOCK_C"] = max(cfg["BLOCK_C"], min(INTERPRETER_TILE // cfg["BLOCK_SIZE"], half))
 
 
 def _span(t):
@@ -109,9 +134,14 @@ def _to_nhwc(x):
     out = torch.empty_like(x, memory_format=torch.channels_last)
     if out.numel() == 0:
         return out
-    grid = (triton.cdiv(h * w, NHWC_BLOCK_HW), triton.cdiv(c, NHWC_BLOCK_C), n)
-    _to_nhwc_kernel[grid](x, *x.stride(), out, c, h, w, BLOCK_C=NHWC_BLOCK_C, BLOCK_HW=NHWC_BLOCK_HW,
-                          INDEX_64=max(_span(x), out.numel() + NHWC_BLOCK_C * NHWC_BLOCK_HW) >= 2**31,
+    block_c, block_hw = NHWC_BLOCK_C, NHWC_BLOCK_HW
+    if _INTERPRETED:  # fewer, wider programs (_widen_for_interpreter)
+        block_c = min(block_c, max(16, triton.next_power_of_2(c)))
+        half = triton.next_power_of_2(max(1, (h * w + 1) // 2))
+        block_hw = max(block_hw, min(INTERPRETER_TILE // block_c, half))
+    grid = (triton.cdiv(h * w, block_hw), triton.cdiv(c, block_c), n)
+    _to_nhwc_kernel[grid](x, *x.stride(), out, c, h, w, BLOCK_C=block_c, BLOCK_HW=block_hw,
+                          INDEX_64=max(_span(x), out.numel() + block_c * block_hw) >= 2**31,
                           num_warps=NHWC_WARPS)
     return out
 
@@ -401,7 +431,10 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append("# so matmul kernels upcast their tiles to fp32 there (never on a GPU).")
     src.append("_INTERPRETED = not torch.cuda.is_available()")
     src.append("# ...and its float32 -> bfloat16 conversion truncates: kernels round by hand there.")
-    src.append("ROUND_BF16_BY_HAND = tl.constexpr(_INTERPRETED)\n")
+    src.append("ROUND_BF16_BY_HAND = tl.constexpr(_INTERPRETED)")
+    src.append("# There a program is Python over numpy: pointwise blocks and row tiles grow up to this many")
+    src.append("# elements (never on a GPU).")
+    src.append(f"INTERPRETER_TILE = {INTERPRETER_TILE}\n")
     for h in sorted(helpers):
         src.append("\n" + HELPERS[h])
     nhwc = any(n.op == NHWC_CONV for n in graph.nodes)
