@@ -95,6 +95,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per command")
     parser.add_argument("--out", type=Path, help="write the rows as JSON")
     args = parser.parse_args()
+    args.dir = args.dir.resolve()  # each import runs in its own workspace: a relative path would not be found there
     problems = sorted(args.dir.glob("*.py"))
     if args.limit:
         problems = problems[:args.limit]
