@@ -522,7 +522,7 @@ class _Judge:
                                  f"again (a result must stay valid after the next call): "
                                  f"{cmp.to_text()}")
         n = len(self.plan.draws[self.plan.sets[0]])
-        trimmed = "".join(f"; {why}" for why in self.plan.trimmed.values())
+        trimmed = "".join(f"; {i.trimmed}" for i in self.plan.items if i.trimmed)
         return Check("correct", True, f"{n} fresh draws x {len(self.plan.sets)} input sets "
                                       f"({', '.join(self.plan.sets)}) within tolerance; worst "
                                       f"rel err {worst:.3g}{trimmed}")

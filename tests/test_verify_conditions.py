@@ -220,4 +220,4 @@ def test_the_cpu_runs_an_oversized_declared_set_with_fewer_rows(tmp_path: Path) 
     ref_sent = {e["name"]: e for e in draws.reference_request_sets(plan)}
     assert ref_sent["shape0"]["spec"] == sent["shape0"]["spec"]
     gpu = draws.plan_verification(case, ["main", "shape0"], 3, "cuda")
-    assert gpu.item("shape0").resolved.args[0].shape == [1000, 4096] and not gpu.trimmed
+    assert gpu.item("shape0").resolved.args[0].shape == [1000, 4096] and not gpu.item("shape0").trimmed

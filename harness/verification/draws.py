@@ -110,8 +110,6 @@ class Plan:
     skipped: dict[str, str] = field(default_factory=dict)
     """Extra set -> why it was not run."""
     perturbed: list[str] = field(default_factory=list)
-    trimmed: dict[str, str] = field(default_factory=dict)
-    """Declared set -> how the CPU interpreter ran it with fewer rows (`SetPlan.trimmed`)."""
 
     def item(self, name: str) -> SetPlan | None:
         return next((i for i in self.items if i.name == name), None)
@@ -370,8 +368,10 @@ def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> P
     for name in ("x-strided", "x-hard"):
         if name in extras:
             order.append((name, name, *extras[name]))
-    order += [(n, "declared", _within_interpreter_budget(case, plan, n, first, device), {})
-              for n in sets[1:]]
+    trimmed: dict[str, str] = {}
+    for n in sets[1:]:
+        resolved, trimmed[n] = _within_interpreter_budget(case, n, first, device)
+        order.append((n, "declared", resolved, {}))
     if "x-rows" in extras:
         order.append(("x-rows", "x-rows", *extras["x-rows"]))
 
@@ -407,7 +407,7 @@ def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> P
         # be GBs at the main sizes)
         item = SetPlan(name, kind, resolved, [f"{name}-d{i}" for i in range(n_draws)],
                        weights=files.setdefault(id(chosen), f"weights-{name}"), instance=inst,
-                       views=views, trimmed=plan.trimmed.get(name, "") if kind == "declared" else "")
+                       views=views, trimmed=trimmed.get(name, "") if kind == "declared" else "")
         plan.tensors[item.weights] = chosen
         plan.weights_of[name] = item.weights
         for g in item.draws:
@@ -445,33 +445,32 @@ def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> P
     return plan
 
 
-def _within_interpreter_budget(case: Case, plan: Plan, name: str, first: ResolvedInputSet,
-                               device: str) -> ResolvedInputSet:
+def _within_interpreter_budget(case: Case, name: str, first: ResolvedInputSet,
+                               device: str) -> tuple[ResolvedInputSet, str]:
     """A declared `shapes` set as the CPU interpreter runs it: whole when its inputs stay within
     the budget `x-rows` has (4x the first set's elements), else its trailing sizes with as many
     rows as fit (at least 2), when the baseline runs on that. The interpreter walks every
     element program by program: layernorm_gelu's 1000x4096 bf16 set took 18 s a forward, 72 s
     of a 82 s verification. The rows a set declares are a leading size like any other, and
     `x-lead` varies those; its widths are what the CPU could not see otherwise. On a GPU every
-    set runs whole."""
+    set runs whole. Returns the set and, when it was cut, what was cut in words."""
     resolved = case.input_set(name)
     lead = _lead(resolved)
     if device != "cpu" or not lead:
-        return resolved
+        return resolved, ""
     budget = max(4 * _elements(first), 1 << 16)
     total = _elements(resolved)
     if total <= budget:
-        return resolved
+        return resolved, ""
     rows = max(2, min(lead - 1, budget * lead // total))
     if rows >= lead:
-        return resolved
+        return resolved, ""
     trimmed = with_leading(resolved, rows, name)
     if baseline_accepts(case, trimmed):
-        return resolved
-    plan.trimmed[name] = (f"{name} ran with {rows} of its {lead} rows on the CPU interpreter "
-                          f"({total} input elements over the budget of {budget}; a GPU runs "
-                          f"all of them)")
-    return trimmed
+        return resolved, ""
+    return trimmed, (f"{name} ran with {rows} of its {lead} rows on the CPU interpreter "
+                     f"({total} input elements over the budget of {budget}; a GPU runs all "
+                     f"of them)")
 
 
 def describe(item: SetPlan, case: Case) -> str:

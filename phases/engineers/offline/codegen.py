@@ -75,17 +75,18 @@ def _widen_for_interpreter(kind, cfg, n, m):
     fraction of the time. Two programs stay wherever the problem has room for them, so the
     offsets from one program to the next are still exercised."""
     if kind == "pointwise":
-        half = triton.next_power_of_2(max(1, (n + 1) // 2))
-        cfg["BLOCK_SIZE"] = max(cfg["BLOCK_SIZE"], min(INTERPRETER_TILE, half))
+        cfg["BLOCK_SIZE"] = max(cfg["BLOCK_SIZE"], min(INTERPRETER_TILE, _half(n)))
     elif kind == "reduction" and n <= cfg["BLOCK_SIZE"]:
-        half = triton.next_power_of_2(max(1, (m + 1) // 2))
-        cfg["ROWS"] = max(cfg["ROWS"], min(INTERPRETER_TILE // cfg["BLOCK_SIZE"], half))
+        cfg["ROWS"] = max(cfg["ROWS"], min(INTERPRETER_TILE // cfg["BLOCK_SIZE"], _half(m)))
     elif kind == "tiled":  # (BLOCK_C, BLOCK_HW) tiles: wider along hw
-        half = triton.next_power_of_2(max(1, (n + 1) // 2))
-        cfg["BLOCK_HW"] = max(cfg["BLOCK_HW"], min(INTERPRETER_TILE // cfg["BLOCK_C"], half))
+        cfg["BLOCK_HW"] = max(cfg["BLOCK_HW"], min(INTERPRETER_TILE // cfg["BLOCK_C"], _half(n)))
     elif kind == "tiled_reduction":  # (BLOCK_SIZE, BLOCK_C) tiles: wider along the contiguous dim
-        half = triton.next_power_of_2(max(1, (m + 1) // 2))
-        cfg["BLOCK_C"] = max(cfg["BLOCK_C"], min(INTERPRETER_TILE // cfg["BLOCK_SIZE"], half))
+        cfg["BLOCK_C"] = max(cfg["BLOCK_C"], min(INTERPRETER_TILE // cfg["BLOCK_SIZE"], _half(m)))
+
+
+def _half(n):
+    """The power of two that splits an extent of n into two blocks (n > 1)."""
+    return triton.next_power_of_2(max(1, (n + 1) // 2))
 
 
 def _span(t):
@@ -139,8 +140,7 @@ def _to_nhwc(x):
     block_c, block_hw = NHWC_BLOCK_C, NHWC_BLOCK_HW
     if _INTERPRETED:  # fewer, wider programs (_widen_for_interpreter)
         block_c = min(block_c, max(16, triton.next_power_of_2(c)))
-        half = triton.next_power_of_2(max(1, (h * w + 1) // 2))
-        block_hw = max(block_hw, min(INTERPRETER_TILE // block_c, half))
+        block_hw = max(block_hw, min(INTERPRETER_TILE // block_c, _half(h * w)))
     grid = (triton.cdiv(h * w, block_hw), triton.cdiv(c, block_c), n)
     _to_nhwc_kernel[grid](x, *x.stride(), out, c, h, w, BLOCK_C=block_c, BLOCK_HW=block_hw,
                           INDEX_64=max(_span(x), out.numel() + block_c * block_hw) >= 2**31,
