@@ -256,3 +256,57 @@ def test_a_view_keeps_sizes_it_shares_with_its_input(tmp_path: Path) -> None:
     result = generate_candidate(case)
     assert ".shape[1], -1]" in result.source
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+@pytest.mark.parametrize(("expr", "shape"), [
+    ("F.max_pool1d(x, 3)", [2, 5, 31]),                     # 31 = 10 windows + 1 left over
+    ("F.avg_pool1d(x, 4)", [3, 2, 17]),
+    ("F.max_pool2d(x, 2)", [2, 3, 9, 11]),
+    ("F.max_pool2d(x, (2, 3), stride=(2, 3))", [2, 3, 8, 13]),
+    ("F.avg_pool2d(x, 3)", [2, 3, 10, 7]),
+    ("F.max_pool3d(x, 2)", [2, 3, 5, 7, 9]),
+    ("F.avg_pool3d(x, (1, 2, 2))", [2, 3, 5, 7, 9]),
+    ("nn.MaxPool3d(3)(nn.MaxPool3d(2)(x))", [1, 2, 13, 15, 14]),  # a pool of a pool
+])
+def test_pooling_windows_that_tile_the_input_are_one_kernel(tmp_path: Path, expr: str,
+                                                             shape: list[int]) -> None:
+    """A max or average pool whose stride is its window (the default, KernelBench's level-2
+    problems 6, 10, 72, 78 and 98) is a pointwise op over the window's taps, each a strided
+    slice of x: one kernel with its epilogue, sizes that do not divide left over as PyTorch
+    does (floor), nothing left to PyTorch's pooling."""
+    result, _ = _generate(tmp_path, [f"return torch.tanh({expr}) * 2.0"], [shape, [1]])
+    assert not result.unfused, result.unfused
+    pools = expr.lower().count("pool")
+    assert [k["kind"] for k in result.kernels] == ["pointwise"] * pools, result.kernels
+
+
+@pytest.mark.parametrize("expr", [
+    "F.max_pool2d(x, 3, stride=2)",    # overlapping windows
+    "F.avg_pool2d(x, 2, padding=1)",
+    "F.max_pool2d(x, 2, ceil_mode=True)",
+    "F.max_pool2d(x, 9)",              # 81 taps: over MAX_WINDOW_TAPS
+])
+def test_other_poolings_stay_in_pytorch_and_match_eager(tmp_path: Path, expr: str) -> None:
+    result, _ = _generate(tmp_path, [f"return torch.relu({expr}) + 1.0"], [[2, 3, 19, 21], [1]])
+    assert any("pool" in u["reason"] for u in result.unfused), result.unfused
+
+
+def test_max_pool_whose_indices_are_read_stays_in_pytorch(tmp_path: Path) -> None:
+    result, _ = _generate(tmp_path, ["v, i = F.max_pool2d(x, 2, return_indices=True)",
+                                     "return v + i.float()"], [[2, 3, 8, 8], [1]])
+    assert any("pool" in u["reason"] for u in result.unfused), result.unfused
+
+
+def test_pooling_follows_the_smoke_sets_sizes(tmp_path: Path) -> None:
+    """Generated on main (31 = ten windows of 3 and one left over, after a pool of 2), verified
+    on a smoke set whose spatial sizes and channels differ (13: four windows and one left
+    over): the window counts and the cut are read at run time."""
+    case = _constructor_case(
+        tmp_path, "pool", "channels",
+        ["self.conv = nn.Conv3d(2, channels, 3)", "self.p1 = nn.MaxPool3d(2)",
+         "self.p2 = nn.AvgPool3d(3)"],
+        ["return torch.sigmoid(self.p2(self.p1(torch.relu(self.conv(x))))).sum(dim=1)"],
+        "channels: 6", [2, 2, 64, 66, 65], "channels: 4", [2, 2, 28, 30, 29])
+    result = generate_candidate(case)
+    assert not result.unfused or all("convolution" in u["op"] for u in result.unfused), result.unfused
+    _accepted_on_cpu(tmp_path, case, result.source)

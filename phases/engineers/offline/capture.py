@@ -38,6 +38,8 @@ from kopt.phases.engineers.offline.graph import (
     lower_reduction,
     lower_softmax,
     lower_var,
+    MAX_WINDOW_TAPS,
+    lower_window_pool,
     norm_dim,
 )
 
@@ -483,6 +485,13 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
     if packet == "native_group_norm" and x0().rank >= 2 and isinstance(args[6], int) and \
             x0().shape[1] % args[6] == 0:
         return lower_group_norm(b, x0(), args[1], args[2], args[6], float(args[7]), name, name)
+    if packet in _POOLS:
+        window = _tiling_window(packet, x0(), args, kwargs)
+        if window is not None and (not packet.startswith("max") or _only_values_used(fx)):
+            out = lower_window_pool(b, x0(), window, "max" if packet.startswith("max") else "avg",
+                                    name, name)
+            return (out, None) if packet.endswith("with_indices") else out
+        return _fallback(b, fx, args, kwargs, shape, sym, dtype)
     if packet == "gather":
         x, d, idx = args[0], norm_dim(args[1], args[0].rank), args[2]
         if isinstance(idx, Node) and idx.rank == x.rank and idx.shape[d] == 1 and \
@@ -564,6 +573,45 @@ def _squeeze(b: Builder, out: Node, dims: list[int], keep: bool) -> Node:
     sym = tuple(s for i, s in enumerate(out.sym) if i not in keepd)
     del d0
     return b.op(f"{out.name}_sq", "squeeze", [out, keepd], out, shape=shape, sym=sym)
+
+
+_POOLS = {"max_pool1d_with_indices": 1, "max_pool2d_with_indices": 2,
+          "max_pool3d_with_indices": 3, "max_pool1d": 1, "max_pool2d": 2, "max_pool3d": 3,
+          "avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3}
+"""Pooling ops (core ATen) and their number of pooled dims."""
+
+
+def _tiling_window(packet: str, x: Node, args: list[Any], kwargs: dict[str, Any]) -> list[int] | None:
+    """The window of a pooling whose windows tile its input, else None: stride equal to the
+    window (or left at its default), no padding, no dilation, floor mode, and for an average
+    no divisor override. Other poolings overlap or pad and stay in PyTorch."""
+    dims = _POOLS[packet]
+    names = (["kernel_size", "stride", "padding", "dilation", "ceil_mode"] if packet.startswith("max")
+             else ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                   "divisor_override"])
+    given = dict(zip(names, args[1:]))
+    given.update({k: v for k, v in kwargs.items() if k in names})
+
+    def per_dim(v: Any, default: int) -> list[int] | None:
+        v = default if v is None or (isinstance(v, (list, tuple)) and not v) else v
+        v = [v] * dims if isinstance(v, int) else list(v)
+        v = v * dims if len(v) == 1 else v
+        return v if len(v) == dims and all(isinstance(e, int) for e in v) else None
+
+    window = per_dim(given.get("kernel_size"), 1)
+    if window is None or x.rank < dims + 1 or any(k < 1 for k in window) or \
+            math.prod(window) > MAX_WINDOW_TAPS:
+        return None
+    stride = per_dim(given.get("stride"), 0) or []
+    if [s or k for s, k in zip(stride, window)] != window:
+        return None
+    if per_dim(given.get("padding"), 0) != [0] * dims or given.get("ceil_mode", False):
+        return None
+    if per_dim(given.get("dilation"), 1) != [1] * dims or given.get("divisor_override") is not None:
+        return None
+    if any(x.shape[x.rank - dims + i] < k for i, k in enumerate(window)):
+        return None
+    return window
 
 
 def _only_values_used(fx: torch.fx.Node) -> bool:

@@ -338,7 +338,7 @@ class _Partitioner:
             x = n.args[0] if n.args and isinstance(n.args[0], Node) else None
             g = self.owner.get(x) if x is not None else None
             if g is not None and self._acyclic(n, g):
-                if g.kind == "reduction" and self.policy.pointwise:
+                if g.kind in ("reduction", "pointwise") and self.policy.pointwise:
                     dm = self._layout_dmap(n, g)
                     if dm is not None:
                         self._add(g, n, dm)

@@ -335,6 +335,55 @@ def lower_group_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None
     return out, mean_out, rstd_out
 
 
+MAX_WINDOW_TAPS = 64
+"""The largest pooling window (elements) lowered to one pointwise kernel over its taps; a larger
+one stays in PyTorch."""
+
+
+def lower_window_pool(b: Builder, x: Node, window: list[int], kind: str, name: str,
+                      origin: str) -> Node:
+    """A pooling whose windows tile the input (stride equal to the window, no padding or
+    dilation, floor mode): max or average over the last `len(window)` dims of x.
+
+    Each tap of the window (one offset per pooled dim) is a strided slice of x holding that
+    tap of every window: `x[..., t::k]` cut to `S // k` elements. The pooling is then a
+    pointwise op over the taps (`maximum`, or a float32 sum divided by the window's size), so
+    it is one kernel that reads x once, with whatever follows it fused in, and its sizes
+    follow the input at run time. Windows of more than MAX_WINDOW_TAPS elements are not
+    lowered (the caller keeps PyTorch's op)."""
+    import itertools
+
+    from torch.utils._sympy.functions import FloorDiv
+
+    first = x.rank - len(window)
+    shape, sym = list(x.shape), list(x.sym)
+    for i, k in enumerate(window):
+        d, s = first + i, x.sym[first + i]
+        shape[d] = x.shape[d] // k
+        sym[d] = s // k if isinstance(s, int) else FloorDiv(s, k)
+    acc: Node | None = None
+    for j, taps in enumerate(itertools.product(*(range(k) for k in window))):
+        v = x
+        for i, (k, t) in enumerate(zip(window, taps)):
+            if k == 1:
+                continue
+            d = first + i
+            v = b.add(Node(f"{name}_tap{j}_d{d}", "slice", [v, d, t, sym[d] * k, k], {},
+                           (*v.shape[:d], shape[d], *v.shape[d + 1:]),
+                           (*v.sym[:d], sym[d], *v.sym[d + 1:]), x.dtype,
+                           target=torch.ops.aten.slice.Tensor, origin=origin))
+        if acc is None:
+            acc = v
+        elif kind == "max":
+            acc = b.op(f"{name}_max{j}", "maximum", [acc, v], v, origin=origin)
+        else:
+            acc = b.op(f"{name}_sum{j}", "add", [acc, v], v, dtype=torch.float32, origin=origin)
+    assert acc is not None
+    if kind == "max":
+        return b.op(name, "identity", [acc], acc, dtype=x.dtype, origin=origin)
+    return b.op(name, "div", [acc, float(math.prod(window))], acc, dtype=x.dtype, origin=origin)
+
+
 def _key(v: Any, canon: dict[Node, Node]) -> Any:
     if isinstance(v, Node):
         return ("node", id(canon.get(v, v)))
