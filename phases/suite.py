@@ -97,9 +97,11 @@ def _natural(path: Path) -> tuple[Any, ...]:
 
 
 def discover(dirs: Sequence[str | Path], *, filter_text: str | None = None,
-             limit: int | None = None) -> list[Problem]:
+             limit: int | None = None, shard: tuple[int, int] | None = None) -> list[Problem]:
     """Problem files (`*.py`) of each directory in natural name order (2 before 10), those
-    whose name contains `filter_text`, at most `limit` per directory."""
+    whose name contains `filter_text`, at most `limit` per directory; with `shard` (k, n), the
+    k-th of n interleaved parts of that list (1-based: problems k, k+n, k+2n, ...), so that
+    n machines or n calls cover a suite once between them."""
     problems: list[Problem] = []
     for d in dirs:
         directory = Path(d).expanduser().resolve()
@@ -109,6 +111,9 @@ def discover(dirs: Sequence[str | Path], *, filter_text: str | None = None,
         if filter_text:
             files = [f for f in files if filter_text.lower() in f.name.lower()]
         problems += [Problem(f, level_of(directory)) for f in files[:limit]]
+    if shard is not None:
+        k, n = shard
+        problems = problems[k - 1::n]
     if not problems:
         raise BadInputError(f"no problem files in {', '.join(map(str, dirs))}"
                             + (f" matching {filter_text!r}" if filter_text else ""),

@@ -50,6 +50,9 @@ def test_levels_come_from_directory_names(tmp_path: Path) -> None:
     assert [p.file.name for p in discover([d], filter_text="B")] == ["10_b.py"]
     with pytest.raises(BadInputError):
         discover([d], filter_text="zzz")
+    # two shards cover the list once between them, interleaved
+    shards = [[p.file.name for p in discover([d], shard=(k, 2))] for k in (1, 2)]
+    assert shards == [["1_c.py", "10_b.py"], ["2_a.py"]]
     with pytest.raises(BadInputError):
         discover([tmp_path / "missing"])
 
@@ -193,3 +196,11 @@ def test_a_bug_on_one_problem_costs_its_row_and_says_where(tmp_path: Path,
     row = suite.run_problem(suite.Problem(tmp_path / "1_x.py", "level1"), tmp_path, device="cpu")
     assert row.status == "failed"
     assert row.detail.startswith("KeyError: 'custom' at test_suite.py:"), row.detail
+
+
+@pytest.mark.parametrize("shard", ["0/3", "4/3", "x", "1/"])
+def test_a_bad_shard_is_a_one_line_error(tmp_path: Path, shard: str) -> None:
+    from kopt.workbench.commands.suite import _shard
+
+    with pytest.raises(BadInputError, match="--shard"):
+        _shard(shard)

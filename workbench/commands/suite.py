@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="at most N problems per directory (the first by name)")
     p.add_argument("--filter", default=None, metavar="SUBSTR",
                    help="only problem files whose name contains SUBSTR")
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="only the K-th of N interleaved parts of the problems (1/3, 2/3, 3/3 "
+                        "cover the suite once between three runs)")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="problems prepared at once (default: 1 on the CPU, up to 4 on a GPU)")
     p.add_argument("--full-timing", action="store_true",
@@ -69,11 +72,22 @@ def _line(row: SuiteRow) -> str:
     return f"{escape(row.problem)}: {what} ({steps})"
 
 
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise BadInputError(f"--shard {text!r} is not K/N with 1 <= K <= N",
+                            fix="pass e.g. --shard 1/3, then 2/3 and 3/3")
+    return int(k), int(n)
+
+
 def handle(args: argparse.Namespace) -> int:
     if args.rounds < 1 or (args.limit is not None and args.limit < 1) or args.timeout <= 0:
         raise BadInputError(f"--rounds {args.rounds} / --limit {args.limit} / --timeout "
                             f"{args.timeout:g} must be positive", fix="pass numbers above 0")
-    problems = discover(args.dirs, filter_text=args.filter, limit=args.limit)
+    problems = discover(args.dirs, filter_text=args.filter, limit=args.limit,
+                        shard=_shard(args.shard))
     timing = FULL_TIMING if args.full_timing else QUICK_TIMING
     progress = Progress(TextColumn("[bold]suite[/bold]"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.description}"),
