@@ -148,41 +148,92 @@ def _whole_tensor(result: TensorComparison, tol: Tolerance, err_norm: float, ref
 
 
 CHUNK = 1 << 22
-"""Elements per step of the all-finite comparison (32 MB of float64 temporaries)."""
+"""Elements per step of the all-finite comparison on the CPU (32 MB of float64 temporaries)."""
+GPU_CHUNK = 1 << 25
+"""Elements per step on a GPU (256 MB of float64 temporaries)."""
+GPU_COMPARE_MIN = 1 << 24
+"""Tensors of this many elements or more are compared on the GPU when one is usable: a
+KernelBench level-2 output of 537 M float32 elements took ~5 s per comparison on the H100
+machine's CPU, and a verification compares a dozen of them (judge 52 s, 2026-11-26)."""
+_CUDA_USABLE: bool | None = None
 
 
-def _compare_finite(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
-                    result: TensorComparison) -> bool:
-    """The usual case, both tensors free of NaN/Inf: the same figures as the general path
-    (float64, same bound, same norms), in chunks and without its NaN/Inf masks — a few passes
-    instead of ~25 over full-size float64 copies (8192x8192 float32: 20 s -> ~3 s on 2 CPU
-    cores). False, touching nothing, when either tensor has a NaN/Inf."""
-    o = out.detach().cpu().reshape(-1)
-    r = ref.detach().cpu().reshape(-1)
-    if not (bool(torch.isfinite(o).all()) and bool(torch.isfinite(r).all())):
-        return False
-    mismatches, max_abs, err_sq, ref_sq = 0, 0.0, 0.0, 0.0
-    first: list[int] = []
-    for start in range(0, o.numel(), CHUNK):
-        oc, rc = o[start:start + CHUNK].double(), r[start:start + CHUNK].double()
+def compare_device(numel: int) -> str:
+    """Where a comparison of `numel` elements runs: "cuda" for large tensors when this process
+    sees a GPU (`KOPT_COMPARE_DEVICE=cpu` keeps every comparison on the CPU), else "cpu".
+    The figures are the same either way (float64, same bound, same norms)."""
+    global _CUDA_USABLE
+    import os
+
+    if numel < GPU_COMPARE_MIN or os.environ.get("KOPT_COMPARE_DEVICE", "").lower() == "cpu":
+        return "cpu"
+    if _CUDA_USABLE is None:
+        _CUDA_USABLE = bool(torch.cuda.is_available())
+    return "cuda" if _CUDA_USABLE else "cpu"
+
+
+@dataclass
+class _FiniteStats:
+    mismatches: int = 0
+    max_abs: float = 0.0
+    err_sq: float = 0.0
+    ref_sq: float = 0.0
+    first: list[int] = field(default_factory=list)
+
+
+def _finite_stats(o: torch.Tensor, r: torch.Tensor, tol: Tolerance, device: str,
+                  chunk: int) -> _FiniteStats | None:
+    """Mismatches, max |diff| and the two squared norms of flat o against r, `chunk` elements
+    at a time on `device`; None as soon as a chunk holds a NaN/Inf."""
+    stats = _FiniteStats()
+    for start in range(0, o.numel(), chunk):
+        oc = o[start:start + chunk].to(device).double()
+        rc = r[start:start + chunk].to(device).double()
+        if not (bool(torch.isfinite(oc).all()) and bool(torch.isfinite(rc).all())):
+            return None
         diff = (oc - rc).abs_()
         bad = diff > rc.abs().mul_(tol.rtol).add_(tol.atol)
         n = int(bad.sum())
-        if n and len(first) < FIRST_BAD:
-            first += [start + int(i) for i in bad.nonzero().flatten()[:FIRST_BAD - len(first)]]
-        mismatches += n
-        max_abs = max(max_abs, float(diff.max()))
-        err_sq += float(torch.dot(diff, diff))
-        ref_sq += float(torch.dot(rc, rc))
-    result.max_abs_err = max_abs
-    _whole_tensor(result, tol, math.sqrt(err_sq), math.sqrt(ref_sq),
+        if n and len(stats.first) < FIRST_BAD:
+            stats.first += [start + int(i) for i in bad.nonzero().flatten()[:FIRST_BAD - len(stats.first)]]
+        stats.mismatches += n
+        stats.max_abs = max(stats.max_abs, float(diff.max()))
+        stats.err_sq += float(torch.dot(diff, diff))
+        stats.ref_sq += float(torch.dot(rc, rc))
+    return stats
+
+
+def _compare_finite(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
+                    result: TensorComparison, device: str | None = None) -> bool:
+    """The usual case, both tensors free of NaN/Inf: the same figures as the general path
+    (float64, same bound, same norms), in chunks and without its NaN/Inf masks — a few passes
+    instead of ~25 over full-size float64 copies (8192x8192 float32: 20 s -> ~3 s on 2 CPU
+    cores); large tensors on the GPU when there is one (`compare_device`), the CPU when that
+    fails (out of memory). False, touching nothing, when either tensor has a NaN/Inf."""
+    o = out.detach().cpu().reshape(-1)
+    r = ref.detach().cpu().reshape(-1)
+    device = device or compare_device(o.numel())
+    stats = None
+    if device != "cpu":
+        try:
+            stats = _finite_stats(o, r, tol, device, GPU_CHUNK)
+        except (RuntimeError, torch.cuda.OutOfMemoryError):
+            device = "cpu"
+        if stats is None and device != "cpu":
+            return False
+    if device == "cpu":
+        stats = _finite_stats(o, r, tol, "cpu", CHUNK)
+    if stats is None:
+        return False
+    result.max_abs_err = stats.max_abs
+    _whole_tensor(result, tol, math.sqrt(stats.err_sq), math.sqrt(stats.ref_sq),
                   lambda: math.sqrt(sum(float(torch.dot(c, c)) for c in
                                         (o[s:s + CHUNK].double() for s in range(0, o.numel(), CHUNK)))))
-    result.mismatches = mismatches
-    if mismatches:
+    result.mismatches = stats.mismatches
+    if stats.mismatches:
         result.ok = False
         shape = tuple(out.shape)
-        for flat in first:
+        for flat in stats.first:
             index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
             result.first_bad.append((index, float(o[flat]), float(r[flat])))
     return True

@@ -129,3 +129,37 @@ def test_nan_or_inf_takes_the_general_path() -> None:
     assert result.mismatches == 0 and result.ok  # untouched
     full = compare.compare_tensor(out, ref, tol)
     assert not full.ok and full.nonfinite_where_ref_finite == 1
+
+
+def test_large_comparisons_choose_the_gpu_only_when_usable(monkeypatch) -> None:
+    from kopt.harness import compare
+
+    monkeypatch.setattr(compare, "_CUDA_USABLE", True)
+    assert compare.compare_device(compare.GPU_COMPARE_MIN) == "cuda"
+    assert compare.compare_device(compare.GPU_COMPARE_MIN - 1) == "cpu"  # small: not worth a copy
+    monkeypatch.setenv("KOPT_COMPARE_DEVICE", "cpu")
+    assert compare.compare_device(compare.GPU_COMPARE_MIN) == "cpu"
+    monkeypatch.delenv("KOPT_COMPARE_DEVICE")
+    monkeypatch.setattr(compare, "_CUDA_USABLE", False)
+    assert compare.compare_device(1 << 40) == "cpu"
+
+
+def test_a_device_that_fails_falls_back_to_the_cpus_figures(monkeypatch) -> None:
+    """A comparison whose device step fails (out of GPU memory; here the meta device, which
+    cannot answer) gives the CPU's figures, not an error; a NaN found on the device is still
+    the general path's case."""
+    from kopt.harness import compare
+    from kopt.harness.tolerance import Tolerance
+
+    monkeypatch.setattr(compare, "GPU_CHUNK", 29)
+    tol = Tolerance(atol=1e-3, rtol=1e-3, rel=1e-3)
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(17, 31, generator=g)
+    out = ref + 1e-2 * torch.randn(17, 31, generator=g)
+    on_cpu = compare.TensorComparison("output", True)
+    fell_back = compare.TensorComparison("output", True)
+    assert compare._compare_finite(out, ref, tol, on_cpu, device="cpu")
+    assert compare._compare_finite(out, ref, tol, fell_back, device="meta")
+    assert (fell_back.ok, fell_back.mismatches, fell_back.first_bad, fell_back.max_abs_err) == \
+        (on_cpu.ok, on_cpu.mismatches, on_cpu.first_bad, on_cpu.max_abs_err)
+    assert not on_cpu.ok and on_cpu.mismatches > 0
