@@ -73,6 +73,9 @@ class SuiteRow:
     smoke_within_budget: bool | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall seconds per step: import, codegen, verify, time."""
+    traceback: str = ""
+    """For a failure of kopt's own code (status `failed` with an exception): the whole
+    traceback, so that a defect seen once on a borrowed machine can be found afterwards."""
 
     @property
     def verified(self) -> bool:
@@ -287,9 +290,22 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
         import traceback
 
         frames = traceback.extract_tb(err.__traceback__)
-        where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+        ours = [f for f in frames if _is_kopt_file(f.filename)]
+        spots = [f for f in (ours[-1] if ours else None, frames[-1] if frames else None) if f]
+        where = " at " + " in ".join(dict.fromkeys(f"{Path(f.filename).name}:{f.lineno}" for f in spots)) \
+            if spots else ""
         return SuiteRow(problem.name, problem.level, str(problem.file), "failed",
-                        f"{type(err).__name__}: {err}{where}"[:300])
+                        f"{type(err).__name__}: {err}{where}"[:300],
+                        traceback="".join(traceback.format_exception(err))[-8000:])
+
+
+def _is_kopt_file(filename: str) -> bool:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        Path(filename).resolve().relative_to(root)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
