@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,6 +227,14 @@ def instantiate(cls: type[torch.nn.Module], resolved: ResolvedInputSet, file: Pa
                         fix="check the constructor arguments") from err
 
 
+GLOBAL_RNG = threading.RLock()
+"""Held while torch's global generator is seeded and drawn from (a constructor initialises its
+parameters from it). Threads of one process (`kopt suite --jobs N` prepares problems in
+threads) would otherwise interleave their draws, giving weights that are not the seed's, and
+race inside torch's wrapper of `manual_seed` (`torch.fx.traceback.annotate`, a module-level
+dict: `KeyError: 'custom'`, which cost a KernelBench row on the H100 and on the H200)."""
+
+
 def agent_provide_weights(case: Case, input_set: str = "main", seed: int = 0,
                           *, cache: bool = True) -> dict[str, torch.Tensor]:
     """The baseline's state_dict for the input set's constructor args: seeded, cached, on CPU."""
@@ -240,7 +249,7 @@ def agent_provide_weights(case: Case, input_set: str = "main", seed: int = 0,
         except Exception:
             pass
     cls = model_class(case)
-    with torch.random.fork_rng(devices=[]):
+    with GLOBAL_RNG, torch.random.fork_rng(devices=[]):
         torch.manual_seed(_seed_for(case.name, "weights", seed) % (2**63))
         model = instantiate(cls, resolved, case.model_file)
         if case.manifest.weights is not None:

@@ -172,6 +172,32 @@ def test_weights_are_deterministic_cached_and_shaped_by_the_input_set(case: Case
     assert a["scale"].shape == (16,)
 
 
+def test_weights_drawn_by_threads_at_once_are_the_seeds(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kopt suite --jobs 4` prepares problems in threads of one process: each thread's seeded
+    weights are the same as one thread's, and none raises inside torch's wrapper of
+    manual_seed (2026-11-26, H100 and H200: `KeyError: 'custom'` cost a KernelBench row)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path))
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    d = tmp_path / "cases" / "mlp"
+    d.mkdir(parents=True)
+    (d / "model.py").write_text(
+        "import torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.layers = nn.Sequential(*[nn.Linear(192, 192) for _ in range(6)])\n\n"
+        "    def forward(self, x):\n        return self.layers(x)\n")
+    (d / "manifest.yaml").write_text("name: mlp\nmodel: {module: model.py, class: Model}\n"
+                                     "inputs:\n  args: [{shape: [4, 192]}]\n")
+    mlp = load_case_dir(d)
+    want = agent_provide_weights(mlp, seed=7, cache=False)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda _: agent_provide_weights(mlp, seed=7, cache=False), range(16)))
+    for state in got:
+        assert all(torch.equal(state[k], want[k]) for k in want)
+
+
 def test_inputs_move_to_the_requested_device_and_dtype_survives_the_cache(case: Case) -> None:
     agent_provide_inputs(case, "main", seed=0)
     x = agent_provide_inputs(case, "main", seed=0, device="meta").args[0]
