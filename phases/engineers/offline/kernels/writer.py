@@ -185,7 +185,7 @@ class _Writer:
     def scalar(self, s: Sym) -> Operand:
         name = f"sym{len(self.scalar_args)}"
         self.scalar_args.append((name, self.sym_code(s)))
-        return Operand(name, "tl.int64")
+        return Operand(f"tl.cast({name}, tl.int64)", "tl.int64")  # 1 arrives as a constant
 
     def operand(self, a: Any, dm: DimMap, consumer: Node, scope: _Scope) -> Operand:
         if isinstance(a, Node):
@@ -197,10 +197,13 @@ class _Writer:
             return self.load(a, self.load_dmap(a, adm), scope)
         if isinstance(a, Sym):
             return self.scalar(a)
+        # Run-time int arguments go through tl.cast, never `.to`: Triton passes an int argument
+        # that is 1 at a call as a constant, which has no `.to` (KernelBench level-2 44 on the
+        # H100: a mean over a dim of size 1 failed to compile, "'int' object has no attribute 'to'").
         if isinstance(a, tuple) and a and a[0] == "numel":
-            return Operand("n_cols", "tl.int32")
+            return Operand("tl.cast(n_cols, tl.float32)", "tl.float32")
         if isinstance(a, tuple) and a and a[0] == "numel_minus":
-            return Operand(f"tl.maximum(n_cols.to(tl.float32) - {literal(float(a[2]))}, 0.0)", "tl.float32")
+            return Operand(f"tl.maximum(tl.cast(n_cols, tl.float32) - {literal(float(a[2]))}, 0.0)", "tl.float32")
         if a is None:
             return Operand("None", None, None)
         return Operand(literal(a), None, a)
