@@ -15,6 +15,8 @@ import os
 import sys
 import threading
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,6 +237,23 @@ race inside torch's wrapper of `manual_seed` (`torch.fx.traceback.annotate`, a m
 dict: `KeyError: 'custom'`, which cost a KernelBench row on the H100 and on the H200)."""
 
 
+@contextmanager
+def seeded_cpu_generator(seed: int) -> Iterator[None]:
+    """torch's CPU generator seeded with `seed` meanwhile (under GLOBAL_RNG), restored after.
+    Calls the generator itself: `torch.manual_seed` goes through torch._dynamo's wrapper,
+    whose bookkeeping (`torch.fx.traceback.annotate`) is a module-level dict that another
+    thread's export or seeding changes underneath it (`KeyError: 'custom'`, 2026-11-26, H100),
+    and it seeds every CUDA generator too."""
+    with GLOBAL_RNG:
+        gen = torch.default_generator
+        state = gen.get_state()
+        gen.manual_seed(seed)
+        try:
+            yield
+        finally:
+            gen.set_state(state)
+
+
 def agent_provide_weights(case: Case, input_set: str = "main", seed: int = 0,
                           *, cache: bool = True) -> dict[str, torch.Tensor]:
     """The baseline's state_dict for the input set's constructor args: seeded, cached, on CPU."""
@@ -249,8 +268,7 @@ def agent_provide_weights(case: Case, input_set: str = "main", seed: int = 0,
         except Exception:
             pass
     cls = model_class(case)
-    with GLOBAL_RNG, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(_seed_for(case.name, "weights", seed) % (2**63))
+    with seeded_cpu_generator(_seed_for(case.name, "weights", seed) % (2**63)):
         model = instantiate(cls, resolved, case.model_file)
         if case.manifest.weights is not None:
             fn = getattr(load_model_module(case), case.manifest.weights.function, None)

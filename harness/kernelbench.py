@@ -637,7 +637,7 @@ def try_smoke(file: Path, manifest: dict[str, Any], strategy: str,
     import torch
 
     from kopt.harness.case import Case, parse_manifest
-    from kopt.harness.data import GLOBAL_RNG, agent_provide_inputs, instantiate, model_class
+    from kopt.harness.data import agent_provide_inputs, instantiate, model_class, seeded_cpu_generator
     from kopt.harness.memory import largest_op_output
 
     trial = SmokeTrial(strategy, dict(sizes))
@@ -648,8 +648,7 @@ def try_smoke(file: Path, manifest: dict[str, Any], strategy: str,
     stage = "constructor"
     try:
         cls = model_class(case)
-        with GLOBAL_RNG, torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
+        with seeded_cpu_generator(0):
             model = instantiate(cls, resolved, file).eval()
             stage = "inputs"
             inputs = agent_provide_inputs(case, "smoke", cache=False)
