@@ -75,7 +75,9 @@ class SuiteRow:
     """Wall seconds per step: import, codegen, verify, time."""
     traceback: str = ""
     """For a failure of kopt's own code (status `failed` with an exception): the whole
-    traceback, so that a defect seen once on a borrowed machine can be found afterwards."""
+    traceback; for a rejection, every failing check's whole text (a GPU compiler's message
+    is longer than `detail` keeps): so that what was seen once on a borrowed machine can be
+    found afterwards."""
 
     @property
     def verified(self) -> bool:
@@ -234,7 +236,8 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     if not report.accepted:
         row.status = "rejected"
         bad = [c for c in report.checks if not c.passed]
-        row.detail = "; ".join(f"{c.name}: {c.detail}" for c in bad)[:300]
+        failed = "; ".join(f"{c.name}: {c.detail}" for c in bad)
+        row.detail, row.traceback = failed[:300], failed[:8000]
         return row, case, None
     row.status = "verified"
     return row, case, candidate

@@ -212,3 +212,30 @@ def test_a_bad_shard_is_a_one_line_error(tmp_path: Path, shard: str) -> None:
 
     with pytest.raises(BadInputError, match="--shard"):
         _shard(shard)
+
+
+def test_a_rejection_keeps_every_failing_checks_whole_text(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row's detail is short; the JSON row keeps the whole text of every failing check (a
+    Triton compile error on the H100 was cut at 300 characters before its message)."""
+    from types import SimpleNamespace
+
+    import kopt.harness.case as case_mod
+    import kopt.harness.kernelbench as kb
+    import kopt.harness.verify as verify_mod
+    import kopt.phases.engineers.offline as offline
+    import kopt.phases.suite as suite
+
+    long = "CompilationError at 29:19:\n" + "    c3 = rem % D3\n" * 40 + "AttributeError: no .to"
+    check = SimpleNamespace(name="correct", passed=False, detail=long)
+    monkeypatch.setattr(kb, "import_kernelbench", lambda *a, **k: tmp_path)
+    monkeypatch.setattr(case_mod, "load_case_dir",
+                        lambda d: SimpleNamespace(manifest=SimpleNamespace(smoke={})))
+    monkeypatch.setattr(offline, "generate_candidate",
+                        lambda case: SimpleNamespace(seconds=0.1, kernels=[{}], source="x = 1\n"))
+    monkeypatch.setattr(verify_mod, "verify_candidate",
+                        lambda *a, **k: SimpleNamespace(accepted=False, checks=[check]))
+    row, _, candidate = suite.prepare_problem(suite.Problem(tmp_path / "44_x.py", "level2"),
+                                              tmp_path, device="cpu")
+    assert row.status == "rejected" and candidate is None
+    assert len(row.detail) == 300 and row.traceback.endswith("AttributeError: no .to")
