@@ -229,22 +229,22 @@ def instantiate(cls: type[torch.nn.Module], resolved: ResolvedInputSet, file: Pa
                         fix="check the constructor arguments") from err
 
 
-GLOBAL_RNG = threading.RLock()
-"""Held while torch's global generator is seeded and drawn from (a constructor initialises its
-parameters from it). Threads of one process (`kopt suite --jobs N` prepares problems in
-threads) would otherwise interleave their draws, giving weights that are not the seed's, and
-race inside torch's wrapper of `manual_seed` (`torch.fx.traceback.annotate`, a module-level
-dict: `KeyError: 'custom'`, which cost a KernelBench row on the H100 and on the H200)."""
+_GLOBAL_RNG = threading.RLock()
+"""Held while torch's CPU generator is seeded and drawn from (`seeded_cpu_generator`)."""
 
 
 @contextmanager
 def seeded_cpu_generator(seed: int) -> Iterator[None]:
-    """torch's CPU generator seeded with `seed` meanwhile (under GLOBAL_RNG), restored after.
-    Calls the generator itself: `torch.manual_seed` goes through torch._dynamo's wrapper,
-    whose bookkeeping (`torch.fx.traceback.annotate`) is a module-level dict that another
-    thread's export or seeding changes underneath it (`KeyError: 'custom'`, 2026-11-26, H100),
-    and it seeds every CUDA generator too."""
-    with GLOBAL_RNG:
+    """torch's CPU generator seeded with `seed` meanwhile, restored after, one thread at a time.
+
+    A constructor initialises its parameters from that generator: threads of one process
+    (`kopt suite --jobs N` prepares problems in threads) would otherwise interleave their
+    draws, giving weights that are not the seed's. The generator is seeded directly:
+    `torch.manual_seed` goes through torch._dynamo's wrapper, whose bookkeeping
+    (`torch.fx.traceback.annotate`) is a module-level dict that another thread's export or
+    seeding changes underneath it (`KeyError: 'custom'`, H100 and H200, 2026-11-26), and it
+    seeds every CUDA generator too."""
+    with _GLOBAL_RNG:
         gen = torch.default_generator
         state = gen.get_state()
         gen.manual_seed(seed)

@@ -292,23 +292,21 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
     except Exception as err:  # a bug must cost one row, not the suite
         import traceback
 
+        # the deepest frame of kopt's own code, then the frame that raised (when another)
         frames = traceback.extract_tb(err.__traceback__)
         ours = [f for f in frames if _is_kopt_file(f.filename)]
-        spots = [f for f in (ours[-1] if ours else None, frames[-1] if frames else None) if f]
-        where = " at " + " in ".join(dict.fromkeys(f"{Path(f.filename).name}:{f.lineno}" for f in spots)) \
-            if spots else ""
+        spots = [f"{Path(f.filename).name}:{f.lineno}" for f in ours[-1:] + frames[-1:]]
+        where = " at " + " in ".join(dict.fromkeys(spots)) if spots else ""
         return SuiteRow(problem.name, problem.level, str(problem.file), "failed",
                         f"{type(err).__name__}: {err}{where}"[:300],
                         traceback="".join(traceback.format_exception(err))[-8000:])
 
 
+_SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
 def _is_kopt_file(filename: str) -> bool:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        Path(filename).resolve().relative_to(root)
-    except ValueError:
-        return False
-    return True
+    return Path(filename).resolve().is_relative_to(_SOURCE_ROOT)
 
 
 @dataclass
