@@ -146,10 +146,12 @@ def _timed_row(name: str, label: str, verified: bool, resp: dict[str, Any], key:
         if out is None or ref is None:
             refusals.append("no output sample after timing")
         else:
-            cmp = compare_outputs(out, ref, {dt: tolerance_for(case, dt) for dt in
-                                             (torch.float32, torch.float16, torch.bfloat16,
-                                              torch.float64)})
-            if not cmp.ok:
+            tol = {dt: tolerance_for(case, dt) for dt in
+                   (torch.float32, torch.float16, torch.bfloat16, torch.float64)}
+            cmp = compare_outputs(out, ref, tol)
+            # a reduction in another order misses single near-zero elements (the verifier
+            # allows it the same way on its hard draws); a stale or wrong output does not
+            if not cmp.ok and not cmp.within_norm(tol, ref):
                 refusals.append(f"output sample after timing is wrong: {cmp.to_text()[:300]}")
     t = result["timing"]
     median = float(t["median_ms"])
