@@ -33,12 +33,13 @@ from typing import Any
 
 from kopt.harness.errors import ManifestError
 from kopt.phases import tuning_memory
+from kopt.phases.engineers.offline.regions import apply_region_choices, is_region_key, region_space
 from kopt.phases.events import LOG, Event, EventSink
 from kopt.phases.history import tip_commit
 from kopt.phases.manifest import FileRef, Manifest, check_handoff, sha256_file
 from kopt.phases.optimizer import IterationRecorder, checks_summary, speedup_of
 from kopt.phases.run import RunContext
-from kopt.phases.search import CoordinateSearch, dimensions, kernel_of
+from kopt.phases.search import CoordinateSearch, dimensions, kernel_of, time_files
 from kopt.phases.source_edit import literal, replace_value
 
 PHASE = "accelerator"
@@ -69,7 +70,10 @@ def search_space(source: str, tunables: dict[str, list[Any]] | None) -> tuple[st
             default = {key: (nested.get(key.split(SEP)[0]) or {}).get(key.split(SEP)[1],
                                                                       space[key][0])
                        for key in space}
-            return "config", space, default
+            # regions first: which regions run in Triton decides what is worth tuning
+            regions = region_space(source)
+            return ("config", {**regions, **space},
+                    {**{k: v[0] for k, v in regions.items()}, **default})
         default = current if isinstance(current, dict) else {k: v[0] for k, v in declared.items()}
         return "config", {k: list(v) for k, v in declared.items()}, dict(default)
     space = {}
@@ -83,7 +87,11 @@ def search_space(source: str, tunables: dict[str, list[Any]] | None) -> tuple[st
 
 
 def apply_config(source: str, style: str, config: dict[str, Any]) -> str:
+    """`source` with `config` written in; raises EngineerError for a configuration that runs
+    every region in PyTorch (that is the baseline, not a candidate)."""
     if style == "config":
+        source = apply_region_choices(source, config)
+        config = {k: v for k, v in config.items() if not is_region_key(k)}
         if any(SEP in k for k in config):  # per-kernel KOPT_CONFIG: keep its other entries
             nested = literal(source, "KOPT_CONFIG") or {}
             nested = {k: dict(v) for k, v in nested.items()}
@@ -174,6 +182,12 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
                  "remembered": remembered, "memory": memory, "search": steps})
 
 
+def _kernel_dimensions(space: dict[str, list[Any]]) -> list[tuple[str, list[str]]]:
+    """The kernels' launch parameters (the tuning memory's business), without the regions'
+    Triton-or-PyTorch dimensions (a property of the candidate, not of a kernel)."""
+    return [(k, keys) for k, keys in dimensions(space) if not any(map(is_region_key, keys))]
+
+
 def _bucket(ctx: RunContext) -> str:
     return tuning_memory.shape_bucket(
         [list(s.shape) for s in ctx.case.input_set(ctx.input_set).tensor_specs()])
@@ -184,7 +198,7 @@ def _recall(ctx: RunContext, events: EventSink, source: str, space: dict[str, li
     """The default with every remembered kernel's winner in place, and what was recalled."""
     gpu, bucket = _timing_gpu(ctx), _bucket(ctx)
     config, recalled = dict(default), {}
-    for kernel, keys in dimensions(space):
+    for kernel, keys in _kernel_dimensions(space):
         pattern = tuning_memory.kernel_pattern(source, kernel or None)
         entry = tuning_memory.recall(gpu, pattern, bucket)
         if entry is None:
@@ -209,7 +223,7 @@ def _remember(ctx: RunContext, source: str, space: dict[str, list[Any]],
     """Each kernel's winning parameters, with their evidence, in the tuning memory."""
     gpu, bucket = _timing_gpu(ctx), _bucket(ctx)
     file = tuning_memory.gpu_file(gpu)
-    for kernel, keys in dimensions(space):
+    for kernel, keys in _kernel_dimensions(space):
         entry = {"config": {k.split(SEP)[-1]: winner["config"][k] for k in keys},
                  "median_ms": winner.get("median_ms"), "baseline_ms": optimizer.baseline_ms,
                  "commit": commit, "case": ctx.case.name, "kernel": kernel or None,
@@ -239,8 +253,8 @@ def _coordinate(ctx: RunContext, events: EventSink, optimizer: Manifest, source:
 
     def time_configs(configs: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
         ctx.check_cancel()
-        paths = [file_of(c) for c in configs]
-        rows = ctx.time_trials(paths, budget_s=TUNE_BUDGET_S)
+        rows, paths = time_files(configs, file_of,
+                                 lambda files: ctx.time_trials(files, budget_s=TUNE_BUDGET_S))
         for config, path, t in zip(configs, paths, rows, strict=True):
             median = t.get("median_ms") if t.get("checked") else None
             t["source"] = path
@@ -261,8 +275,10 @@ def _coordinate(ctx: RunContext, events: EventSink, optimizer: Manifest, source:
 
     trials: list[dict[str, Any]] = []
     for t in search.trials:
+        if t.get("source") is None:  # refused before timing (every region in PyTorch)
+            continue
         median = t.get("median_ms") if t.get("checked") else None
-        path = Path(t.get("source") or file_of(t["config"]))
+        path = Path(t["source"])
         trials.append({"config": t["config"], "verdict": "checked" if median else "rejected",
                        "failed": [] if median else [str(t.get("detail"))[:300]],
                        "median_ms": median, "p20_ms": t.get("p20_ms"), "p80_ms": t.get("p80_ms"),

@@ -19,12 +19,34 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from kopt.harness.errors import KoptError
 from kopt.harness.speedup import NOISE_FLOOR
 
 SEP = "/"
 TimeConfigs = Callable[[list[dict[str, Any]], str], list[dict[str, Any]]]
 """time_configs(configs, what) -> one row per config: {"median_ms", "p20_ms", "p80_ms",
 "checked", "detail"} (`what` names the step for progress lines)."""
+
+
+def time_files(configs: list[dict[str, Any]], file_of: Callable[[dict[str, Any]], Any],
+               time_paths: Callable[[list[Any]], list[dict[str, Any]]]
+               ) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Rows and files for `configs`: each configuration written by `file_of` and the files
+    timed together by `time_paths`; a configuration `file_of` refuses (KoptError: every region
+    in PyTorch is the baseline, not a candidate) gets an unchecked row and no file."""
+    files: list[Any] = []
+    refused: dict[int, str] = {}
+    for i, c in enumerate(configs):
+        try:
+            files.append(file_of(c))
+        except KoptError as err:
+            files.append(None)
+            refused[i] = err.one_line()
+    runnable = [f for f in files if f is not None]
+    timed = iter(time_paths(runnable) if runnable else [])
+    rows = [{"ok": False, "checked": False, "median_ms": None, "detail": refused[i]}
+            if i in refused else next(timed) for i in range(len(configs))]
+    return rows, files
 
 
 def kernel_of(key: str) -> str:

@@ -15,6 +15,7 @@ local workers reuse standby processes that have torch imported (`harness.kernelb
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -25,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,14 @@ class SuiteRow:
     codegen_s: float | None = None
     smoke_within_budget: bool | None = None
     seconds: dict[str, float] = field(default_factory=dict)
-    """Wall seconds per step: import, codegen, verify, time."""
+    """Wall seconds per step: import, codegen, verify, regions, time."""
+    regions: dict[str, str] = field(default_factory=dict)
+    """GPU, candidates of two regions or more: the region choice that was timed
+    ({"g0": "torch", "g1": "triton"}) when a region runs faster in PyTorch; empty otherwise."""
+    outcome: str = ""
+    """GPU: the never-regress verdict of `phases.outcome` (faster, keep-compile,
+    keep-pytorch): a candidate not faster than eager beyond the timer's noise is not the
+    result, PyTorch is."""
     traceback: str = ""
     """For a failure of kopt's own code (status `failed` with an exception): the whole
     traceback; for a rejection, every failing check's whole text (a GPU compiler's message
@@ -243,6 +251,66 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     return row, case, candidate
 
 
+REGION_TRIALS_PER_REGION = 2
+"""The region search's trial budget per region (one flip, and a second pass when the first
+moved anything), plus the start and the joint check."""
+
+
+def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
+                   timeout: float = PROBLEM_TIMEOUT_S) -> Path:
+    """GPU: each region of a candidate timed in Triton and in PyTorch (one `harness.tune` job
+    per step, output-checked; the coordinate search of `phases.search`, a region switched
+    only when that gains over the timer's noise, then a joint check); a changed choice is
+    verified in full before it is timed. The file to time: the candidate itself when every
+    region is faster in Triton (or the changed choice fails verification)."""
+    from kopt.harness.device import default_input_set
+    from kopt.harness.tune import time_trials
+    from kopt.harness.verify import verify_candidate
+    from kopt.phases.engineers.offline.regions import apply_region_choices, region_space
+    from kopt.phases.search import CoordinateSearch, time_files
+
+    source = candidate.read_text()
+    space = region_space(source)
+    if not space:
+        return candidate
+    t0 = time.perf_counter()
+    input_set = default_input_set(case, device)
+    files: dict[str, Path] = {}
+
+    def file_of(config: dict[str, Any]) -> Path:
+        key = json.dumps(config, sort_keys=True)
+        if key not in files:
+            text = apply_region_choices(source, config)  # raises for every region in PyTorch
+            files[key] = candidate.with_name(f"{candidate.stem}-regions{len(files)}.py")
+            files[key].write_text(text)
+        return files[key]
+
+    def time_configs(configs: list[dict[str, Any]], _what: str) -> list[dict[str, Any]]:
+        return time_files(configs, file_of, lambda paths: time_trials(
+            case, paths, device=device, input_set=input_set, timing_options=QUICK_TIMING,
+            timeout=timeout, budget_s=30.0))[0]
+
+    try:
+        search = CoordinateSearch(space, time_configs,
+                                  max_trials=REGION_TRIALS_PER_REGION * len(space) + 3)
+        default = {k: v[0] for k, v in space.items()}
+        start, first = search.start([("every region in Triton", default)])
+        best, _ = search.run(start, first)
+        keep, _ = search.joint_check(default, best)
+        if keep == default:
+            return candidate
+        chosen = file_of(keep)
+        report = verify_candidate(case, chosen, device=device, timeout=timeout)
+        if not report.accepted:
+            row.detail = ("the region choice " + json.dumps(keep) + " failed verification ("
+                          + ", ".join(report.failed()) + "): every region timed in Triton")[:300]
+            return candidate
+        row.regions = {k.split("/", 1)[1]: str(v) for k, v in keep.items()}
+        return chosen
+    finally:
+        row.seconds["regions"] = time.perf_counter() - t0
+
+
 def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, rounds: int,
                  timing: dict[str, Any], timeout: float = PROBLEM_TIMEOUT_S) -> None:
     """Eager, torch.compile and the candidate with the harness timer (GPU only), `rounds`
@@ -251,6 +319,7 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
 
     t0 = time.perf_counter()
     medians: dict[str, list[float]] = {"eager": [], "compile": [], "kopt": []}
+    spans: dict[str, list[dict[str, float]]] = {"eager": [], "compile": [], "kopt": []}
     pct: list[float] = []
     try:
         for _ in range(max(1, rounds)):
@@ -260,6 +329,8 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
                 key = r["variant"] if r["variant"] in ("eager", "compile") else "kopt"
                 if r["median_ms"]:
                     medians[key].append(r["median_ms"])
+                    spans[key].append({"median": r["median_ms"], "p20": r["p20_ms"],
+                                       "p80": r["p80_ms"]})
                 elif key == "kopt":
                     row.status, row.detail = "failed", f"timing: {r.get('note') or 'no time'}"[:300]
                 if key == "kopt" and r["pct_of_floor"]:
@@ -275,8 +346,15 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
     row.eager_ms, row.compile_ms, row.kopt_ms = (med(medians[k]) for k in ("eager", "compile", "kopt"))
     row.pct_of_floor = med(pct)
     if row.kopt_ms:
+        from kopt.phases.outcome import decide
+
         row.speedup_vs_eager = row.eager_ms / row.kopt_ms if row.eager_ms else None
         row.speedup_vs_compile = row.compile_ms / row.kopt_ms if row.compile_ms else None
+        row.outcome = decide(verified=row.verified, timing_label="cuda-events",
+                             **{name: (sorted(spans[key], key=lambda t: t["median"])
+                                       [len(spans[key]) // 2] if spans[key] else None)
+                                for name, key in (("eager", "eager"), ("compiled", "compile"),
+                                                  ("candidate", "kopt"))}).verdict
 
 
 def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
@@ -286,6 +364,7 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
         row, case, candidate = prepare_problem(problem, root, device=device, timeout=timeout)
         if candidate is not None and device == "cuda":
             with _GPU.exclusive():
+                candidate = choose_regions(row, case, candidate, device=device, timeout=timeout)
                 time_problem(row, case, candidate, device=device, rounds=rounds,
                              timing=QUICK_TIMING if timing is None else timing, timeout=timeout)
         return row
@@ -332,7 +411,12 @@ def _stats(rows: Sequence[SuiteRow]) -> dict[str, Any]:
             "timed": len(timed),
             "geomean_vs_eager": geomean([r.speedup_vs_eager or 0 for r in timed]),
             "geomean_vs_compile": geomean([r.speedup_vs_compile or 0 for r in timed]),
-            "slower_than_eager": sum(1 for r in timed if (r.speedup_vs_eager or 0) < 1.0)}
+            "slower_than_eager": sum(1 for r in timed if (r.speedup_vs_eager or 0) < 1.0),
+            "keep_pytorch": sum(1 for r in timed if r.outcome == "keep-pytorch"),
+            # what a user of each result runs: PyTorch (1.00x) where the candidate is not
+            # faster than eager beyond noise (the never-regress outcome), else the candidate
+            "geomean_result_vs_eager": geomean([1.0 if r.outcome == "keep-pytorch"
+                                                else r.speedup_vs_eager or 0 for r in timed])}
 
 
 def summarize(rows: Sequence[SuiteRow]) -> dict[str, Any]:
@@ -394,24 +478,29 @@ def _x(v: float | None) -> str:
 def to_markdown(result: SuiteResult) -> str:
     """The rows as a markdown table, then the summary (overall and per level)."""
     lines = ["| problem | level | verified | kernels | % of floor | vs eager | vs compile "
-             "| codegen s | total s | detail |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| outcome | codegen s | total s | detail |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result.rows:
         detail = r.detail.replace("|", "/").replace("\n", " ")[:120]
         lines.append(
             f"| {r.problem} | {r.level} | {'yes' if r.verified else r.status} "
             f"| {'-' if r.kernels is None else r.kernels} "
             f"| {'-' if r.pct_of_floor is None else f'{r.pct_of_floor:.0f}%'} "
-            f"| {_x(r.speedup_vs_eager)} | {_x(r.speedup_vs_compile)} "
+            f"| {_x(r.speedup_vs_eager)} | {_x(r.speedup_vs_compile)} | {r.outcome or '-'} "
             f"| {'-' if r.codegen_s is None else f'{r.codegen_s:.2f}'} | {r.total_s:.1f} | {detail} |")
     s = result.summary()
     lines += ["", f"Device: {result.device}; {s['seconds']} s in all.", "",
               "| level | problems | verified | timed | geomean vs eager | geomean vs compile "
-              "| slower than eager |", "|---|---|---|---|---|---|---|"]
+              "| slower than eager | keep PyTorch | result vs eager |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for name, st in [*s["levels"].items(), ("all", s)]:
         lines.append(f"| {name} | {st['problems']} | {st['verified']} | {st['timed']} "
                      f"| {_x(st['geomean_vs_eager'])} | {_x(st['geomean_vs_compile'])} "
-                     f"| {st['slower_than_eager']} |")
+                     f"| {st['slower_than_eager']} | {st['keep_pytorch']} "
+                     f"| {_x(st['geomean_result_vs_eager'])} |")
+    lines += ["", "Geomeans are the candidates'. `result vs eager` counts a problem whose "
+              "candidate does not beat eager beyond the timer's noise (outcome keep-pytorch) "
+              "at 1.00x: the user keeps PyTorch there."]
     if result.device != "cuda":
         lines += ["", "CPU (Triton interpreter, smoke inputs): verification only, no timings."]
     return "\n".join(lines) + "\n"
@@ -448,11 +537,28 @@ def write_chart(result: SuiteResult, path: Path) -> Path | None:
     return path
 
 
+def _base(out: Path) -> Path:
+    return out.with_suffix("") if out.suffix in (".md", ".json", ".png") else out
+
+
+def rows_file(out: Path) -> Path:
+    """`FILE.rows.jsonl` beside `--out FILE`: one JSON row per problem, appended as each
+    problem ends (a suite killed at a time limit keeps every finished row there)."""
+    base = _base(out)
+    return base.with_name(base.name + ".rows.jsonl")
+
+
+def row_from_dict(data: dict[str, Any]) -> SuiteRow:
+    """A row read back from JSON (`to_dict`'s derived keys dropped)."""
+    names = {f.name for f in fields(SuiteRow)}
+    return SuiteRow(**{k: v for k, v in data.items() if k in names})
+
+
 def write_reports(result: SuiteResult, out: Path) -> list[Path]:
     """`out` with .md, .json and .png suffixes (the chart only when problems were timed)."""
     import json
 
-    base = out.with_suffix("") if out.suffix in (".md", ".json", ".png") else out
+    base = _base(out)
     base.parent.mkdir(parents=True, exist_ok=True)
     md, js, png = (base.with_name(base.name + ext) for ext in (".md", ".json", ".png"))
     md.write_text(to_markdown(result))

@@ -51,3 +51,43 @@ def test_switch_in_the_file_and_all_torch_is_refused(tmp_path: Path) -> None:
         with_choices(source, {n: "torch" for n in names})
     with pytest.raises(EngineerError, match="no region"):
         with_choices(source, {"g99": "torch"})
+
+
+def test_the_accelerator_searches_each_region_triton_or_torch_first(tmp_path: Path) -> None:
+    """The accelerator's space puts one Triton-or-PyTorch dimension per region before the
+    kernels' launch parameters; a configuration with every region in PyTorch is refused
+    untimed; with a faked timer the search keeps the slow region in PyTorch."""
+    from kopt.phases.accelerator import apply_config, search_space
+    from kopt.phases.search import CoordinateSearch, time_files
+
+    body = ["s = torch.softmax(x, dim=0)", "return s * y + x.mean(dim=1, keepdim=True)"]
+    case = load_case_dir(_write_case(tmp_path, body, [[17, 29], [17, 29]], "float32"))
+    source = generate_candidate(case).source
+    names = [r.name for r in regions(source)]
+    style, space, default = search_space(source, None)
+    keys = [f"{SWITCH}/{n}" for n in names]
+    assert style == "config" and list(space)[:len(keys)] == keys
+    assert all(space[k] == ["triton", "torch"] and default[k] == "triton" for k in keys)
+    assert len(space) > len(keys)  # the launch parameters follow
+    with pytest.raises(EngineerError, match="every region"):
+        apply_config(source, style, {**default, **{k: "torch" for k in keys}})
+
+    def file_of(config):  # type: ignore[no-untyped-def]
+        return apply_config(source, style, config)
+
+    def time_paths(texts):  # type: ignore[no-untyped-def]
+        out = []
+        for text in texts:
+            choice = {r.name: r.choice for r in regions(text)}
+            ms = 3.0 - (1.0 if choice[names[0]] == "torch" else 0.0) \
+                + (1.0 if choice[names[1]] == "torch" else 0.0)
+            out.append({"checked": True, "median_ms": ms, "p20_ms": ms, "p80_ms": ms})
+        return out
+
+    search = CoordinateSearch({k: space[k] for k in keys},
+                              lambda c, _w: time_files(c, file_of, time_paths)[0], max_trials=20)
+    start, row = search.start([("default", {k: default[k] for k in keys})])
+    best, _ = search.run(start, row)
+    assert best[keys[0]] == "torch" and best[keys[1]] == "triton"
+    rows, files = time_files([{k: "torch" for k in keys}], file_of, time_paths)
+    assert files == [None] and not rows[0]["checked"] and "every region" in rows[0]["detail"]

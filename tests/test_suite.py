@@ -239,3 +239,105 @@ def test_a_rejection_keeps_every_failing_checks_whole_text(tmp_path: Path,
                                               tmp_path, device="cpu")
     assert row.status == "rejected" and candidate is None
     assert len(row.detail) == 300 and row.traceback.endswith("AttributeError: no .to")
+
+
+def _two_region_candidate(tmp_path: Path) -> tuple[object, Path, list[str]]:
+    from kopt.harness.case import load_case_dir
+    from kopt.phases.engineers.offline import generate_candidate
+    from kopt.phases.engineers.offline.regions import regions
+    from tests.test_offline import _write_case
+
+    body = ["s = torch.softmax(x, dim=0)", "return s * y + x.mean(dim=1, keepdim=True)"]
+    case = load_case_dir(_write_case(tmp_path, body, [[17, 29], [17, 29]], "float32"))
+    result = generate_candidate(case)
+    names = [r.name for r in regions(result.source)]
+    assert len(names) >= 2, names
+    candidate = tmp_path / "cand.py"
+    candidate.write_text(result.source)
+    return case, candidate, names
+
+
+@pytest.mark.parametrize("accepted", [True, False])
+def test_regions_slower_in_triton_are_kept_in_pytorch_and_verified(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, accepted: bool) -> None:
+    """Issue 18 part 3 on the GPU, with a faked timer: a region whose Triton kernel is slower
+    than its PyTorch ops runs in PyTorch in the timed file, once the changed file is verified
+    in full; a region that is faster in Triton stays; every region in PyTorch is never tried
+    (that is the baseline); a changed choice that fails verification is not timed."""
+    from types import SimpleNamespace
+
+    import kopt.harness.tune as tune
+    import kopt.harness.verify as verify_mod
+    import kopt.phases.suite as suite
+    from kopt.phases.engineers.offline.regions import regions
+
+    case, candidate, names = _two_region_candidate(tmp_path)
+    slow = names[0]  # its Triton kernel costs 1 ms more than its PyTorch ops
+    timed: list[dict[str, str]] = []
+
+    def fake_trials(case, paths, **kw):  # type: ignore[no-untyped-def]
+        rows = []
+        for p in paths:
+            choice = {r.name: r.choice for r in regions(Path(p).read_text())}
+            assert "triton" in choice.values()
+            timed.append(choice)
+            ms = 5.0 - (1.0 if choice[slow] == "torch" else 0.0) \
+                + sum(0.5 for n in names[1:] if choice[n] == "torch")
+            rows.append({"ok": True, "checked": True, "median_ms": ms, "p20_ms": ms * 0.99,
+                         "p80_ms": ms * 1.01, "detail": "output matches"})
+        return rows
+
+    verified: list[Path] = []
+
+    def fake_verify(case, path, **kw):  # type: ignore[no-untyped-def]
+        verified.append(Path(path))
+        return SimpleNamespace(accepted=accepted, failed=lambda: [] if accepted else ["correct"])
+
+    monkeypatch.setattr(tune, "time_trials", fake_trials)
+    monkeypatch.setattr(verify_mod, "verify_candidate", fake_verify)
+    row = suite.SuiteRow("p", "level2", "p.py", "verified")
+    chosen = suite.choose_regions(row, case, candidate, device="cuda")
+    assert {slow: "torch"} in [{k: v for k, v in t.items() if v == "torch"} for t in timed]
+    assert len(verified) == 1 and "regions" in row.seconds
+    if accepted:
+        assert chosen == verified[0] and chosen != candidate
+        assert row.regions == {n: ("torch" if n == slow else "triton") for n in names}
+        assert {r.name: r.choice for r in regions(chosen.read_text())} == row.regions
+    else:
+        assert chosen == candidate and not row.regions
+        assert "failed verification (correct)" in row.detail
+
+
+def test_a_candidate_not_faster_than_eager_is_kept_as_pytorch_in_the_summary() -> None:
+    rows = [_row("a", "level2", 2.0, 1.0), _row("b", "level2", 0.5, 0.4)]
+    rows[0].outcome, rows[1].outcome = "keep-compile", "keep-pytorch"
+    s = summarize(rows)
+    assert s["slower_than_eager"] == 1 and s["keep_pytorch"] == 1
+    assert s["geomean_vs_eager"] == pytest.approx(1.0)
+    assert s["geomean_result_vs_eager"] == pytest.approx(2.0 ** 0.5)
+    md = to_markdown(SuiteResult(rows, "cuda", 1.0, ""))
+    assert "| b | level2 | yes | 1 | - | 0.50x | 0.40x | keep-pytorch |" in md
+
+
+def test_out_keeps_each_row_as_it_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--out FILE` appends every finished row to FILE.rows.jsonl at once: a suite killed at a
+    device call's time limit keeps the rows it finished (read back with row_from_dict)."""
+    import kopt.workbench.commands.suite as cmd
+    from kopt.phases.suite import row_from_dict, rows_file
+
+    (tmp_path / "level2").mkdir()
+    (tmp_path / "level2" / "1_a.py").write_text("")
+    out = tmp_path / "r" / "suite"
+    seen: list[list[str]] = []
+
+    def fake_run_suite(problems, *, on_start, on_row, **kw):  # type: ignore[no-untyped-def]
+        on_row(_row("level2_1_a", "level2", 1.5, 1.1))
+        seen.append(rows_file(out).read_text().splitlines())
+        raise KeyboardInterrupt  # killed before the reports are written
+
+    monkeypatch.setattr(cmd, "run_suite", fake_run_suite)
+    assert kopt(["suite", str(tmp_path / "level2"), "--out", str(out)]) == 130  # interrupted
+    assert len(seen[0]) == 1 and rows_file(out).is_file()
+    assert not out.with_name("suite.json").exists()
+    row = row_from_dict(json.loads(seen[0][0]))
+    assert row.problem == "level2_1_a" and row.speedup_vs_eager == 1.5 and row.verified

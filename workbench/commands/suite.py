@@ -8,6 +8,7 @@ runs. Exit 0 when every problem verified, 1 when one did not, 2 bad input. See d
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from rich.markup import escape
@@ -16,6 +17,7 @@ from rich.table import Table
 
 from kopt.harness.errors import BadInputError
 from kopt.phases.suite import (
+    rows_file,
     FULL_TIMING,
     PROBLEM_TIMEOUT_S,
     QUICK_TIMING,
@@ -67,6 +69,11 @@ def _line(row: SuiteRow) -> str:
         what = "[green]verified[/green]"
         if row.speedup_vs_eager:
             what += f" {_x(row.speedup_vs_eager)} eager, {_x(row.speedup_vs_compile)} compile"
+        if row.outcome == "keep-pytorch":
+            what += " (no speedup: keep PyTorch)"
+        if row.regions:
+            torch_regions = [g for g, c in row.regions.items() if c == "torch"]
+            what += f", {', '.join(torch_regions)} kept in PyTorch (faster there)"
     else:
         what = f"[red]{escape(row.status)}[/red]: {escape(row.detail[:100])}"
     return f"{escape(row.problem)}: {what} ({steps})"
@@ -99,9 +106,17 @@ def handle(args: argparse.Namespace) -> int:
         running.append(problem.name)
         progress.update(task, description=escape(", ".join(running[-2:])))
 
+    partial = rows_file(Path(args.out)) if args.out else None
+    if partial is not None:
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text("")
+
     def on_row(row: SuiteRow) -> None:
         if row.problem in running:
             running.remove(row.problem)
+        if partial is not None:  # each row as it ends: a suite cut short keeps what it did
+            with partial.open("a") as f:
+                f.write(json.dumps(row.to_dict(), default=str) + "\n")
         progress.console.print(_line(row))
         progress.update(task, advance=1, description=escape(", ".join(running[-2:])))
 
@@ -125,24 +140,25 @@ def handle(args: argparse.Namespace) -> int:
 def _print_tables(result) -> None:  # type: ignore[no-untyped-def]
     table = Table(title=f"kopt suite ({result.device})")
     for col in ("problem", "verified", "kernels", "% of floor", "vs eager", "vs compile",
-                "codegen s", "total s"):
+                "outcome", "codegen s", "total s"):
         table.add_column(col, no_wrap=col == "problem")
     for r in result.rows:
         table.add_row(escape(r.problem), "yes" if r.verified else f"[red]{escape(r.status)}[/red]",
                       "-" if r.kernels is None else str(r.kernels),
                       "-" if r.pct_of_floor is None else f"{r.pct_of_floor:.0f}%",
-                      _x(r.speedup_vs_eager), _x(r.speedup_vs_compile),
+                      _x(r.speedup_vs_eager), _x(r.speedup_vs_compile), r.outcome or "-",
                       "-" if r.codegen_s is None else f"{r.codegen_s:.2f}", f"{r.total_s:.1f}")
     console.print(table)
     s = result.summary()
     summary = Table(title="summary")
     for col in ("level", "problems", "verified", "timed", "geomean vs eager",
-                "geomean vs compile", "slower than eager"):
+                "geomean vs compile", "slower than eager", "keep PyTorch", "result vs eager"):
         summary.add_column(col)
     for name, st in [*s["levels"].items(), ("all", s)]:
         summary.add_row(name, str(st["problems"]), str(st["verified"]), str(st["timed"]),
                         _x(st["geomean_vs_eager"]), _x(st["geomean_vs_compile"]),
-                        str(st["slower_than_eager"]))
+                        str(st["slower_than_eager"]), str(st["keep_pytorch"]),
+                        _x(st["geomean_result_vs_eager"]))
     console.print(summary)
     if result.device != "cuda":
         console.print("CPU (Triton interpreter, smoke inputs): verification only, no timings.")

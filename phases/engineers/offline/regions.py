@@ -81,3 +81,28 @@ def with_choices(source: str, choices: dict[str, str]) -> str:
     body = "".join(f'    "{k}": "{v}",\n' for k, v in new.items())
     lines[start:end] = [f"{SWITCH} = {{\n{body}}}\n"]
     return "".join(lines)
+
+
+KEY = SWITCH + "/"
+"""Prefix of a region's dimension in the accelerator's search space: `KOPT_REGIONS/g1`."""
+
+
+def is_region_key(key: str) -> bool:
+    return key.startswith(KEY)
+
+
+def region_space(source: str) -> dict[str, list[str]]:
+    """One search dimension per region, `{"KOPT_REGIONS/g1": ["triton", "torch"], ...}` (the
+    current choice first), when the candidate has two regions or more: one region switched to
+    PyTorch is the baseline itself, which the run's outcome already compares against."""
+    found = regions(source)
+    if len(found) < 2:
+        return {}
+    return {KEY + r.name: [r.choice] + [c for c in CHOICES if c != r.choice] for r in found}
+
+
+def apply_region_choices(source: str, config: dict[str, object]) -> str:
+    """`source` with the region keys of `config` applied (other keys are ignored); raises
+    EngineerError when every region would run in PyTorch."""
+    choices = {k[len(KEY):]: str(v) for k, v in config.items() if is_region_key(k)}
+    return with_choices(source, choices) if choices else source
