@@ -364,7 +364,12 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
         row, case, candidate = prepare_problem(problem, root, device=device, timeout=timeout)
         if candidate is not None and device == "cuda":
             with _GPU.exclusive():
-                candidate = choose_regions(row, case, candidate, device=device, timeout=timeout)
+                try:
+                    candidate = choose_regions(row, case, candidate, device=device,
+                                               timeout=timeout)
+                except Exception as err:  # the choice is an optimisation: time what verified
+                    row.detail = f"region choice failed ({type(err).__name__}: {err}); " \
+                                 "every region timed in Triton"[:300]
                 time_problem(row, case, candidate, device=device, rounds=rounds,
                              timing=QUICK_TIMING if timing is None else timing, timeout=timeout)
         return row
