@@ -368,8 +368,8 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
                     candidate = choose_regions(row, case, candidate, device=device,
                                                timeout=timeout)
                 except Exception as err:  # the choice is an optimisation: time what verified
-                    row.detail = f"region choice failed ({type(err).__name__}: {err}); " \
-                                 "every region timed in Triton"[:300]
+                    row.detail = (f"region choice failed ({type(err).__name__}: {err}); "
+                                  "every region timed in Triton")[:300]
                 time_problem(row, case, candidate, device=device, rounds=rounds,
                              timing=QUICK_TIMING if timing is None else timing, timeout=timeout)
         return row
