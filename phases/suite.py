@@ -251,18 +251,18 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     return row, case, candidate
 
 
-REGION_TRIALS_PER_REGION = 2
-"""The region search's trial budget per region (one flip, and a second pass when the first
-moved anything), plus the start and the joint check."""
-
-
 def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
                    timeout: float = PROBLEM_TIMEOUT_S) -> Path:
-    """GPU: each region of a candidate timed in Triton and in PyTorch (one `harness.tune` job
-    per step, output-checked; the coordinate search of `phases.search`, a region switched
-    only when that gains over the timer's noise, then a joint check); a changed choice is
-    verified in full before it is timed. The file to time: the candidate itself when every
-    region is faster in Triton (or the changed choice fails verification)."""
+    """GPU: each region of a candidate timed in Triton and in PyTorch, and kept in PyTorch
+    where that gains over the timer's noise; a changed choice is verified in full before it
+    is timed. The file to time: the candidate itself when every region is faster in Triton
+    (or the changed choice fails verification).
+
+    One `harness.tune` job (output-checked trials) times the candidate and each region alone
+    switched to PyTorch, side by side; the regions are separate kernels, so their gains add,
+    and a choice of two regions or more is timed once more against the candidate (the joint
+    check of `phases.search`) before it counts. 2026-11-26, H100: a search of one job per
+    region cost 22-34 s of exclusive GPU time per problem of two or more regions."""
     from kopt.harness.device import default_input_set
     from kopt.harness.tune import time_trials
     from kopt.harness.verify import verify_candidate
@@ -291,14 +291,18 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
             timeout=timeout, budget_s=30.0))[0]
 
     try:
-        search = CoordinateSearch(space, time_configs,
-                                  max_trials=REGION_TRIALS_PER_REGION * len(space) + 3)
+        search = CoordinateSearch(space, time_configs, max_trials=len(space) + 3)
         default = {k: v[0] for k, v in space.items()}
-        start, first = search.start([("every region in Triton", default)])
-        best, _ = search.run(start, first)
-        keep, _ = search.joint_check(default, best)
-        if keep == default:
+        flips = {k: {**default, k: v[1]} for k, v in space.items()}
+        base, *alone = search.retime([default, *flips.values()], "each region alone in PyTorch")
+        winners = [k for k, r in zip(flips, alone, strict=True) if search.gains(r, base)]
+        if not winners:
             return candidate
+        keep = {**default, **{k: space[k][1] for k in winners}}
+        if len(winners) > 1:
+            keep, _ = search.joint_check(default, keep)
+            if keep == default:
+                return candidate
         chosen = file_of(keep)
         report = verify_candidate(case, chosen, device=device, timeout=timeout)
         if not report.accepted:

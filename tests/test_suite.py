@@ -275,7 +275,10 @@ def test_regions_slower_in_triton_are_kept_in_pytorch_and_verified(
     slow = names[0]  # its Triton kernel costs 1 ms more than its PyTorch ops
     timed: list[dict[str, str]] = []
 
+    jobs: list[int] = []
+
     def fake_trials(case, paths, **kw):  # type: ignore[no-untyped-def]
+        jobs.append(len(paths))
         rows = []
         for p in paths:
             choice = {r.name: r.choice for r in regions(Path(p).read_text())}
@@ -299,6 +302,7 @@ def test_regions_slower_in_triton_are_kept_in_pytorch_and_verified(
     chosen = suite.choose_regions(row, case, candidate, device="cuda")
     assert {slow: "torch"} in [{k: v for k, v in t.items() if v == "torch"} for t in timed]
     assert len(verified) == 1 and "regions" in row.seconds
+    assert jobs == [1 + len(names)]  # one job: the candidate and each region alone in PyTorch
     if accepted:
         assert chosen == verified[0] and chosen != candidate
         assert row.regions == {n: ("torch" if n == slow else "triton") for n in names}
