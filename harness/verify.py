@@ -95,6 +95,10 @@ class VerificationReport:
     not_a_candidate: str = ""
     """Why the file is not a candidate at all (empty, binary, no Python, no ModelNew): the
     CLI's bad input (exit 2). Empty when it is one."""
+    steps: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of each step: `draws` (fresh values drawn and staged), `reference` (the
+    baseline's job, outputs read back), `candidate` (its job; several candidates run side by
+    side), `judge` (this candidate's checks in the parent). Not part of `to_dict`."""
 
     @property
     def accepted(self) -> bool:
@@ -186,6 +190,7 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
         return [_not_a_candidate(case.name, p, dev, findings[p], time.monotonic() - start)
                 for p in all_paths]
     runner = as_target(target)
+    steps: dict[str, float] = {}
     sets = case.verification_sets(on_gpu=dev == "cuda")
     plan = plan_draws(case, sets, draws, device=dev)
     env = worker_env(dev)
@@ -201,6 +206,7 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
     # candidate's process starts.
     ref_request = {**common, "sets": reference_request_sets(plan)}
     ref_dir = stage_job("reference", ref_request, case=case, tensors=plan.tensors)
+    steps["draws"] = time.monotonic() - start
     # the candidate's worker imports torch, dynamo and triton (about 4 s) while the reference
     # runs: a standby process that has done nothing else (harness.targets.standby)
     prepare = getattr(runner, "prepare", None)
@@ -220,6 +226,7 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
         if not keep_jobs:
             cleanup(ref_dir)
     fitted = timeout or fitted_timeout(ref.elapsed_s, dev)
+    steps["reference"] = time.monotonic() - start - steps["draws"]
 
     def run_candidate(path: Path) -> tuple[Path, WorkerOutcome, float]:
         job_dir = stage_job("candidate", cand_request, case=case, candidate=path,
@@ -233,12 +240,16 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
     try:
         sources_intact = source_fingerprint(case) == fingerprint
         cand_exit = time.monotonic()
+        steps["candidate"] = cand_exit - start - steps["draws"] - steps["reference"]
         judged: dict[Path, VerificationReport] = {}
         for path, (job_dir, outcome, _t0) in zip(paths, cand_runs, strict=True):
+            t_judge = time.monotonic()
             judge = _Judge(case, dev, plan, job_dir, outcome, ref.response or {}, ref_outputs,
                            sources_intact, cand_exit, findings[path], path, truth)
-            judged[path] = VerificationReport(case.name, str(path), dev, judge.checks(),
-                                              list(sets), time.monotonic() - start)
+            checks = judge.checks()
+            judged[path] = VerificationReport(
+                case.name, str(path), dev, checks, list(sets), time.monotonic() - start,
+                steps={**steps, "judge": time.monotonic() - t_judge})
         return [judged[p] if p in judged else
                 _not_a_candidate(case.name, p, dev, findings[p], time.monotonic() - start)
                 for p in all_paths]

@@ -77,6 +77,8 @@ class SuiteRow:
     regions: dict[str, str] = field(default_factory=dict)
     """GPU, candidates of two regions or more: the region choice that was timed
     ({"g0": "torch", "g1": "triton"}) when a region runs faster in PyTorch; empty otherwise."""
+    verify_steps: dict[str, float] = field(default_factory=dict)
+    """The verification's own steps (draws, reference, candidate, judge: VerificationReport.steps)."""
     outcome: str = ""
     """GPU: the never-regress verdict of `phases.outcome` (faster, keep-compile,
     keep-pytorch): a candidate not faster than eager beyond the timer's noise is not the
@@ -241,6 +243,7 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
         return row, case, None
     finally:
         row.seconds["verify"] = time.perf_counter() - t0
+    row.verify_steps = {k: round(v, 2) for k, v in report.steps.items()}
     if not report.accepted:
         row.status = "rejected"
         bad = [c for c in report.checks if not c.passed]

@@ -234,7 +234,7 @@ def test_a_rejection_keeps_every_failing_checks_whole_text(tmp_path: Path,
     monkeypatch.setattr(offline, "generate_candidate",
                         lambda case: SimpleNamespace(seconds=0.1, kernels=[{}], source="x = 1\n"))
     monkeypatch.setattr(verify_mod, "verify_candidate",
-                        lambda *a, **k: SimpleNamespace(accepted=False, checks=[check]))
+                        lambda *a, **k: SimpleNamespace(accepted=False, checks=[check], steps={}))
     row, _, candidate = suite.prepare_problem(suite.Problem(tmp_path / "44_x.py", "level2"),
                                               tmp_path, device="cpu")
     assert row.status == "rejected" and candidate is None
