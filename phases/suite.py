@@ -238,6 +238,12 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     try:
         with _GPU.shared():
             report = verify_candidate(case, candidate, device=device, timeout=timeout)
+        if device == "cuda" and not report.accepted and _out_of_memory(report):
+            # four problems share the GPU while they verify; one that ran out of memory
+            # beside the others is verified again with the GPU to itself
+            with _GPU.exclusive():
+                report = verify_candidate(case, candidate, device=device, timeout=timeout)
+            row.detail = "re-verified alone after running out of GPU memory beside other problems"
     except KoptError as err:
         row.status, row.detail = "failed", f"verification could not run: {err.one_line()}"[:300]
         return row, case, None
@@ -316,6 +322,11 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
         return chosen
     finally:
         row.seconds["regions"] = time.perf_counter() - t0
+
+
+def _out_of_memory(report: Any) -> bool:
+    return any("OutOfMemoryError" in c.detail or "CUDA out of memory" in c.detail
+               for c in report.checks if not c.passed)
 
 
 def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, rounds: int,

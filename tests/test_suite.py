@@ -345,3 +345,38 @@ def test_out_keeps_each_row_as_it_ends(tmp_path: Path, monkeypatch: pytest.Monke
     assert not out.with_name("suite.json").exists()
     row = row_from_dict(json.loads(seen[0][0]))
     assert row.problem == "level2_1_a" and row.speedup_vs_eager == 1.5 and row.verified
+
+
+def test_a_verification_out_of_gpu_memory_beside_others_runs_again_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """2026-11-26, H100, six problems verifying at once: three candidates ran out of GPU memory
+    beside the others. Such a rejection is verified again with the GPU to itself."""
+    from types import SimpleNamespace
+
+    import kopt.harness.case as case_mod
+    import kopt.harness.kernelbench as kb
+    import kopt.harness.verify as verify_mod
+    import kopt.phases.engineers.offline as offline
+    import kopt.phases.suite as suite
+
+    oom = SimpleNamespace(name="correct", passed=False, detail=(
+        "not checked: the candidate did not complete (forward failed: OutOfMemoryError: CUDA "
+        "out of memory. Tried to allocate 2.00 GiB)"))
+    reports = [SimpleNamespace(accepted=False, checks=[oom], steps={}),
+               SimpleNamespace(accepted=True, checks=[], steps={"judge": 0.1})]
+    exclusive: list[bool] = []
+
+    def fake_verify(*a, **k):  # type: ignore[no-untyped-def]
+        exclusive.append(suite._GPU._exclusive)
+        return reports.pop(0)
+
+    monkeypatch.setattr(kb, "import_kernelbench", lambda *a, **k: tmp_path)
+    monkeypatch.setattr(case_mod, "load_case_dir",
+                        lambda d: SimpleNamespace(manifest=SimpleNamespace(smoke={})))
+    monkeypatch.setattr(offline, "generate_candidate",
+                        lambda case: SimpleNamespace(seconds=0.1, kernels=[{}], source="x = 1\n"))
+    monkeypatch.setattr(verify_mod, "verify_candidate", fake_verify)
+    row, _, candidate = suite.prepare_problem(suite.Problem(tmp_path / "28_x.py", "level2"),
+                                              tmp_path, device="cuda")
+    assert row.status == "verified" and candidate is not None
+    assert exclusive == [False, True] and "re-verified alone" in row.detail
