@@ -96,3 +96,44 @@ def test_strided_conv_into_a_reduction_reads_nhwc_by_strides(tmp_path: Path) -> 
     # softmax over the channels (dim 1) is an outer reduction of the NCHW domain: one tiled kernel
     assert "_conv2d_nhwc" in result.source and [k["kind"] for k in result.kernels] == ["tiled_reduction"]
     _check_case(case, _load_candidate(result.source, tmp_path, "conv_softmax"), "main")
+
+
+def _case_5d(tmp_path: Path, name: str, conv: str, result: str, shape: list[int]):
+    source = f'''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = {conv}
+        self.scale = nn.Parameter(torch.randn(1, 6, 1, 1, 1))
+
+    def forward(self, x):
+        return {result}
+'''
+    case_dir = tmp_path / name
+    case_dir.mkdir()
+    (case_dir / "model.py").write_text(textwrap.dedent(source))
+    (case_dir / "manifest.yaml").write_text(
+        f"name: {name}\nmodel: {{module: model.py, class: Model}}\n"
+        f"inputs:\n  args:\n    - {{shape: {shape}, dtype: float32, init: normal}}\n")
+    return load_case_dir(case_dir)
+
+
+def test_3d_and_transposed_conv_bias_joins_the_epilogue(tmp_path: Path) -> None:
+    """ATen adds a cuDNN convolution's bias in a pass of its own over the output: a conv3d or
+    a transposed conv3d whose users are pointwise runs without bias, and the one fused
+    epilogue adds it (the model's layout is kept: channels_last is the 2-D path only)."""
+    for name, conv in (("conv3d_ep", "nn.Conv3d(3, 6, 3)"),
+                       ("convt3d_ep", "nn.ConvTranspose3d(3, 6, 3, stride=2, padding=1, "
+                                      "output_padding=1)")):
+        case = _case_5d(tmp_path, name, conv, "torch.sigmoid(torch.tanh(self.conv(x)) * self.scale)",
+                        [2, 3, 5, 6, 7])
+        result = generate_candidate(case)
+        forward = result.source.split("def forward")[1]
+        assert "aten.convolution.default(x, p_p_conv_weight, None," in forward, name
+        assert "_conv2d_nhwc" not in forward and len(result.kernels) == 1
+        assert "convolution_bias" in result.kernels[0]["fuses"]
+        _check_case(case, _load_candidate(result.source, tmp_path, name), "main")

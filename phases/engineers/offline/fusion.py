@@ -424,11 +424,13 @@ def _swap(v: Any, old: Node, new: Node) -> Any:
 
 
 def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
-    """2-D convolutions (groups=1) whose every user is pointwise become `conv2d_nhwc` without
-    bias plus an `add` of the bias, so the bias joins the fused epilogue. cuDNN runs
-    channels_last convolutions faster without a bias (0.166 vs 0.237 ms on conv2d_relu_bias's
-    H100 shape), and the epilogue then reads NHWC once and writes the model's NCHW layout.
-    Returns the bias adds (each starts its epilogue's group)."""
+    """Convolutions (1-, 2- or 3-D, transposed or not) whose every user is pointwise lose
+    their bias to an `add` that opens the fused epilogue: ATen adds a cuDNN convolution's
+    bias in a pass of its own over the whole output, which the epilogue does for free. A
+    2-D one (groups=1, not transposed) also becomes `conv2d_nhwc`: cuDNN runs channels_last
+    convolutions faster without a bias (0.166 vs 0.237 ms on conv2d_relu_bias's H100 shape),
+    and the epilogue then reads NHWC once and writes the model's NCHW layout. Returns the bias
+    adds of the channels_last ones (each starts its epilogue's group)."""
     if not policy.pointwise:
         return []
     users = graph.users()
@@ -438,22 +440,24 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
         if n.op != "fallback" or "convolution" not in str(n.target) or len(n.args) != 9:
             continue
         x, w, b, _stride, _pad, _dil, transposed, _out_pad, groups = n.args
-        if transposed or groups != 1 or n.rank != 4 or not isinstance(w, Node) or w.rank != 4 or \
+        if n.rank not in (3, 4, 5) or not isinstance(w, Node) or w.rank != n.rank or \
                 not isinstance(b, Node) or n in outputs or not users[n] or \
                 any(u.op not in POINTWISE for u in users[n]) or not n.dtype.is_floating_point:
             continue
-        bview = Node(f"{n.name}_bias_view", "view", [b, [-1, 1, 1]], shape=(n.shape[1], 1, 1),
-                     sym=(n.sym[1], 1, 1), dtype=b.dtype, origin=f"{n.origin}_bias")
+        ones = [1] * (n.rank - 2)
+        bview = Node(f"{n.name}_bias_view", "view", [b, [-1, *ones]], shape=(n.shape[1], *ones),
+                     sym=(n.sym[1], *ones), dtype=b.dtype, origin=f"{n.origin}_bias")
         add = Node(f"{n.name}_bias", "add", [n, bview], shape=n.shape, sym=n.sym, dtype=n.dtype,
                    origin=f"{n.origin}_bias")
         for u in users[n]:
             u.args = _swap(u.args, n, add)
             u.kwargs = {k: _swap(v, n, add) for k, v in u.kwargs.items()}
-        n.op = NHWC_CONV
         n.args = [x, w, None, *n.args[3:]]
         at = graph.nodes.index(n) + 1
         graph.nodes[at:at] = [bview, add]
-        adds.append(add)
+        if n.rank == 4 and not transposed and groups == 1:
+            n.op = NHWC_CONV
+            adds.append(add)
     return adds
 
 

@@ -1,0 +1,87 @@
+"""Where the time goes, kernel by kernel: eager, torch.compile and kopt's offline candidate of
+KernelBench problems, under the case's precision (fp32: TF32 off, as the harness times it).
+
+    python benchmarks/profile_kb_gpu.py FILE.py ...
+
+Per problem: the median forward of each variant (CUDA events, 30 after 10 warm-ups), then the
+CUDA kernels of 10 forwards of each by total time (torch.profiler).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def ms(fn, iters: int = 30) -> float:
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return statistics.median(out)
+
+
+def kernels(fn, top: int = 6) -> list[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+    rows = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:top]
+    return [f"{e.device_time_total / 10 / 1000:.3f} ms  {e.key[:90]}" for e in rows
+            if e.device_time_total > 0]
+
+
+def main() -> None:
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.data import agent_provide_inputs, build_model
+    from kopt.harness.kernelbench import import_kernelbench
+    from kopt.harness.verification.guards import set_precision
+    from kopt.phases.engineers.offline import generate_candidate
+
+    work = Path(tempfile.mkdtemp())
+    for f in sys.argv[1:]:
+        p = Path(f)
+        case = load_case_dir(import_kernelbench(p, name=f"p{p.stem.split('_')[0]}",
+                                                out=work / p.stem))
+        set_precision(case.manifest.precision)
+        source = generate_candidate(case).source
+        cand = work / f"{p.stem}_kopt.py"
+        cand.write_text(source)
+        spec = importlib.util.spec_from_file_location(f"cand_{p.stem.split('_')[0]}", cand)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        ref = build_model(case, "main").cuda()
+        new = build_model(case, "main", cls=mod.ModelNew).cuda()
+        inputs = agent_provide_inputs(case, "main", 1, device="cuda")
+        args, kwargs = inputs.args, inputs.kwargs
+        with torch.no_grad():
+            comp = torch.compile(ref)
+            variants = {"eager": lambda: ref(*args, **kwargs), "compile": lambda: comp(*args, **kwargs),
+                        "kopt": lambda: new(*args, **kwargs)}
+            print(f"=== {p.stem} ({case.manifest.precision})", flush=True)
+            for name, fn in variants.items():
+                print(f"{name}: {ms(fn):.3f} ms", flush=True)
+                for line in kernels(fn):
+                    print("    " + line)
+        torch._dynamo.reset()
+
+
+if __name__ == "__main__":
+    main()
