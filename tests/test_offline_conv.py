@@ -137,3 +137,15 @@ def test_3d_and_transposed_conv_bias_joins_the_epilogue(tmp_path: Path) -> None:
         assert "_conv2d_nhwc" not in forward and len(result.kernels) == 1
         assert "convolution_bias" in result.kernels[0]["fuses"]
         _check_case(case, _load_candidate(result.source, tmp_path, name), "main")
+
+
+def test_conv_bias_joins_a_reduction_after_it(tmp_path: Path) -> None:
+    """A softmax over the channels right after a conv3d (KernelBench level-2 6): the bias is
+    added where the softmax loads the conv's output, not in ATen's pass of its own."""
+    case = _case_5d(tmp_path, "conv3d_softmax", "nn.Conv3d(3, 6, 3)",
+                    "torch.softmax(self.conv(x), dim=1) * self.scale", [2, 3, 5, 6, 7])
+    result = generate_candidate(case)
+    forward = result.source.split("def forward")[1]
+    assert "aten.convolution.default(x, p_p_conv_weight, None," in forward
+    assert any("convolution_bias" in k["fuses"] for k in result.kernels)
+    _check_case(case, _load_candidate(result.source, tmp_path, "conv3d_softmax"), "main")

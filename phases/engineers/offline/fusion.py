@@ -424,13 +424,15 @@ def _swap(v: Any, old: Node, new: Node) -> Any:
 
 
 def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
-    """Convolutions (1-, 2- or 3-D, transposed or not) whose every user is pointwise lose
-    their bias to an `add` that opens the fused epilogue: ATen adds a cuDNN convolution's
-    bias in a pass of its own over the whole output, which the epilogue does for free. A
-    2-D one (groups=1, not transposed) also becomes `conv2d_nhwc`: cuDNN runs channels_last
-    convolutions faster without a bias (0.166 vs 0.237 ms on conv2d_relu_bias's H100 shape),
-    and the epilogue then reads NHWC once and writes the model's NCHW layout. Returns the bias
-    adds of the channels_last ones (each starts its epilogue's group)."""
+    """Convolutions (1-, 2- or 3-D, transposed or not) lose their bias to an `add` that opens
+    the kernel reading their output: ATen adds a cuDNN convolution's bias in a pass of its own
+    over the whole output (0.09-0.29 ms of KernelBench level-2 6 and 48's 0.9-3.4 ms on the
+    H100, 2026-11-26), which the fused kernel after it does for free: a pointwise epilogue, or
+    the load of a reduction such as a softmax over the channels. A 2-D one (groups=1, not
+    transposed) whose every user is pointwise also becomes `conv2d_nhwc`: cuDNN runs
+    channels_last convolutions faster without a bias (0.166 vs 0.237 ms on conv2d_relu_bias's
+    H100 shape), and the epilogue then reads NHWC once and writes the model's NCHW layout.
+    Returns the bias adds of the channels_last ones (each starts its epilogue's group)."""
     if not policy.pointwise:
         return []
     users = graph.users()
@@ -442,8 +444,9 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
         x, w, b, _stride, _pad, _dil, transposed, _out_pad, groups = n.args
         if n.rank not in (3, 4, 5) or not isinstance(w, Node) or w.rank != n.rank or \
                 not isinstance(b, Node) or n in outputs or not users[n] or \
-                any(u.op not in POINTWISE for u in users[n]) or not n.dtype.is_floating_point:
+                not n.dtype.is_floating_point:
             continue
+        pointwise_users = all(u.op in POINTWISE for u in users[n])
         ones = [1] * (n.rank - 2)
         bview = Node(f"{n.name}_bias_view", "view", [b, [-1, *ones]], shape=(n.shape[1], *ones),
                      sym=(n.sym[1], *ones), dtype=b.dtype, origin=f"{n.origin}_bias")
@@ -455,7 +458,7 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
         n.args = [x, w, None, *n.args[3:]]
         at = graph.nodes.index(n) + 1
         graph.nodes[at:at] = [bview, add]
-        if n.rank == 4 and not transposed and groups == 1:
+        if n.rank == 4 and not transposed and groups == 1 and pointwise_users:
             n.op = NHWC_CONV
             adds.append(add)
     return adds
