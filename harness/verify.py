@@ -247,9 +247,21 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
             judge = _Judge(case, dev, plan, job_dir, outcome, ref.response or {}, ref_outputs,
                            sources_intact, cand_exit, findings[path], path, truth)
             checks = judge.checks()
+            extra: dict[str, float] = {}
+            if judge.truth_wanted:  # only the element-wise bound missed: float64 decides
+                t_truth = time.monotonic()
+                # every draw at once: a check stops at its first miss, so the first
+                # judgement names only some of the groups that will need it
+                truth.update(_truth_job(case, runner, env, common, plan,
+                                        timeout or MAX_TIMEOUT_S, on_line, keep_jobs))
+                judge = _Judge(case, dev, plan, job_dir, outcome, ref.response or {},
+                               ref_outputs, sources_intact, cand_exit, findings[path], path,
+                               truth)
+                checks = judge.checks()
+                extra["truth"] = time.monotonic() - t_truth
             judged[path] = VerificationReport(
                 case.name, str(path), dev, checks, list(sets), time.monotonic() - start,
-                steps={**steps, "judge": time.monotonic() - t_judge})
+                steps={**steps, **extra, "judge": time.monotonic() - t_judge - sum(extra.values())})
         return [judged[p] if p in judged else
                 _not_a_candidate(case.name, p, dev, findings[p], time.monotonic() - start)
                 for p in all_paths]
@@ -257,6 +269,26 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
         if not keep_jobs:
             for job_dir, _o, _t in cand_runs:
                 cleanup(job_dir)
+
+
+def _truth_job(case: Case, runner: Any, env: dict[str, str], common: dict[str, Any],
+               plan: _Plan, timeout: float, on_line: LineSink | None,
+               keep_jobs: bool) -> dict[str, list[torch.Tensor] | None]:
+    """The baseline again on every draw, in float64 as well (a reference job, in its own
+    isolated process): group -> its float64 outputs (None where the model has no float64
+    path, which leaves the element-wise verdict standing). Run only for a candidate that
+    missed nothing but the element-wise bound."""
+    sets = [{**entry, "truth": True} for entry in reference_request_sets(plan)]
+    job = stage_job("reference", {**common, "sets": sets}, case=case, tensors=plan.tensors)
+    try:
+        outcome = runner.run(job, timeout=timeout, env=env, on_line=on_line)
+        if not outcome.ok:
+            return {}
+        return {g: load_outputs(job / "out" / f"truth-{g}.safetensors")
+                for entry in sets for g in entry["groups"]}
+    finally:
+        if not keep_jobs:
+            cleanup(job)
 
 
 def _unlike_elements(x: torch.Tensor, y: torch.Tensor, tol: Any, chunk: int = 1 << 24) -> int:
@@ -355,7 +387,11 @@ class _Judge:
                  truth: dict[str, list[torch.Tensor] | None] | None = None) -> None:
         self.source = source or _Source()
         self.truth = truth or {}
-        """Group -> the baseline's outputs computed in float64 (hard-value draws only)."""
+        """Group -> the baseline's outputs computed in float64 (the hard-value draws, and the
+        groups a first judgement asked for: `truth_wanted`)."""
+        self.truth_wanted: set[str] = set()
+        """Groups whose outputs missed only the element-wise bound and have no float64 truth
+        yet: `verify_candidates` computes it in a second reference job and judges again."""
         self.path = path
         self.case, self.device, self.plan = case, device, plan
         self.out = job_dir / "out"
@@ -381,6 +417,36 @@ class _Judge:
         if name not in self._cand:
             self._cand[name] = load_outputs(self.out / f"{name}.safetensors")
         return self._cand[name]
+
+    def compare(self, out: list[torch.Tensor], group: str) -> tuple[Any, str | None]:
+        """`out` against the baseline's outputs of `group`: (comparison, None) when within the
+        case's tolerance, else (comparison, what is wrong).
+
+        A rewrite that holds for every input (a sum over a linear layer's outputs as a product
+        with summed weights) rounds differently from the baseline: at a few elements where a
+        long sum cancels it misses the element-wise bound while the whole tensor is within the
+        case's relative bound (KernelBench level-2 14 on the H100: 1-2 of 1024 elements,
+        relative error 3e-7). There the baseline run in float64 decides, as for the hard-value
+        draws: the candidate must be no farther from it than `TRUTH_MULTIPLIER` times the
+        baseline itself (or within the case's bound). Without that truth yet, the group is
+        asked for (`truth_wanted`) and the comparison fails for now."""
+        ref = self.ref.get(group)
+        if ref is None:
+            return None, "no baseline outputs recorded"
+        tol = self.tol()
+        cmp = compare_outputs(out, ref, tol)
+        if cmp.ok:
+            return cmp, None
+        if not cmp.within_norm(tol, ref):
+            return cmp, cmp.to_text()
+        truth = self.truth.get(group)
+        if truth is None:
+            self.truth_wanted.add(group)
+            return cmp, cmp.to_text()
+        closer, why = conditions.no_worse_than_baseline(out, ref, truth, tol)
+        if not closer:
+            return cmp, f"{cmp.to_text()}; {why}"
+        return cmp, None
 
     def tol(self) -> dict[torch.dtype, Any]:
         return {dt: tolerance_for(self.case, dt) for dt in
@@ -504,8 +570,8 @@ class _Judge:
                                            "thread, process, side stream or stray file left")
 
     def correct(self) -> Check:
-        tol = self.tol()
         worst = 0.0
+        judged_by_truth: list[str] = []
         for set_name in self.plan.sets:
             problem = self._structure(set_name)
             if problem:
@@ -514,10 +580,12 @@ class _Judge:
                 out, ref = self.cand(f"cand-{group}"), self.ref[group]
                 if out is None or ref is None:
                     return Check("correct", False, f"{set_name} draw {i}: no outputs recorded")
-                cmp = compare_outputs(out, ref, tol)
-                if not cmp.ok:
+                cmp, problem = self.compare(out, group)
+                if problem:
                     return Check("correct", False, f"{set_name} draw {i}"
-                                                   f"{self.plan.labels.get(group, '')}: {cmp.to_text()}")
+                                                   f"{self.plan.labels.get(group, '')}: {problem}")
+                if not cmp.ok:
+                    judged_by_truth.append(f"{set_name} draw {i}")
                 worst = max(worst, cmp.rel_err)
             # A result must still hold its values after the next call (checked on the live
             # tensors the candidate returned, sent again after that call).
@@ -526,17 +594,20 @@ class _Judge:
                 later = self.cand(f"previous-cand-{draws[i + 1]}")
                 if later is None:
                     continue
-                cmp = compare_outputs(later, self.ref[group] or [], tol)
-                if not cmp.ok:
+                _cmp, problem = self.compare(later, group)
+                if problem:
                     return Check("correct", False,
                                  f"{set_name} draw {i}: the result changed when forward ran "
                                  f"again (a result must stay valid after the next call): "
-                                 f"{cmp.to_text()}")
+                                 f"{problem}")
         n = len(self.plan.draws[self.plan.sets[0]])
         trimmed = "".join(f"; {i.trimmed}" for i in self.plan.items if i.trimmed)
+        truth = (f"; {', '.join(judged_by_truth)} missed only the element-wise bound, and "
+                 f"are within the case's bound of the baseline run in float64 (or twice the "
+                 f"baseline's own distance from it)" if judged_by_truth else "")
         return Check("correct", True, f"{n} fresh draws x {len(self.plan.sets)} input sets "
                                       f"({', '.join(self.plan.sets)}) within tolerance; worst "
-                                      f"rel err {worst:.3g}{trimmed}")
+                                      f"rel err {worst:.3g}{trimmed}{truth}")
 
     def _structure(self, set_name: str) -> str:
         ref = (self.ref_resp.get("sets") or {}).get(set_name, {}).get("structure") or {}
@@ -593,7 +664,6 @@ class _Judge:
                      f"from run to run)")
 
     def depends_on_inputs(self) -> Check:
-        tol = self.tol()
         for set_name in self.plan.sets:
             if self.plan.constant_inputs[set_name]:
                 continue
@@ -605,11 +675,11 @@ class _Judge:
             out, ref = self.cand(f"cand-{group}"), self.ref[group]
             if out is None or ref is None:
                 return Check("depends_on_inputs", False, f"{set_name}: no outputs recorded")
-            cmp = compare_outputs(out, ref, tol)
-            if not cmp.ok:
+            _cmp, problem = self.compare(out, group)
+            if problem:
                 return Check("depends_on_inputs", False,
                              f"{set_name}: new values written into the same input storage: "
-                             f"{cmp.to_text()}")
+                             f"{problem}")
             draws = self.plan.draws[set_name]
             for g0, g1 in zip(draws, draws[1:], strict=False):
                 o0, o1, r0, r1 = self.cand(f"cand-{g0}"), self.cand(f"cand-{g1}"), self.ref[g0], self.ref[g1]

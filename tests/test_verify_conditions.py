@@ -167,19 +167,19 @@ def _scaled_softmax_outputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 def test_hard_values_judge_a_kernel_closer_to_the_truth_than_the_baseline() -> None:
     from kopt.harness.compare import compare_outputs
-    from kopt.harness.verification.conditions import _no_worse_than_baseline
+    from kopt.harness.verification.conditions import no_worse_than_baseline
 
     baseline, kernel, truth = _scaled_softmax_outputs()
     tol = {torch.bfloat16: tolerance_for(load_case("causal_softmax"), torch.bfloat16)}
     assert not compare_outputs([kernel], [baseline], tol).ok  # the element-wise bound misses
-    ok, why = _no_worse_than_baseline([kernel], [baseline], [truth], tol)
+    ok, why = no_worse_than_baseline([kernel], [baseline], [truth], tol)
     assert ok, why
     # a kernel 10% off, or one that overflows, is still rejected
-    ok, why = _no_worse_than_baseline([kernel * 1.1], [baseline], [truth], tol)
+    ok, why = no_worse_than_baseline([kernel * 1.1], [baseline], [truth], tol)
     assert not ok and "float64 baseline" in why
     broken = kernel.clone()
     broken[3, 5] = float("nan")
-    ok, why = _no_worse_than_baseline([broken], [baseline], [truth], tol)
+    ok, why = no_worse_than_baseline([broken], [baseline], [truth], tol)
     assert not ok and "NaN/Inf" in why
 
 
@@ -221,3 +221,75 @@ def test_the_cpu_runs_an_oversized_declared_set_with_fewer_rows(tmp_path: Path) 
     assert ref_sent["shape0"]["spec"] == sent["shape0"]["spec"]
     gpu = draws.plan_verification(case, ["main", "shape0"], 3, "cuda")
     assert gpu.item("shape0").resolved.args[0].shape == [1000, 4096] and not gpu.item("shape0").trimmed
+
+
+_CANCEL_MODEL = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """(x + 2**15) - 2**15: float32 rounds x to a multiple of 2**-8 on the way."""
+
+    def forward(self, x):
+        return (x + 32768.0) - 32768.0
+'''
+
+_EXACT_CANDIDATE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+class ModelNew(nn.Module):
+    """(x + c) - c is x: computed exactly, where the baseline rounds."""
+
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        _copy_kernel[(triton.cdiv(n, 4096),)](x, y, n, BLOCK=4096)
+        return y
+'''
+
+
+def test_an_exact_rewrite_is_judged_against_float64_where_the_baseline_rounds(
+        tmp_path: Path, workspace: Path) -> None:
+    """A rewrite that holds for every input rounds differently from the baseline: here the
+    baseline's float32 `(x + 2**15) - 2**15` is off by up to 2e-3 at every element, the
+    candidate computes x exactly, and near-zero elements miss the element-wise bound while
+    the whole tensor is within the case's (KernelBench level-2 14 on the H100: a sum of a
+    linear layer's outputs through summed weights). The verifier runs the baseline in float64
+    on every draw and accepts: the candidate is closer to it than the baseline. A candidate
+    off by more than the case's whole-tensor bound is rejected as before, without that run."""
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.verify import verify_candidate
+
+    case_dir = tmp_path / "cancel"
+    case_dir.mkdir()
+    (case_dir / "model.py").write_text(_CANCEL_MODEL)
+    (case_dir / "manifest.yaml").write_text(
+        "name: cancel\nmodel: {module: model.py, class: Model}\n"
+        "inputs:\n  args:\n    - {shape: [64, 256], dtype: float32, init: normal, std: 1000.0}\n")
+    case = load_case_dir(case_dir)
+    exact = tmp_path / "exact.py"
+    exact.write_text(_EXACT_CANDIDATE)
+    report = verify_candidate(case, exact, device="cpu")
+    assert report.accepted, report.to_text()
+    assert "float64" in report.check("correct").detail and "truth" in report.steps
+    # off by 0.03 at each element (3e-5 of the values, over the case's 1e-5): a real error
+    # is judged by the case's tolerance alone, with no float64 run
+    worse = tmp_path / "worse.py"
+    worse.write_text(_EXACT_CANDIDATE.replace("tl.load(x_ptr + offs, mask=mask)",
+                                              "tl.load(x_ptr + offs, mask=mask) + 0.03"))
+    rejected = verify_candidate(case, worse, device="cpu")
+    assert not rejected.accepted and "correct" in rejected.failed()
+    assert "truth" not in rejected.steps

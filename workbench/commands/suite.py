@@ -17,13 +17,13 @@ from rich.table import Table
 
 from kopt.harness.errors import BadInputError
 from kopt.phases.suite import (
-    rows_file,
     FULL_TIMING,
     PROBLEM_TIMEOUT_S,
     QUICK_TIMING,
     Problem,
     SuiteRow,
     discover,
+    rows_file,
     run_suite,
     write_reports,
 )
