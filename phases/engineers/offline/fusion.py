@@ -424,11 +424,12 @@ def _swap(v: Any, old: Node, new: Node) -> Any:
 
 
 def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
-    """Convolutions (1-, 2- or 3-D, transposed or not) lose their bias to an `add` that opens
-    the kernel reading their output: ATen adds a cuDNN convolution's bias in a pass of its own
-    over the whole output (0.09-0.29 ms of KernelBench level-2 6 and 48's 0.9-3.4 ms on the
-    H100, 2026-11-26), which the fused kernel after it does for free: a pointwise epilogue, or
-    the load of a reduction such as a softmax over the channels. A 2-D one (groups=1, not
+    """Convolutions (1-, 2- or 3-D, transposed or not) whose users are pointwise ops or
+    reductions lose their bias to an `add` that opens the kernel reading their output: ATen
+    adds a cuDNN convolution's bias in a pass of its own over the whole output (0.09-0.29 ms
+    of KernelBench level-2 6 and 48's 0.9-3.4 ms on the H100, 2026-11-26), which the fused
+    kernel after it does for free: a pointwise epilogue, or the load of a reduction such as a
+    softmax over the channels. A 2-D one (groups=1, not
     transposed) whose every user is pointwise also becomes `conv2d_nhwc`: cuDNN runs
     channels_last convolutions faster without a bias (0.166 vs 0.237 ms on conv2d_relu_bias's
     H100 shape), and the epilogue then reads NHWC once and writes the model's NCHW layout.
@@ -444,8 +445,9 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
         x, w, b, _stride, _pad, _dil, transposed, _out_pad, groups = n.args
         if n.rank not in (3, 4, 5) or not isinstance(w, Node) or w.rank != n.rank or \
                 not isinstance(b, Node) or n in outputs or not users[n] or \
-                not n.dtype.is_floating_point:
-            continue
+                not n.dtype.is_floating_point or \
+                any(u.op not in POINTWISE and u.op not in REDUCTIONS for u in users[n]):
+            continue  # (a view or a library call after it would only move ATen's pass)
         pointwise_users = all(u.op in POINTWISE for u in users[n])
         ones = [1] * (n.rank - 2)
         bview = Node(f"{n.name}_bias_view", "view", [b, [-1, *ones]], shape=(n.shape[1], *ones),
