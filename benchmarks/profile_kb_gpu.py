@@ -3,37 +3,23 @@ KernelBench problems, under the case's precision (fp32: TF32 off, as the harness
 
     python benchmarks/profile_kb_gpu.py FILE.py ...
 
-Per problem: the median forward of each variant (CUDA events, 30 after 10 warm-ups), then the
-CUDA kernels of 10 forwards of each by total time (torch.profiler).
+Per problem: each variant's median forward (CUDA events, 50 after 10 warm-ups), then the CUDA
+kernels of 10 forwards of each by total time (torch.profiler).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
+from conv_layout_gpu import ms  # beside this script: CUDA events, median after warm-ups
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def ms(fn, iters: int = 30) -> float:
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b))
-    return statistics.median(out)
 
 
 def kernels(fn, top: int = 6) -> list[str]:

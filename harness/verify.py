@@ -242,21 +242,22 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
         cand_exit = time.monotonic()
         steps["candidate"] = cand_exit - start - steps["draws"] - steps["reference"]
         judged: dict[Path, VerificationReport] = {}
+        truth_of_every_draw = False
         for path, (job_dir, outcome, _t0) in zip(paths, cand_runs, strict=True):
             t_judge = time.monotonic()
             judge = _Judge(case, dev, plan, job_dir, outcome, ref.response or {}, ref_outputs,
                            sources_intact, cand_exit, findings[path], path, truth)
             checks = judge.checks()
             extra: dict[str, float] = {}
-            if judge.truth_wanted:  # only the element-wise bound missed: float64 decides
+            if judge.truth_wanted and not truth_of_every_draw:
+                # only the element-wise bound missed: float64 decides. Every draw at once (a
+                # check stops at its first miss, so a judgement names only some of the groups
+                # that will need it), once for all the candidates
                 t_truth = time.monotonic()
-                # every draw at once: a check stops at its first miss, so the first
-                # judgement names only some of the groups that will need it
                 truth.update(_truth_job(case, runner, env, common, plan,
                                         timeout or MAX_TIMEOUT_S, on_line, keep_jobs))
-                judge = _Judge(case, dev, plan, job_dir, outcome, ref.response or {},
-                               ref_outputs, sources_intact, cand_exit, findings[path], path,
-                               truth)
+                truth_of_every_draw = True
+                judge.truth, judge.truth_wanted = truth, set()  # the same outputs, read once
                 checks = judge.checks()
                 extra["truth"] = time.monotonic() - t_truth
             judged[path] = VerificationReport(

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.harness.errors import BadInputError, KoptError
+from kopt.phases.outcome import KEEP_PYTORCH, decide
 
 QUICK_TIMING = {"rel_err_target": 0.03, "max_seconds": 1.0}
 """The suite's stopping rule: 3% relative error or one second per variant (`kopt bench` uses
@@ -275,7 +276,7 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
     from kopt.harness.device import default_input_set
     from kopt.harness.tune import time_trials
     from kopt.harness.verify import verify_candidate
-    from kopt.phases.engineers.offline.regions import apply_region_choices, region_space
+    from kopt.phases.engineers.offline.regions import apply_region_choices, region_of, region_space
     from kopt.phases.search import CoordinateSearch, time_files
 
     source = candidate.read_text()
@@ -318,7 +319,7 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
             row.detail = ("the region choice " + json.dumps(keep) + " failed verification ("
                           + ", ".join(report.failed()) + "): every region timed in Triton")[:300]
             return candidate
-        row.regions = {k.split("/", 1)[1]: str(v) for k, v in keep.items()}
+        row.regions = {region_of(k): str(v) for k, v in keep.items()}
         return chosen
     finally:
         row.seconds["regions"] = time.perf_counter() - t0
@@ -336,8 +337,8 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
     from kopt.harness.bench import bench_case
 
     t0 = time.perf_counter()
-    medians: dict[str, list[float]] = {"eager": [], "compile": [], "kopt": []}
-    spans: dict[str, list[dict[str, float]]] = {"eager": [], "compile": [], "kopt": []}
+    timings: dict[str, list[dict[str, float]]] = {"eager": [], "compile": [], "kopt": []}
+    """Each round's {median, p20, p80} per variant (`phases.outcome`'s shape)."""
     pct: list[float] = []
     try:
         for _ in range(max(1, rounds)):
@@ -346,9 +347,8 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
             for r in rows:
                 key = r["variant"] if r["variant"] in ("eager", "compile") else "kopt"
                 if r["median_ms"]:
-                    medians[key].append(r["median_ms"])
-                    spans[key].append({"median": r["median_ms"], "p20": r["p20_ms"],
-                                       "p80": r["p80_ms"]})
+                    timings[key].append({"median": r["median_ms"], "p20": r["p20_ms"],
+                                         "p80": r["p80_ms"]})
                 elif key == "kopt":
                     row.status, row.detail = "failed", f"timing: {r.get('note') or 'no time'}"[:300]
                 if key == "kopt" and r["pct_of_floor"]:
@@ -358,21 +358,18 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
     finally:
         row.seconds["time"] = time.perf_counter() - t0
 
-    def med(v: list[float]) -> float | None:
-        return sorted(v)[len(v) // 2] if v else None
-
-    row.eager_ms, row.compile_ms, row.kopt_ms = (med(medians[k]) for k in ("eager", "compile", "kopt"))
-    row.pct_of_floor = med(pct)
+    # the round with the median time of each variant
+    mid = {k: sorted(v, key=lambda t: t["median"])[len(v) // 2] if v else None
+           for k, v in timings.items()}
+    row.eager_ms, row.compile_ms, row.kopt_ms = (
+        mid[k]["median"] if mid[k] else None for k in ("eager", "compile", "kopt"))
+    row.pct_of_floor = sorted(pct)[len(pct) // 2] if pct else None
     if row.kopt_ms:
-        from kopt.phases.outcome import decide
-
         row.speedup_vs_eager = row.eager_ms / row.kopt_ms if row.eager_ms else None
         row.speedup_vs_compile = row.compile_ms / row.kopt_ms if row.compile_ms else None
         row.outcome = decide(verified=row.verified, timing_label="cuda-events",
-                             **{name: (sorted(spans[key], key=lambda t: t["median"])
-                                       [len(spans[key]) // 2] if spans[key] else None)
-                                for name, key in (("eager", "eager"), ("compiled", "compile"),
-                                                  ("candidate", "kopt"))}).verdict
+                             eager=mid["eager"], compiled=mid["compile"],
+                             candidate=mid["kopt"]).verdict
 
 
 def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
@@ -435,10 +432,10 @@ def _stats(rows: Sequence[SuiteRow]) -> dict[str, Any]:
             "geomean_vs_eager": geomean([r.speedup_vs_eager or 0 for r in timed]),
             "geomean_vs_compile": geomean([r.speedup_vs_compile or 0 for r in timed]),
             "slower_than_eager": sum(1 for r in timed if (r.speedup_vs_eager or 0) < 1.0),
-            "keep_pytorch": sum(1 for r in timed if r.outcome == "keep-pytorch"),
+            "keep_pytorch": sum(1 for r in timed if r.outcome == KEEP_PYTORCH),
             # what a user of each result runs: PyTorch (1.00x) where the candidate is not
             # faster than eager beyond noise (the never-regress outcome), else the candidate
-            "geomean_result_vs_eager": geomean([1.0 if r.outcome == "keep-pytorch"
+            "geomean_result_vs_eager": geomean([1.0 if r.outcome == KEEP_PYTORCH
                                                 else r.speedup_vs_eager or 0 for r in timed])}
 
 

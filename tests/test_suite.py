@@ -380,3 +380,25 @@ def test_a_verification_out_of_gpu_memory_beside_others_runs_again_alone(
                                               tmp_path, device="cuda")
     assert row.status == "verified" and candidate is not None
     assert exclusive == [False, True] and "re-verified alone" in row.detail
+
+
+@pytest.mark.parametrize("kopt_ms, outcome", [(10.3, "keep-pytorch"), (8.0, "keep-compile"),
+                                              (6.0, "faster")])
+def test_each_timed_row_gets_the_never_regress_outcome(monkeypatch: pytest.MonkeyPatch,
+                                                       kopt_ms: float, outcome: str) -> None:
+    """Eager 10 ms, torch.compile 7 ms: a candidate at 10.3 ms is not the result (keep
+    PyTorch), at 8 ms it beats eager only (keep torch.compile), at 6 ms it beats both."""
+    import kopt.harness.bench as bench
+    import kopt.phases.suite as suite
+
+    def fake_bench(*a, **k):  # type: ignore[no-untyped-def]
+        return [{"variant": v, "median_ms": ms, "p20_ms": ms * 0.995, "p80_ms": ms * 1.005,
+                 "pct_of_floor": 50.0 if v == "cand" else None}
+                for v, ms in (("eager", 10.0), ("compile", 7.0), ("cand", kopt_ms))]
+
+    monkeypatch.setattr(bench, "bench_case", fake_bench)
+    row = suite.SuiteRow("p", "level2", "p.py", "verified")
+    suite.time_problem(row, None, Path("cand.py"), device="cuda", rounds=3, timing={})
+    assert (row.eager_ms, row.compile_ms, row.kopt_ms) == (10.0, 7.0, kopt_ms)
+    assert row.speedup_vs_eager == pytest.approx(10.0 / kopt_ms) and row.pct_of_floor == 50.0
+    assert row.outcome == outcome

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kopt.harness.errors import BadInputError
+from kopt.phases.outcome import KEEP_PYTORCH
 from kopt.phases.suite import (
     FULL_TIMING,
     PROBLEM_TIMEOUT_S,
@@ -69,7 +70,7 @@ def _line(row: SuiteRow) -> str:
         what = "[green]verified[/green]"
         if row.speedup_vs_eager:
             what += f" {_x(row.speedup_vs_eager)} eager, {_x(row.speedup_vs_compile)} compile"
-        if row.outcome == "keep-pytorch":
+        if row.outcome == KEEP_PYTORCH:
             what += " (no speedup: keep PyTorch)"
         if row.regions:
             torch_regions = [g for g, c in row.regions.items() if c == "torch"]

@@ -429,10 +429,10 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
     adds a cuDNN convolution's bias in a pass of its own over the whole output (0.09-0.29 ms
     of KernelBench level-2 6 and 48's 0.9-3.4 ms on the H100, 2026-11-26), which the fused
     kernel after it does for free: a pointwise epilogue, or the load of a reduction such as a
-    softmax over the channels. A 2-D one (groups=1, not
-    transposed) whose every user is pointwise also becomes `conv2d_nhwc`: cuDNN runs
-    channels_last convolutions faster without a bias (0.166 vs 0.237 ms on conv2d_relu_bias's
-    H100 shape), and the epilogue then reads NHWC once and writes the model's NCHW layout.
+    softmax over the channels. A 2-D one (groups=1, not transposed) whose every user is
+    pointwise also becomes `conv2d_nhwc`: cuDNN runs channels_last convolutions faster without
+    a bias (0.166 vs 0.237 ms on conv2d_relu_bias's H100 shape), and the epilogue then reads
+    NHWC once and writes the model's NCHW layout.
     Returns the bias adds of the channels_last ones (each starts its epilogue's group)."""
     if not policy.pointwise:
         return []

@@ -91,6 +91,11 @@ def is_region_key(key: str) -> bool:
     return key.startswith(KEY)
 
 
+def region_of(key: str) -> str:
+    """`KOPT_REGIONS/g1` -> `g1`."""
+    return key[len(KEY):]
+
+
 def region_space(source: str) -> dict[str, list[str]]:
     """One search dimension per region, `{"KOPT_REGIONS/g1": ["triton", "torch"], ...}` (the
     current choice first), when the candidate has two regions or more: one region switched to
@@ -104,5 +109,5 @@ def region_space(source: str) -> dict[str, list[str]]:
 def apply_region_choices(source: str, config: dict[str, object]) -> str:
     """`source` with the region keys of `config` applied (other keys are ignored); raises
     EngineerError when every region would run in PyTorch."""
-    choices = {k[len(KEY):]: str(v) for k, v in config.items() if is_region_key(k)}
+    choices = {region_of(k): str(v) for k, v in config.items() if is_region_key(k)}
     return with_choices(source, choices) if choices else source
