@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.harness.errors import BadInputError, KoptError
+from kopt.harness.sizing import DEFAULT_MAX_ELEMENTS
 from kopt.phases.outcome import KEEP_PYTORCH, decide
 
 QUICK_TIMING = {"rel_err_target": 0.03, "max_seconds": 1.0}
@@ -73,6 +74,9 @@ class SuiteRow:
     speedup_vs_compile: float | None = None
     codegen_s: float | None = None
     smoke_within_budget: bool | None = None
+    scaled: str = ""
+    """GPU: how the main inputs were made smaller to fit the size budget (`harness.sizing`),
+    e.g. "leading size 4096 -> 256 ..."; empty when they run as the file wrote them."""
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall seconds per step: import, codegen, verify, regions, time."""
     regions: dict[str, str] = field(default_factory=dict)
@@ -194,11 +198,14 @@ _GPU = _GpuShare()
 
 
 def prepare_problem(problem: Problem, root: Path, *, device: str,
-                    timeout: float = PROBLEM_TIMEOUT_S) -> tuple[SuiteRow, Any, Path | None]:
+                    timeout: float = PROBLEM_TIMEOUT_S,
+                    max_elements: int = DEFAULT_MAX_ELEMENTS) -> tuple[SuiteRow, Any, Path | None]:
     """Import, generate and verify one problem: its row, the case and the candidate file
-    (None when it did not get that far)."""
+    (None when it did not get that far). On a GPU, main inputs whose largest tensor (input or
+    output) holds more than `max_elements` run on fewer rows (`harness.sizing`; 0: never)."""
     from kopt.harness.case import load_case_dir
     from kopt.harness.kernelbench import import_kernelbench
+    from kopt.harness.sizing import fit_case_dir
     from kopt.harness.verify import verify_candidate
     from kopt.phases.engineers.offline import generate_candidate
 
@@ -210,6 +217,11 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
                                        out=root / "cases" / problem.name, report=smoke,
                                        warm=True)
         case = load_case_dir(directory)
+        if device == "cuda" and max_elements > 0:
+            fit = fit_case_dir(case, max_elements)
+            if fit is not None:
+                row.scaled = fit.note
+                case = load_case_dir(directory)
     except KoptError as err:
         row.status, row.detail = "import failed", err.one_line()[:300]
         return row, None, None
@@ -373,10 +385,12 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
 
 
 def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
-                timing: dict[str, Any] | None = None, timeout: float = PROBLEM_TIMEOUT_S) -> SuiteRow:
+                timing: dict[str, Any] | None = None, timeout: float = PROBLEM_TIMEOUT_S,
+                max_elements: int = DEFAULT_MAX_ELEMENTS) -> SuiteRow:
     """One problem end to end; never raises (a failure is the row's status)."""
     try:
-        row, case, candidate = prepare_problem(problem, root, device=device, timeout=timeout)
+        row, case, candidate = prepare_problem(problem, root, device=device, timeout=timeout,
+                                               max_elements=max_elements)
         if candidate is not None and device == "cuda":
             with _GPU.exclusive():
                 try:
@@ -450,6 +464,7 @@ def summarize(rows: Sequence[SuiteRow]) -> dict[str, Any]:
 def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: int | None = None,
               rounds: int = 1, timing: dict[str, Any] | None = None,
               timeout: float = PROBLEM_TIMEOUT_S, workdir: Path | None = None,
+              max_elements: int = DEFAULT_MAX_ELEMENTS,
               on_start: Callable[[Problem], None] | None = None,
               on_row: Callable[[SuiteRow], None] | None = None) -> SuiteResult:
     """Every problem, `jobs` at a time (GPU timing one at a time); rows in problem order.
@@ -468,7 +483,7 @@ def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: i
         if on_start:
             on_start(problem)
         row = run_problem(problem, root, device=device, rounds=rounds, timing=timing,
-                          timeout=timeout)
+                          timeout=timeout, max_elements=max_elements)
         if on_row:
             on_row(row)
         return row
@@ -503,7 +518,8 @@ def to_markdown(result: SuiteResult) -> str:
     for r in result.rows:
         detail = r.detail.replace("|", "/").replace("\n", " ")[:120]
         lines.append(
-            f"| {r.problem} | {r.level} | {'yes' if r.verified else r.status} "
+            f"| {r.problem}{' (scaled)' if r.scaled else ''} | {r.level} "
+            f"| {'yes' if r.verified else r.status} "
             f"| {'-' if r.kernels is None else r.kernels} "
             f"| {'-' if r.pct_of_floor is None else f'{r.pct_of_floor:.0f}%'} "
             f"| {_x(r.speedup_vs_eager)} | {_x(r.speedup_vs_compile)} | {r.outcome or '-'} "

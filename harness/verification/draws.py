@@ -124,7 +124,7 @@ def _tensor_specs(resolved: ResolvedInputSet) -> dict[str, TensorSpec]:
     return {k: s for k, s in input_keys(resolved).items() if isinstance(s, TensorSpec)}
 
 
-def _lead(resolved: ResolvedInputSet) -> int | None:
+def leading_size(resolved: ResolvedInputSet) -> int | None:
     specs = [s for s in _tensor_specs(resolved).values() if s.shape]
     return specs[0].shape[0] if specs else None
 
@@ -134,7 +134,7 @@ def with_leading(resolved: ResolvedInputSet, rows: int, name: str,
     """`resolved`'s inputs (or `like`'s trailing sizes) with `rows` in place of the leading
     size of every tensor that shares the first tensor's leading size."""
     src = like or resolved
-    lead = _lead(src)
+    lead = leading_size(src)
 
     def change(spec: TensorSpec | ScalarSpec) -> TensorSpec | ScalarSpec:
         if isinstance(spec, ScalarSpec) or not spec.shape or spec.shape[0] != lead:
@@ -318,8 +318,8 @@ def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> P
 
     plan = Plan(list(sets), {}, {}, {}, {})
     first = case.input_set(sets[0])
-    lead = _lead(first)
-    declared_leads = {_lead(case.input_set(n)) for n in case.input_set_names()}
+    lead = leading_size(first)
+    declared_leads = {leading_size(case.input_set(n)) for n in case.input_set_names()}
 
     # extra sets: (name, resolved, views), each probed against the baseline
     extras: dict[str, tuple[ResolvedInputSet, dict[str, dict[str, int]]]] = {}
@@ -455,7 +455,7 @@ def _within_interpreter_budget(case: Case, name: str, first: ResolvedInputSet,
     `x-lead` varies those; its widths are what the CPU could not see otherwise. On a GPU every
     set runs whole. Returns the set and, when it was cut, what was cut in words."""
     resolved = case.input_set(name)
-    lead = _lead(resolved)
+    lead = leading_size(resolved)
     if device != "cpu" or not lead:
         return resolved, ""
     budget = max(4 * _elements(first), 1 << 16)

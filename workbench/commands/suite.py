@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kopt.harness.errors import BadInputError
+from kopt.harness.sizing import DEFAULT_MAX_ELEMENTS
 from kopt.phases.outcome import KEEP_PYTORCH
 from kopt.phases.suite import (
     FULL_TIMING,
@@ -50,6 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the timer's default stopping rule (1%% error) instead of the quick one")
     p.add_argument("--timeout", type=float, default=PROBLEM_TIMEOUT_S,
                    help=f"seconds per worker job of one problem (default {PROBLEM_TIMEOUT_S:g})")
+    p.add_argument("--max-elements", type=int, default=DEFAULT_MAX_ELEMENTS, metavar="N",
+                   help="GPU: a problem whose largest input or output tensor holds more than N "
+                        "elements runs on fewer rows (its leading size halved until it fits; "
+                        f"default {DEFAULT_MAX_ELEMENTS:,}, 2**27); 0 runs every file's own sizes")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="default: cuda when a GPU is visible, else cpu (verification only)")
     p.add_argument("--keep", metavar="DIR", default=None,
@@ -77,6 +82,8 @@ def _line(row: SuiteRow) -> str:
             what += f", {', '.join(torch_regions)} kept in PyTorch (faster there)"
     else:
         what = f"[red]{escape(row.status)}[/red]: {escape(row.detail[:100])}"
+    if row.scaled:
+        what += f" [dim](scaled: {escape(row.scaled.split(' for ')[0])})[/dim]"
     return f"{escape(row.problem)}: {what} ({steps})"
 
 
@@ -91,6 +98,9 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.max_elements < 0:
+        raise BadInputError(f"--max-elements {args.max_elements} is negative",
+                            fix="pass a number of elements, or 0 to keep every file's sizes")
     if args.rounds < 1 or (args.limit is not None and args.limit < 1) or args.timeout <= 0:
         raise BadInputError(f"--rounds {args.rounds} / --limit {args.limit} / --timeout "
                             f"{args.timeout:g} must be positive", fix="pass numbers above 0")
@@ -125,7 +135,7 @@ def handle(args: argparse.Namespace) -> int:
         result = run_suite(problems, device=args.device, jobs=args.jobs, rounds=args.rounds,
                            timing=timing, timeout=args.timeout,
                            workdir=Path(args.keep) if args.keep else None,
-                           on_start=on_start, on_row=on_row)
+                           max_elements=args.max_elements, on_start=on_start, on_row=on_row)
     summary = result.summary()
     written = write_reports(result, Path(args.out)) if args.out else []
     if args.json:
