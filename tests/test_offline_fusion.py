@@ -310,3 +310,13 @@ def test_pooling_follows_the_smoke_sets_sizes(tmp_path: Path) -> None:
     result = generate_candidate(case)
     assert not result.unfused or all("convolution" in u["op"] for u in result.unfused), result.unfused
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+@pytest.mark.parametrize("expr", [
+    "torch.selu(x)",  # aten.elu with scale and alpha set
+    "torch.nn.functional.elu(x, alpha=0.7)",
+    "torch.nn.functional.celu(x, alpha=2.0)",  # elu with input_scale 1/alpha
+])
+def test_elu_family_keeps_scale_and_input_scale(tmp_path: Path, expr: str) -> None:
+    result, _ = _generate(tmp_path, [f"return {expr}"], [[5, 37], [1]])
+    assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels

@@ -357,7 +357,10 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
     if packet == "leaky_relu":
         return node("leaky_relu", [args[0], kwargs.get("negative_slope", args[1] if len(args) > 1 else 0.01)])
     if packet == "elu":
-        return node("elu", [args[0], args[1] if len(args) > 1 else 1.0])
+        # aten.elu(x, alpha, scale, input_scale): SELU is elu with scale and alpha set
+        extra = [*args[1:4], *[1.0, 1.0, 1.0][len(args[1:4]):]]
+        return node("elu", [args[0], *(float(kwargs.get(k, v)) for k, v in
+                                       zip(("alpha", "scale", "input_scale"), extra))])
     if packet == "softplus":
         return node("softplus", [args[0], args[1] if len(args) > 1 else 1.0,
                                  args[2] if len(args) > 2 else 20.0])

@@ -126,7 +126,11 @@ class TorchRegion:
         if op == "leaky_relu":
             return f"torch.nn.functional.leaky_relu({args[0]}, {args[1]})"
         if op == "elu":
-            return f"torch.nn.functional.elu({args[0]}, {args[1]})"
+            alpha, scale, input_scale = (*args[1:4], "1.0", "1.0")[:3]
+            if float(input_scale) == 1.0:
+                return f"({scale} * torch.nn.functional.elu({args[0]}, {alpha}))"
+            return (f"({scale} * torch.where({args[0]} > 0, {args[0]}, "
+                    f"{alpha} * torch.expm1({args[0]} * {input_scale})))")
         if op == "softplus":
             return f"torch.nn.functional.softplus({args[0]}, {args[1]}, {args[2]})"
         if op in ("minimum", "maximum", "eq", "ne", "lt", "le", "gt", "ge", "fmod", "remainder",

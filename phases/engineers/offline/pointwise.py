@@ -251,8 +251,11 @@ def emit_pointwise(op: str, args: list[Operand], out_dtype: torch.dtype, extra: 
         return f"(0.5 * {x} * (1.0 + _tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x}))))"
     if op == "leaky_relu":
         return f"tl.where({x} > 0, {x}, {x} * {literal(float(extra[0]))})"
-    if op == "elu":
-        return f"tl.where({x} > 0, {x}, {literal(float(extra[0]))} * (tl.exp({x}) - 1.0))"
+    if op == "elu":  # scale * (x > 0 ? x : alpha * (exp(x * input_scale) - 1))
+        alpha, scale, input_scale = (float(e) for e in (*extra, 1.0, 1.0)[:3])
+        inner = x if input_scale == 1.0 else f"{x} * {literal(input_scale)}"
+        body = f"tl.where({x} > 0, {x}, {literal(alpha)} * (tl.exp({inner}) - 1.0))"
+        return body if scale == 1.0 else f"({literal(scale)} * {body})"
     if op == "softplus":
         beta, th = float(extra[0]), float(extra[1])
         return (f"tl.where({x} * {literal(beta)} > {literal(th)}, {x}, "
