@@ -212,9 +212,11 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     row = SuiteRow(problem.name, problem.level, str(problem.file))
     t0 = time.perf_counter()
     smoke: dict[str, Any] = {}
+    out = root / "cases" / problem.name
+    if out.exists():  # an earlier suite in the same --keep folder: this run's case replaces it
+        shutil.rmtree(out)
     try:
-        directory = import_kernelbench(problem.file, name=problem.name,
-                                       out=root / "cases" / problem.name, report=smoke,
+        directory = import_kernelbench(problem.file, name=problem.name, out=out, report=smoke,
                                        warm=True)
         case = load_case_dir(directory)
         if device == "cuda" and max_elements > 0:

@@ -402,3 +402,27 @@ def test_each_timed_row_gets_the_never_regress_outcome(monkeypatch: pytest.Monke
     assert (row.eager_ms, row.compile_ms, row.kopt_ms) == (10.0, 7.0, kopt_ms)
     assert row.speedup_vs_eager == pytest.approx(10.0 / kopt_ms) and row.pct_of_floor == 50.0
     assert row.outcome == outcome
+
+
+def test_a_second_suite_in_the_same_keep_folder_replaces_its_cases(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--keep DIR` twice: the second run imports every problem again (2026-11-26 on the H100:
+    a rerun in the same folder failed every import with "already holds a case")."""
+    from types import SimpleNamespace
+
+    import kopt.harness.verify as verify_mod
+    import kopt.phases.suite as suite
+
+    problem = tmp_path / "level1" / "3_Relu.py"
+    problem.parent.mkdir()
+    problem.write_text("import torch\n\nclass Model(torch.nn.Module):\n"
+                       "    def forward(self, x):\n        return torch.relu(x)\n\n"
+                       "def get_inputs():\n    return [torch.randn(8, 16)]\n\n"
+                       "def get_init_inputs():\n    return []\n")
+    monkeypatch.setattr(verify_mod, "verify_candidate",
+                        lambda *a, **k: SimpleNamespace(accepted=True, checks=[], steps={}))
+    keep = tmp_path / "keep"
+    for _ in range(2):
+        row, _, candidate = suite.prepare_problem(suite.Problem(problem, "level1"), keep,
+                                                  device="cpu")
+        assert row.status == "verified" and candidate is not None, row.detail
