@@ -280,11 +280,44 @@ def test_pooling_windows_that_tile_the_input_are_one_kernel(tmp_path: Path, expr
     assert [k["kind"] for k in result.kernels] == ["pointwise"] * pools, result.kernels
 
 
+@pytest.mark.parametrize("expr, shape", [
+    ("F.max_pool2d(x, 3, stride=2)", [2, 3, 19, 21]),  # overlapping windows
+    ("F.avg_pool2d(x, 2, padding=1)", [2, 3, 19, 21]),
+    ("F.max_pool2d(x, 9)", [2, 3, 19, 21]),  # 81 taps: masked taps, not 81 strided views
+    ("F.max_pool1d(x, 8, stride=1, padding=4, dilation=3)", [2, 3, 40]),
+    ("F.max_pool3d(x, 3, stride=2, padding=1, dilation=3)", [1, 2, 13, 11, 12]),
+    ("F.avg_pool3d(x, 3, stride=2, padding=1)", [1, 2, 9, 11, 12]),
+    ("F.avg_pool1d(x, 8, stride=1, padding=4)", [2, 3, 40]),
+])
+def test_padded_overlapping_and_dilated_poolings_are_one_kernel(tmp_path: Path, expr: str,
+                                                                 shape: list[int]) -> None:
+    """Any floor-mode pooling (KernelBench level-1 41-46): one masked load of x per tap of the
+    window, -inf (max) or 0 (average, the padding counted) outside x, with its epilogue."""
+    result, _ = _generate(tmp_path, [f"return torch.relu({expr}) + 1.0"], [shape, [1]])
+    assert not result.unfused, result.unfused
+    assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
+
+
+def test_a_pooling_region_has_a_pytorch_form_that_matches(tmp_path: Path) -> None:
+    """Every region switched alone to PyTorch (the accelerator's and suite's region choice):
+    the pooling's form is pad-then-slice, the two-stage mean's divisor a whole expression."""
+    from kopt.phases.engineers.offline.regions import apply_region_choices, region_space
+
+    body, shape = ["return F.max_pool2d(x, 3, stride=2, padding=1) * x.mean()"], [2, 3, 19, 21]
+    result, _ = _generate(tmp_path, body, [shape, [1]])
+    space = region_space(result.source)
+    assert len(space) == 3, space
+    case = load_case_dir(_write_case(tmp_path, body, [shape, [1]], "float32"))
+    for key in space:
+        source = apply_region_choices(result.source, {k: "torch" if k == key else "triton"
+                                                      for k in space})
+        module = _load_candidate(source, tmp_path, f"{case.name}_{key.split('/')[-1]}")
+        _check_case(case, module, "main", seed=3)
+
+
 @pytest.mark.parametrize("expr", [
-    "F.max_pool2d(x, 3, stride=2)",    # overlapping windows
-    "F.avg_pool2d(x, 2, padding=1)",
     "F.max_pool2d(x, 2, ceil_mode=True)",
-    "F.max_pool2d(x, 9)",              # 81 taps: over MAX_WINDOW_TAPS
+    "F.avg_pool2d(x, 3, padding=1, count_include_pad=False)",
 ])
 def test_other_poolings_stay_in_pytorch_and_match_eager(tmp_path: Path, expr: str) -> None:
     result, _ = _generate(tmp_path, [f"return torch.relu({expr}) + 1.0"], [[2, 3, 19, 21], [1]])

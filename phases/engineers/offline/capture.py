@@ -38,7 +38,9 @@ from kopt.phases.engineers.offline.graph import (
     lower_reduction,
     lower_softmax,
     lower_var,
+    MAX_POOL_TAPS,
     MAX_WINDOW_TAPS,
+    lower_tap_pool,
     lower_window_pool,
     norm_dim,
 )
@@ -433,10 +435,14 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             x0().shape[1] % args[6] == 0:
         return lower_group_norm(b, x0(), args[1], args[2], args[6], float(args[7]), name, name)
     if packet in _POOLS:
-        window = _tiling_window(packet, x0(), args, kwargs)
-        if window is not None and (not packet.startswith("max") or _only_values_used(fx)):
-            out = lower_window_pool(b, x0(), window, "max" if packet.startswith("max") else "avg",
-                                    name, name)
+        pooling = _pooling(packet, x0(), args, kwargs)
+        if pooling is not None and (not packet.startswith("max") or _only_values_used(fx)):
+            kind = "max" if packet.startswith("max") else "avg"
+            if pooling.tiles and math.prod(pooling.window) <= MAX_WINDOW_TAPS:
+                out = lower_window_pool(b, x0(), pooling.window, kind, name, name)
+            else:
+                out = lower_tap_pool(b, x0(), pooling.window, pooling.stride, pooling.padding,
+                                     pooling.dilation, kind, name, name)
             return (out, None) if packet.endswith("with_indices") else out
         return _fallback(b, fx, args, kwargs, shape, sym, dtype)
     if packet == "gather":
@@ -692,10 +698,27 @@ _POOLS = {"max_pool1d_with_indices": 1, "max_pool2d_with_indices": 2,
 """Pooling ops (core ATen) and their number of pooled dims."""
 
 
-def _tiling_window(packet: str, x: Node, args: list[Any], kwargs: dict[str, Any]) -> list[int] | None:
-    """The window of a pooling whose windows tile its input, else None: stride equal to the
-    window (or left at its default), no padding, no dilation, floor mode, and for an average
-    no divisor override. Other poolings overlap or pad and stay in PyTorch."""
+@dataclass(frozen=True)
+class _Pooling:
+    """A pooling's parameters, one entry per pooled dim."""
+
+    window: list[int]
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    count_include_pad: bool
+
+    @property
+    def tiles(self) -> bool:
+        """Windows that tile the input: stride equal to the window, no padding or dilation."""
+        return self.stride == self.window and not any(self.padding) and \
+            self.dilation == [1] * len(self.window)
+
+
+def _pooling(packet: str, x: Node, args: list[Any], kwargs: dict[str, Any]) -> _Pooling | None:
+    """The parameters of a max or average pooling kernels can be generated for (floor mode, no
+    divisor override, at most MAX_POOL_TAPS taps; an average whose padding is not counted is
+    not generated), else None: the pooling stays in PyTorch."""
     dims = _POOLS[packet]
     names = (["kernel_size", "stride", "padding", "dilation", "ceil_mode"] if packet.startswith("max")
              else ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
@@ -711,18 +734,24 @@ def _tiling_window(packet: str, x: Node, args: list[Any], kwargs: dict[str, Any]
 
     window = per_dim(given.get("kernel_size"), 1)
     if window is None or x.rank < dims + 1 or any(k < 1 for k in window) or \
-            math.prod(window) > MAX_WINDOW_TAPS:
+            math.prod(window) > MAX_POOL_TAPS:
         return None
-    stride = per_dim(given.get("stride"), 0) or []
-    if [s or k for s, k in zip(stride, window)] != window:
+    stride = per_dim(given.get("stride"), 0)
+    padding = per_dim(given.get("padding"), 0)
+    dilation = per_dim(given.get("dilation"), 1)
+    if stride is None or padding is None or dilation is None or given.get("ceil_mode", False) or \
+            given.get("divisor_override") is not None:
         return None
-    if per_dim(given.get("padding"), 0) != [0] * dims or given.get("ceil_mode", False):
+    stride = [s or k for s, k in zip(stride, window)]
+    include_pad = bool(given.get("count_include_pad", True))
+    if not packet.startswith("max") and any(padding) and not include_pad:
         return None
-    if per_dim(given.get("dilation"), 1) != [1] * dims or given.get("divisor_override") is not None:
-        return None
-    if any(x.shape[x.rank - dims + i] < k for i, k in enumerate(window)):
-        return None
-    return window
+    first = x.rank - dims
+    for i in range(dims):  # every window must hold an element of x (PyTorch refuses otherwise)
+        span = dilation[i] * (window[i] - 1) + 1
+        if x.shape[first + i] + 2 * padding[i] < span or padding[i] * 2 > window[i]:
+            return None
+    return _Pooling(window, stride, padding, dilation, include_pad)
 
 
 def _only_values_used(fx: torch.fx.Node) -> bool:

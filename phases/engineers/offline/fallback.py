@@ -15,7 +15,7 @@ import torch
 
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.fusion import Group, Partition
-from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, Node, Sym
+from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, WINDOW_TAP, Node, Sym
 
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _FUNCS = {
@@ -73,6 +73,8 @@ class TorchRegion:
             return name
         if isinstance(a, tuple) and a and a[0] in ("numel", "numel_minus"):
             raise EngineerError("internal: a mean's count is read through its reduction")
+        if isinstance(a, Sym):  # a size expression (s0*s27): one operand, whatever surrounds it
+            return f"({self.arg(a)})"
         return self.arg(a)
 
     def generated(self, n: Node) -> str:
@@ -157,7 +159,27 @@ class TorchRegion:
             return f"torch.{op}({a}, {b}).to({_compute(n.dtype)})"
         if op in LAYOUT:
             return self.layout(n, args[0])
+        if op == WINDOW_TAP:
+            return self.tap(n, args[0])
         raise EngineerError(f"no PyTorch form for {op!r} in region {self.g.name}")
+
+    @staticmethod
+    def tap(n: Node, x: str) -> str:
+        """x padded with the fill, then a strided slice per pooled dim."""
+        x_rank = n.args[0].rank
+        taps = sorted(n.kwargs["taps"])
+        pads: list[int] = []
+        for d in range(x_rank - 1, taps[0][0] - 1, -1):
+            p = next((t[3] for t in taps if t[0] == d), 0)
+            pads += [p, p]
+        index = ["slice(None)"] * x_rank
+        for d, stride, dilation, padding, t, window in taps:
+            start = t * dilation
+            count = f"(({x}.shape[{d}] + {2 * padding - dilation * (window - 1) - 1}) // {stride} + 1)"
+            index[d] = f"slice({start}, {start} + {stride} * ({count} - 1) + 1, {stride})"
+        fill = 'float("-inf")' if n.kwargs["fill"] == float("-inf") else repr(n.kwargs["fill"])
+        padded = f"torch.nn.functional.pad({x}, {pads}, value={fill})" if any(pads) else x
+        return f"{padded}[{', '.join(index)}]"
 
     def layout(self, n: Node, x: str) -> str:
         if n.op == "flatten":

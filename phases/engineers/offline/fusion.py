@@ -25,6 +25,7 @@ from typing import Any
 from kopt.phases.engineers.offline.graph import (
     GENERATORS,
     LAYOUT,
+    WINDOW_TAP,
     MATMUL,
     POINTWISE,
     REDUCTIONS,
@@ -317,6 +318,15 @@ class _Partitioner:
     def place(self, n: Node) -> None:
         if n.op == "input" or n in self.gen:
             return
+        if n.op == WINDOW_TAP:  # reads x's neighbours: x is loaded, never computed here
+            g = self.owner.get(n.args[0])
+            h = next((h for h in reversed(self.groups) if h.kind == "pointwise" and h is not g
+                      and h.domain == n.shape and self.policy.pointwise and self._acyclic(n, h)
+                      and any(m.op == WINDOW_TAP and m.args[0] is n.args[0] for m in h.nodes)), None)
+            if h is None:
+                h = self._new("pointwise", n, n.shape, n.sym)
+            self._add(h, n, tuple(range(n.rank)))
+            return
         if n.op in POINTWISE:
             producers = self._producer_groups(n)
             if len(producers) > 1 and self.policy.pointwise and self._join_merged(n, producers):
@@ -405,7 +415,8 @@ def _fallback_reason(n: Node) -> str:
     if "group_norm" in name or "batch_norm" in name or "instance_norm" in name:
         return "this norm is not lowered to reductions yet (layer norm is)"
     if "pool" in name:
-        return "pooling windows are not generated"
+        return ("pooling in ceil mode, with a divisor override, an uncounted padding, its "
+                "indices read, or over 512 taps is not generated")
     return "no Triton template for this op"
 
 

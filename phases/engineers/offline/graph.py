@@ -38,6 +38,10 @@ POINTWISE = {
     "isinf", "fmod", "remainder", "sinh", "cosh", "square",
 }
 REDUCTIONS = {"sum", "amax", "amin", "select"}
+WINDOW_TAP = "window_tap"
+"""One tap of a pooling window: out[..., o, ...] = x[..., o * stride + t * dilation - padding, ...]
+along each pooled dim, `fill` outside x (a masked load of x, which is never computed in the
+same kernel: its neighbours are read)."""
 GENERATORS = {"arange", "full"}
 LAYOUT = {"view", "flatten", "unsqueeze", "squeeze", "permute", "expand", "slice", "select_index",
           "split_item", "as_strided", "layout_fallback"}
@@ -372,6 +376,53 @@ def lower_window_pool(b: Builder, x: Node, window: list[int], kind: str, name: s
                            (*v.shape[:d], shape[d], *v.shape[d + 1:]),
                            (*v.sym[:d], sym[d], *v.sym[d + 1:]), x.dtype,
                            target=torch.ops.aten.slice.Tensor, origin=origin))
+        if acc is None:
+            acc = v
+        elif kind == "max":
+            acc = b.op(f"{name}_max{j}", "maximum", [acc, v], v, origin=origin)
+        else:
+            acc = b.op(f"{name}_sum{j}", "add", [acc, v], v, dtype=torch.float32, origin=origin)
+    assert acc is not None
+    if kind == "max":
+        return b.op(name, "identity", [acc], acc, dtype=x.dtype, origin=origin)
+    return b.op(name, "div", [acc, float(math.prod(window))], acc, dtype=x.dtype, origin=origin)
+
+
+MAX_POOL_TAPS = 512
+"""The largest pooling window (elements) generated as masked taps of one kernel (`lower_tap_pool`)."""
+
+
+def pooled_size(size: Any, window: int, stride: int, padding: int, dilation: int) -> Any:
+    """A pooled dim's size in floor mode, an int or a sympy expression of the input's."""
+    from torch.utils._sympy.functions import FloorDiv
+
+    span = size + 2 * padding - dilation * (window - 1) - 1
+    return span // stride + 1 if isinstance(size, int) else FloorDiv(span, stride) + 1
+
+
+def lower_tap_pool(b: Builder, x: Node, window: list[int], stride: list[int], padding: list[int],
+                   dilation: list[int], kind: str, name: str, origin: str) -> Node:
+    """Any max or average pooling in floor mode (overlapping, padded, dilated windows): one
+    `window_tap` node per offset of the window, each a masked load of x at
+    o * stride + t * dilation - padding along every pooled dim (-inf outside x for a max, 0
+    for an average, whose divisor counts the padding as PyTorch's default does), combined
+    pointwise: one kernel over the output that reads x once per tap, a pointwise epilogue
+    fused in. Sizes follow x at run time."""
+    import itertools
+
+    first = x.rank - len(window)
+    shape, sym = list(x.shape), list(x.sym)
+    for i, k in enumerate(window):
+        d = first + i
+        shape[d] = pooled_size(x.shape[d], k, stride[i], padding[i], dilation[i])
+        sym[d] = pooled_size(x.sym[d], k, stride[i], padding[i], dilation[i])
+    fill = float("-inf") if kind == "max" else 0.0
+    acc: Node | None = None
+    for j, taps in enumerate(itertools.product(*(range(k) for k in window))):
+        spec = [(first + i, stride[i], dilation[i], padding[i], t, window[i])
+                for i, t in enumerate(taps)]
+        v = b.add(Node(f"{name}_tap{j}", WINDOW_TAP, [x], {"taps": spec, "fill": fill},
+                       tuple(shape), tuple(sym), x.dtype, origin=origin))
         if acc is None:
             acc = v
         elif kind == "max":

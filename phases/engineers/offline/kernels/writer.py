@@ -17,7 +17,7 @@ import torch
 
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition
-from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, REDUCTIONS, Node, Sym
+from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, REDUCTIONS, WINDOW_TAP, Node, Sym
 from kopt.phases.engineers.offline.pointwise import (
     TL_TYPES,
     Operand,
@@ -143,6 +143,40 @@ class _Writer:
         scope.values[key] = op
         return op
 
+    def tap(self, n: Node, dm: DimMap, scope: _Scope) -> Operand:
+        """One tap of a pooling window: x at o * stride + t * dilation - padding along each
+        pooled dim, masked to x's extent (padding reads `fill`)."""
+        x = n.args[0]
+        i = self.input_index[x]
+        pooled = {d: rest for d, *rest in n.kwargs["taps"]}
+        terms, inside = [], []
+        for j in range(x.rank):
+            d = dm[j] if j < len(dm) else None
+            c = self.coord(d) if d is not None else "0"
+            if j not in pooled:
+                if d is not None:
+                    terms.append(f"{c} * x{i}_s{j}")
+                continue
+            stride, dilation, padding, t, _window = pooled[j]
+            idx = self.fresh("t")
+            self.emit(f"{idx} = {c} * {stride} + {t * dilation - padding}")
+            terms.append(f"{idx} * x{i}_s{j}")
+            if padding:
+                size = x.sym[j]
+                text = literal(size) if isinstance(size, int) else self.scalar(Sym(size, x.shape[j])).text
+                inside.append(f"({idx} >= 0) & ({idx} < {text})")
+        mask = self.load_mask(dm)
+        masks = ([mask] if mask else []) + inside
+        fill = n.kwargs["fill"]
+        other = 'float("-inf")' if fill == float("-inf") else literal(fill)
+        m = f", mask={' & '.join(masks)}, other={other}" if masks else ""
+        var = self.fresh("x")
+        self.emit(f"{var} = tl.load(x{i}_ptr + {' + '.join(terms) or '0'}{m})  # {n.origin}: tap")
+        ct = compute_type(x.dtype)
+        if TL_TYPES[x.dtype] != ct:
+            self.emit(f"{var} = {var}.to({ct})")
+        return Operand(var, ct)
+
     def generated(self, n: Node, dm: DimMap, scope: _Scope) -> Operand:
         """A shape-only value recomputed from coordinates."""
         key = ("gen", n, dm)
@@ -226,6 +260,8 @@ class _Writer:
             op = Operand("acc", "tl.float32")
         elif n.op in REDUCTIONS:
             raise EngineerError(f"internal: reduction {n.name} read before its pass")
+        elif n.op == WINDOW_TAP:
+            op = self.tap(n, dm, scope)
         else:
             ops = [self.operand(a, dm, n, scope) for a in n.args[:_n_operands(n)]]
             text = emit_pointwise(n.op, ops, n.dtype, n.args[_n_operands(n):], self.helpers)
