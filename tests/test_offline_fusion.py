@@ -398,3 +398,16 @@ def test_layer_norm_over_several_dims_is_generated(tmp_path: Path, affine: bool)
     result = generate_candidate(case)
     assert result.kernels and not result.unfused, result.unfused
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_an_operand_of_size_one_broadcasts_where_it_was_traced_wider(tmp_path: Path) -> None:
+    """Traced with a (37,) target beside (37, 37) predictions, called with (1,) beside
+    (1, 37): the target's size-1 dim is read with stride 0 (KernelBench level-1 100 on the
+    verifier's one-row set read past the target)."""
+    import torch
+
+    body = ["return torch.mean(torch.clamp(1 - x * y, min=0))"]
+    result, module = _generate(tmp_path, body, [[37, 37], [37]])
+    x, y = torch.rand(1, 37), torch.randn(1)
+    got = module.ModelNew()(x, y)
+    torch.testing.assert_close(got, torch.mean(torch.clamp(1 - x * y, min=0)))

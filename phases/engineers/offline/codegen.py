@@ -89,6 +89,13 @@ def _half(n):
     return triton.next_power_of_2(max(1, (n + 1) // 2))
 
 
+def _strides(t):
+    """t's strides, 0 along a size-1 dim: a size-1 operand broadcasts over whatever size the
+    kernel's coordinate has there, even where the traced input was wider (a (1,) target
+    beside (1, 32768) predictions)."""
+    return [0 if s == 1 else st for s, st in zip(t.shape, t.stride())]
+
+
 def _span(t):
     """Elements between a tensor's first and last addressed element, plus one."""
     return 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0)

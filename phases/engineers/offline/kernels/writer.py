@@ -358,7 +358,7 @@ def _input_params(w: _Writer, inputs: list[Node], prefix: str = "x") -> tuple[li
         dims = ", ".join(str(s) for s in x.shape)
         params.append((f"{prefix}{i}_ptr" + (f", {strides}" if strides else ""),
                        f"({dims}) {str(x.dtype).removeprefix('torch.')}: {x.name}"))
-        args.append(f"{prefix}{i}" + (f", *{prefix}{i}.stride()" if x.rank else ""))
+        args.append(f"{prefix}{i}" + (f", *_strides({prefix}{i})" if x.rank else ""))
     return params, args
 
 
