@@ -424,6 +424,8 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         x = x0()
         return lower_softmax(b, x, norm_dim(args[1], x.rank), name, name,
                              log="log" in packet, out_dtype=dtype)
+    if packet == "_native_batch_norm_legit" and overload == "no_stats":
+        return _lower_batch_stats_norm(b, fx, args, kwargs, shape, sym, dtype, name)
     if packet == "_native_batch_norm_legit_no_training" and x0().rank >= 2:
         return _lower_eval_batch_norm(b, args, name)
     if packet == "native_layer_norm":
@@ -610,15 +612,22 @@ def _lower_vector_norm(b: Builder, fx: torch.fx.Node, args: list[Any], kwargs: d
 
 def _layer_norm_over_dims(b: Builder, x: Node, count: int, weight: Node | None,
                           bias: Node | None, eps: float, name: str) -> tuple[Node, Node, Node]:
-    """A layer norm over the last `count` dims (`nn.LayerNorm((C, H, W))`): the statistics of
-    those dims merged into one (a flatten, which names no size), given back a 1 for each
-    normalized dim (unsqueeze), then the pointwise map on x itself, the weight and bias
-    broadcast as they are. No view names a size, so the candidate follows a constructor that
-    sizes the norm."""
-    dims = list(range(x.rank - count, x.rank))
-    rows = _merge_dims(b, x, dims, f"{name}_rows")
+    """A layer norm over the last `count` dims (`nn.LayerNorm((C, H, W))`), its weight and
+    bias broadcast as they are."""
+    return _normalize_over(b, x, list(range(x.rank - count, x.rank)), weight, bias, eps, name)
+
+
+def _normalize_over(b: Builder, x: Node, dims: list[int], weight: Node | None,
+                    bias: Node | None, eps: float, name: str) -> tuple[Node, Node, Node]:
+    """(x - mean) * rsqrt(var + eps) * weight + bias with the biased statistics over the
+    adjacent `dims`: those dims merged into one (a flatten, which names no size), the mean and
+    variance given back a 1 for each of them (unsqueeze), the map applied to x itself with the
+    weight and bias broadcast. No view names a size, so the candidate follows a constructor
+    that sizes the norm. Returns (out, mean, rstd), the statistics keeping x's rank."""
+    rows = _merge_dims(b, x, dims, f"{name}_rows") if len(dims) > 1 else x
     var, mean = lower_var(b, rows, dims[0], True, 0.0, f"{name}_var", name)
-    var, mean = _unmerge_kept(b, var, dims), _unmerge_kept(b, mean, dims)
+    if len(dims) > 1:
+        var, mean = _unmerge_kept(b, var, dims), _unmerge_kept(b, mean, dims)
     var = b.op(f"{name}_varf", "cast", [var], var, dtype=torch.float32, origin=name)
     ve = b.op(f"{name}_var_eps", "add", [var, eps], var, dtype=torch.float32, origin=name)
     rstd = b.op(f"{name}_rstd", "rsqrt", [ve], ve, origin=name)
@@ -629,6 +638,33 @@ def _layer_norm_over_dims(b: Builder, x: Node, count: int, weight: Node | None,
     if bias is not None:
         y = b.op(f"{name}_shifted", "add", [y, bias], y, origin=name)
     return b.op(name, "identity", [y], y, dtype=x.dtype, origin=name), mean, rstd
+
+
+def _lower_batch_stats_norm(b: Builder, fx: torch.fx.Node, args: list[Any], kwargs: dict[str, Any],
+                            shape: tuple[int, ...], sym: tuple[Any, ...], dtype: torch.dtype,
+                            name: str) -> Any:
+    """A batch norm that normalises with the batch's own statistics and keeps none
+    (`_native_batch_norm_legit.no_stats`: what `F.instance_norm` runs on an (1, N*C, *S) view
+    of x): statistics per channel (dim 1) over every other dim, when those dims are adjacent
+    once dims of a fixed size 1 are left out (instance norm's leading 1), and only the output
+    is read; otherwise PyTorch's op."""
+    x, weight, bias = args[0], args[1], args[2]
+    eps = float(args[5] if len(args) > 5 else kwargs.get("eps", 1e-5))
+    dims = [d for d in range(x.rank) if d != 1 and x.sym[d] != 1]
+    if x.rank < 3 or not dims or dims != list(range(dims[0], dims[-1] + 1)) or \
+            not _only_values_used(fx):
+        return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+    tail = (1,) * (x.rank - 2)
+
+    def per_channel(v: Node | None, what: str) -> Node | None:
+        if v is None:
+            return None
+        return b.op(f"{name}_{what}_c", "view", [v, [-1, *tail]], v, shape=(v.shape[0], *tail),
+                    sym=(v.sym[0], *tail), origin=name)
+
+    out, _, _ = _normalize_over(b, x, dims, per_channel(weight, "weight"),
+                                per_channel(bias, "bias"), eps, name)
+    return out, None, None
 
 
 def _lower_eval_batch_norm(b: Builder, args: list[Any], name: str) -> tuple[Node, None, None]:

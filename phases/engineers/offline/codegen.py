@@ -232,8 +232,8 @@ class ForwardWriter:
     def view_shape(self, n: Node, src: str | None = None) -> str:
         """A view's target sizes as source: a fixed size that its input has at the same
         position from the front or from the back is read from the input (`x.shape[1]`: the
-        channels kept by `x.view(b, c, -1)`), the largest other fixed size becomes -1, and any
-        size still fixed is noted. `src`: the input's expression (default: forward's variable)."""
+        channels kept by `x.view(b, c, -1)`), the largest other fixed size becomes -1 (else the one
+        size computed with a traced constant), and any size still fixed is noted. `src`: the input's expression (default: forward's variable)."""
         target = list(n.args[1])
         x = n.args[0]
         src = src or (self.var.get(x) if isinstance(x, Node) else None)
@@ -246,6 +246,13 @@ class ForwardWriter:
                     elif not (v == s or (isinstance(v, Sym) and v.expr == s)):
                         break
         concrete = [j for j, v in enumerate(target) if isinstance(v, int) and v not in (1, -1)]
+        if -1 not in target and not concrete:
+            # a size computed with a traced constant (`16*s77`: instance norm's (1, N*C, H, W)
+            # with C from the constructor) becomes -1: reshape computes it at run time
+            baked = [j for j, v in enumerate(target) if isinstance(v, Sym) and
+                     not getattr(v.expr, "is_Symbol", True)]
+            if len(baked) == 1:
+                target[baked[0]] = -1
         if -1 not in target and concrete:
             j = max(concrete, key=lambda i: target[i])
             target[j] = -1
