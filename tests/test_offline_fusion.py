@@ -426,3 +426,30 @@ def test_instance_norm_is_generated_and_follows_its_channel_count(tmp_path: Path
     # the affine weight repeated per sample (N*C elements) is left to PyTorch
     assert result.kernels and all("repeat" in u["op"] for u in result.unfused), result.unfused
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+@pytest.mark.parametrize("expr, shape", [
+    ("torch.cumsum(x, dim=1)", [5, 3000]),  # a row longer than a block: the carry between blocks
+    ("torch.cumprod(x * 0.01 + 1.0, dim=1)", [5, 37]),
+    ("torch.cumsum(x, dim=0) * 2.0", [37, 5]),  # along a strided dim
+    ("torch.cumsum(x * (y > 0), dim=-1)", [6, 40]),  # KernelBench level-1 93's masked cumsum
+])
+def test_cumulative_sums_and_products_are_scan_kernels(tmp_path: Path, expr: str,
+                                                        shape: list[int]) -> None:
+    result, _ = _generate(tmp_path, [f"return {expr}"], [shape, shape])
+    assert "scan" in [k["kind"] for k in result.kernels], result.kernels
+    assert not result.unfused, result.unfused
+
+
+def test_a_scan_region_has_a_pytorch_form(tmp_path: Path) -> None:
+    from kopt.phases.engineers.offline.regions import apply_region_choices, region_space
+
+    body, shape = ["return torch.cumsum(x * 0.5, dim=1) + x.mean()"], [6, 40]
+    result, _ = _generate(tmp_path, body, [shape, shape])
+    space = region_space(result.source)
+    assert any("scan" in k["kind"] for k in result.kernels) and len(space) >= 2, space
+    case = load_case_dir(_write_case(tmp_path, body, [shape, shape], "float32"))
+    for key in space:
+        source = apply_region_choices(result.source, {k: "torch" if k == key else "triton"
+                                                      for k in space})
+        _check_case(case, _load_candidate(source, tmp_path, f"scan_{key.split('/')[-1]}"), "main")

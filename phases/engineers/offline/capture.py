@@ -416,6 +416,11 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         n.target = target
         n.kwargs = dict(kwargs)
         return n
+    if packet in ("cumsum", "cumprod") and isinstance(x0(), Node) and x0().rank >= 1 and \
+            x0().dtype.is_floating_point and dtype.is_floating_point and \
+            kwargs.get("dtype") in (None, dtype):
+        return b.add(Node(name, packet, [x0()], {"dim": norm_dim(args[1], x0().rank)}, shape,
+                          sym, dtype, origin=name))
     if packet == "linalg_vector_norm":
         return _lower_vector_norm(b, fx, args, kwargs, shape, sym, dtype, name)
     if packet in ("sum", "mean", "amax", "amin", "var", "std", "var_mean", "logsumexp", "max", "min"):

@@ -24,6 +24,7 @@ from kopt.phases.engineers.offline.kernels import (
     matmul_kernel,
     pointwise_kernel,
     reduction_kernel,
+    scan_kernel,
 )
 from kopt.phases.engineers.offline.layout import Constructor
 from kopt.phases.engineers.offline.pointwise import HELPERS
@@ -359,6 +360,8 @@ def build_kernels(part: Partition, precision: str) -> dict[int, KernelSource]:
             out[g.index] = pointwise_kernel(g, part, code, name)
         elif g.kind == "reduction":
             out[g.index] = reduction_kernel(g, part, code, name)
+        elif g.kind == "scan":
+            out[g.index] = scan_kernel(g, part, code, name)
         else:
             out[g.index] = matmul_kernel(g, part, code, name, precision)
     return out

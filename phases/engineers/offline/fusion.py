@@ -25,6 +25,7 @@ from typing import Any
 from kopt.phases.engineers.offline.graph import (
     GENERATORS,
     LAYOUT,
+    SCANS,
     WINDOW_TAP,
     MATMUL,
     POINTWISE,
@@ -235,7 +236,7 @@ class _Partitioner:
         return out
 
     def _try_pointwise(self, n: Node, g: Group) -> bool:
-        if not self._acyclic(n, g):
+        if g.kind == "scan" or not self._acyclic(n, g):
             return False
         if g.kind == "matmul":
             if not self.policy.matmul_epilogue:
@@ -340,6 +341,10 @@ class _Partitioner:
             self._add(g, n, tuple(range(n.rank)))
         elif n.op in REDUCTIONS:
             self._place_reduction(n)
+        elif n.op in SCANS:  # its own kernel: the scanned value is loaded, the result stored
+            g = self._new("scan", n, n.shape, n.sym)
+            g.rdim = n.kwargs["dim"]
+            self._add(g, n, tuple(range(n.rank)))
         elif n.op in MATMUL:
             g = self._new("matmul", n, n.shape, n.sym)
             g.anchor = n

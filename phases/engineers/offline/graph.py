@@ -38,6 +38,8 @@ POINTWISE = {
     "isinf", "fmod", "remainder", "sinh", "cosh", "square",
 }
 REDUCTIONS = {"sum", "amax", "amin", "select"}
+SCANS = {"cumsum", "cumprod"}
+"""Cumulative sum and product along one dim (`dim` kwarg): a scan kernel of their own."""
 WINDOW_TAP = "window_tap"
 """One tap of a pooling window: out[..., o, ...] = x[..., o * stride + t * dilation - padding, ...]
 along each pooled dim, `fill` outside x (a masked load of x, which is never computed in the

@@ -4,7 +4,8 @@ One template per file, sharing one expression writer (`writer.py`):
 - `pointwise.py`: a flat 1-D walk of the domain;
 - `reduction.py`: one program per row of the reduced dim (one pass in registers, or loops
   over column blocks with online max/sum and one-load selects);
-- `matmul.py`: the tiled matmul with its pointwise epilogue.
+- `matmul.py`: the tiled matmul with its pointwise epilogue;
+- `scan.py`: a cumulative sum or product along one dim, one program per row.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from kopt.phases.engineers.offline.kernels.matmul import matmul_backend, matmul_kernel
 from kopt.phases.engineers.offline.kernels.pointwise import pointwise_kernel
 from kopt.phases.engineers.offline.kernels.reduction import ROW_BLOCK, ROW_TILE, reduction_kernel
+from kopt.phases.engineers.offline.kernels.scan import scan_kernel
 from kopt.phases.engineers.offline.kernels.writer import KernelSource, kernel_label
 
 __all__ = ["ROW_BLOCK", "ROW_TILE", "KernelSource", "kernel_label", "matmul_backend", "matmul_kernel",
-           "pointwise_kernel", "reduction_kernel"]
+           "pointwise_kernel", "reduction_kernel", "scan_kernel"]
