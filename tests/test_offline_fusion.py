@@ -453,3 +453,15 @@ def test_a_scan_region_has_a_pytorch_form(tmp_path: Path) -> None:
         source = apply_region_choices(result.source, {k: "torch" if k == key else "triton"
                                                       for k in space})
         _check_case(case, _load_candidate(source, tmp_path, f"scan_{key.split('/')[-1]}"), "main")
+
+
+@pytest.mark.parametrize("expr, shape", [
+    ("torch.argmax(x, dim=1)", [5, 3000]),  # a row longer than a block: the best carried over
+    ("torch.argmin(x, dim=0)", [37, 5]),
+    ("torch.argmax(x * 2.0, dim=-1, keepdim=True).float() + 1.0", [6, 40]),
+    ("torch.argmin(x, dim=1)", [4, 7, 9]),  # a middle dim
+])
+def test_argmax_and_argmin_are_generated(tmp_path: Path, expr: str, shape: list[int]) -> None:
+    result, _ = _generate(tmp_path, [f"return {expr}"], [shape, [1]])
+    assert "arg_reduction" in [k["kind"] for k in result.kernels], result.kernels
+    assert not result.unfused, result.unfused

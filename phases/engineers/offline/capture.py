@@ -416,6 +416,11 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         n.target = target
         n.kwargs = dict(kwargs)
         return n
+    if packet in ("argmax", "argmin") and isinstance(x0(), Node) and x0().rank >= 1 and \
+            x0().dtype.is_floating_point and len(args) > 1 and args[1] is not None:
+        keep = bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
+        return b.add(Node(name, packet, [x0()], {"dim": norm_dim(args[1], x0().rank),
+                                                 "keepdim": keep}, shape, sym, dtype, origin=name))
     if packet in ("cumsum", "cumprod") and isinstance(x0(), Node) and x0().rank >= 1 and \
             x0().dtype.is_floating_point and dtype.is_floating_point and \
             kwargs.get("dtype") in (None, dtype):

@@ -20,6 +20,7 @@ from kopt.phases.engineers.offline.kernels import (
     ROW_BLOCK,
     ROW_TILE,
     KernelSource,
+    arg_reduction_kernel,
     kernel_label,
     matmul_kernel,
     pointwise_kernel,
@@ -362,6 +363,8 @@ def build_kernels(part: Partition, precision: str) -> dict[int, KernelSource]:
             out[g.index] = reduction_kernel(g, part, code, name)
         elif g.kind == "scan":
             out[g.index] = scan_kernel(g, part, code, name)
+        elif g.kind == "arg_reduction":
+            out[g.index] = arg_reduction_kernel(g, part, code, name)
         else:
             out[g.index] = matmul_kernel(g, part, code, name, precision)
     return out

@@ -161,6 +161,8 @@ class TorchRegion:
             return self.layout(n, args[0])
         if op == WINDOW_TAP:
             return self.tap(n, args[0])
+        if op in ("argmax", "argmin"):
+            return f"torch.{op}({args[0]}, dim={n.kwargs['dim']}, keepdim={n.kwargs['keepdim']})"
         if op in ("cumsum", "cumprod"):
             return f"torch.{op}({args[0]}, dim={n.kwargs['dim']})"
         raise EngineerError(f"no PyTorch form for {op!r} in region {self.g.name}")

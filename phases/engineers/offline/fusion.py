@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kopt.phases.engineers.offline.graph import (
+    ARG_REDUCTIONS,
     GENERATORS,
     LAYOUT,
-    SCANS,
-    WINDOW_TAP,
     MATMUL,
     POINTWISE,
     REDUCTIONS,
+    SCANS,
+    WINDOW_TAP,
     Graph,
     Node,
     simplify,
@@ -236,7 +237,7 @@ class _Partitioner:
         return out
 
     def _try_pointwise(self, n: Node, g: Group) -> bool:
-        if g.kind == "scan" or not self._acyclic(n, g):
+        if g.kind in ("scan", "arg_reduction") or not self._acyclic(n, g):
             return False
         if g.kind == "matmul":
             if not self.policy.matmul_epilogue:
@@ -341,6 +342,10 @@ class _Partitioner:
             self._add(g, n, tuple(range(n.rank)))
         elif n.op in REDUCTIONS:
             self._place_reduction(n)
+        elif n.op in ARG_REDUCTIONS:  # its own kernel, like a scan; the row's index is stored
+            g = self._new("arg_reduction", n, n.args[0].shape, n.args[0].sym)
+            g.rdim = n.kwargs["dim"]
+            self._add(g, n, self._reduced_dmap(tuple(range(n.args[0].rank)), n))
         elif n.op in SCANS:  # its own kernel: the scanned value is loaded, the result stored
             g = self._new("scan", n, n.shape, n.sym)
             g.rdim = n.kwargs["dim"]

@@ -39,6 +39,8 @@ POINTWISE = {
 }
 REDUCTIONS = {"sum", "amax", "amin", "select"}
 SCANS = {"cumsum", "cumprod"}
+ARG_REDUCTIONS = {"argmax", "argmin"}
+"""The index of the largest / smallest element along one dim (`dim`, `keepdim` kwargs)."""
 """Cumulative sum and product along one dim (`dim` kwarg): a scan kernel of their own."""
 WINDOW_TAP = "window_tap"
 """One tap of a pooling window: out[..., o, ...] = x[..., o * stride + t * dilation - padding, ...]

@@ -11,7 +11,13 @@ import torch
 
 from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition
 from kopt.phases.engineers.offline.graph import LAYOUT, Node
-from kopt.phases.engineers.offline.kernels.writer import KernelSource, _origins, _Scope, _store_type, _Writer
+from kopt.phases.engineers.offline.kernels.writer import (
+    KernelSource,
+    _origins,
+    _Scope,
+    _store_type,
+    _Writer,
+)
 from kopt.phases.engineers.offline.pointwise import TL_TYPES, Operand, compute_type
 
 

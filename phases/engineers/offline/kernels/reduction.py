@@ -28,7 +28,6 @@ from kopt.phases.engineers.offline.kernels.writer import (
 )
 from kopt.phases.engineers.offline.pointwise import Operand, compute_type, is_float_type, literal
 
-
 _NEUTRAL = {"sum": "0.0", "select": "0.0", "amax": '-float("inf")', "amin": 'float("inf")'}
 _NEG_INF = '-float("inf")'
 DIRECT = "direct"
