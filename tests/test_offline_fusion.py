@@ -433,6 +433,7 @@ def test_instance_norm_is_generated_and_follows_its_channel_count(tmp_path: Path
     ("torch.cumprod(x * 0.01 + 1.0, dim=1)", [5, 37]),
     ("torch.cumsum(x, dim=0) * 2.0", [37, 5]),  # along a strided dim
     ("torch.cumsum(x * (y > 0), dim=-1)", [6, 40]),  # KernelBench level-1 93's masked cumsum
+    ("torch.cumsum(x.flip(1), dim=1).flip(1)", [5, 3000]),  # level-1 91: a reverse scan
 ])
 def test_cumulative_sums_and_products_are_scan_kernels(tmp_path: Path, expr: str,
                                                         shape: list[int]) -> None:
@@ -441,10 +442,16 @@ def test_cumulative_sums_and_products_are_scan_kernels(tmp_path: Path, expr: str
     assert not result.unfused, result.unfused
 
 
+def test_a_flip_read_elsewhere_is_not_folded_into_the_scan(tmp_path: Path) -> None:
+    result, _ = _generate(tmp_path, ["return torch.cumsum(x.flip(1), dim=1).flip(1) + x.flip(1)"],
+                          [[5, 40], [1]])
+    assert any("flip" in u["op"] for u in result.unfused), result.unfused
+
+
 def test_a_scan_region_has_a_pytorch_form(tmp_path: Path) -> None:
     from kopt.phases.engineers.offline.regions import apply_region_choices, region_space
 
-    body, shape = ["return torch.cumsum(x * 0.5, dim=1) + x.mean()"], [6, 40]
+    body, shape = ["return torch.cumsum((x * 0.5).flip(1), dim=1).flip(1) + x.mean()"], [6, 40]
     result, _ = _generate(tmp_path, body, [shape, shape])
     space = region_space(result.source)
     assert any("scan" in k["kind"] for k in result.kernels) and len(space) >= 2, space

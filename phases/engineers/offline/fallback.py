@@ -164,7 +164,10 @@ class TorchRegion:
         if op in ("argmax", "argmin"):
             return f"torch.{op}({args[0]}, dim={n.kwargs['dim']}, keepdim={n.kwargs['keepdim']})"
         if op in ("cumsum", "cumprod"):
-            return f"torch.{op}({args[0]}, dim={n.kwargs['dim']})"
+            d = n.kwargs["dim"]
+            if n.kwargs.get("reverse"):
+                return f"torch.{op}({args[0]}.flip({d}), dim={d}).flip({d})"
+            return f"torch.{op}({args[0]}, dim={d})"
         raise EngineerError(f"no PyTorch form for {op!r} in region {self.g.name}")
 
     @staticmethod

@@ -33,6 +33,7 @@ from kopt.phases.engineers.offline.graph import (
     WINDOW_TAP,
     Graph,
     Node,
+    fold_flipped_scans,
     simplify,
 )
 
@@ -489,6 +490,7 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
 
 def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
     """Cut `graph` into fusion groups and PyTorch steps."""
+    fold_flipped_scans(graph)
     simplify(graph)
     p = _Partitioner(graph, policy or FusionPolicy())
     bias_adds = split_conv_bias(graph, p.policy)

@@ -459,6 +459,45 @@ def _replace(v: Any, canon: dict[Node, Node]) -> Any:
     return v
 
 
+def _flip_dims(n: Node) -> list[int] | None:
+    """The dims of a `flip` left to PyTorch, else None."""
+    if n.op != "fallback" or "flip" not in str(n.target) or len(n.args) < 2:
+        return None
+    x = n.args[0]
+    return sorted(norm_dim(d, x.rank) for d in n.args[1]) if isinstance(x, Node) else None
+
+
+def fold_flipped_scans(graph: Graph) -> None:
+    """`flip(cumsum(flip(x, d), d), d)` (a reverse cumulative sum, KernelBench level-1 91) is one
+    scan of x that walks its rows from the end (`reverse`), in place of two PyTorch copies.
+    Only when each flip feeds nothing else and forward does not return the inner values."""
+    users = graph.users()
+    outputs = {id(o) for o in graph.outputs}
+    swap: dict[Node, Node] = {}
+    for outer in graph.nodes:
+        dims = _flip_dims(outer)
+        scan = outer.args[0] if dims is not None else None
+        if not (isinstance(scan, Node) and scan.op in SCANS and dims == [scan.kwargs["dim"]]
+                and users[scan] == [outer] and id(scan) not in outputs):
+            continue
+        inner = scan.args[0]
+        if _flip_dims(inner) != dims or users[inner] != [scan] or id(inner) in outputs:
+            continue
+        scan.args[0] = inner.args[0]
+        scan.kwargs["reverse"] = not scan.kwargs.get("reverse", False)
+        swap[outer] = scan
+    if not swap:
+        return
+    for n in graph.nodes:
+        n.args = _replace(n.args, swap)
+        n.kwargs = {k: _replace(v, swap) for k, v in n.kwargs.items()}
+    graph.outputs = [_replace(o, swap) for o in graph.outputs]
+    live = {i for n in graph.nodes if n not in swap for i in n.inputs()}
+    live |= {o for o in graph.outputs if isinstance(o, Node)}
+    gone = set(swap) | {n for n in graph.nodes if _flip_dims(n) is not None and n not in live}
+    graph.nodes = [n for n in graph.nodes if n not in gone]
+
+
 def simplify(graph: Graph) -> None:
     """Common reductions once, dead values dropped (in place).
 

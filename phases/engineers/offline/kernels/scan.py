@@ -2,7 +2,7 @@
 
 Each program walks its row in column blocks: `tl.cumsum` (or `tl.cumprod`) of the block,
 combined with the carry of the blocks before it (added, or multiplied), and the carry becomes
-the block's last element. The scanned input is loaded (a pointwise producer runs in its own
+the block's last element (a reverse scan walks the row from its end). The scanned input is loaded (a pointwise producer runs in its own
 kernel first); the row's other coordinates come from the program id. Accumulates in float32.
 """
 
@@ -55,6 +55,9 @@ def scan_kernel(group: Group, part: Partition, sym_code: Any, name: str) -> Kern
              "for start in range(0, n_cols, BLOCK_SIZE):",
              "    cols = start + tl.arange(0, BLOCK_SIZE)",
              "    cmask = cols < n_cols"]
+    if node.kwargs.get("reverse"):  # the row from its end: the same scan over reversed columns
+        head[-2:] = ["    cols = n_cols - 1 - (start + tl.arange(0, BLOCK_SIZE))",
+                     "    cmask = cols >= 0"]
     return _finish_simple(w, group, part, name, "scan", head, loop,
                           ["n_cols"] + [f"D{k}" for k in range(r) if k != rd],
                           {"BLOCK_SIZE": [512, 1024, 2048, 4096], "num_warps": [2, 4, 8]},
