@@ -472,3 +472,15 @@ def test_argmax_and_argmin_are_generated(tmp_path: Path, expr: str, shape: list[
     result, _ = _generate(tmp_path, [f"return {expr}"], [shape, [1]])
     assert "arg_reduction" in [k["kind"] for k in result.kernels], result.kernels
     assert not result.unfused, result.unfused
+
+
+def test_layer_norm_over_few_long_rows_takes_two_stage_statistics(tmp_path: Path) -> None:
+    """Two samples of (8, 16, 16): the mean and the variance each reduce in two stages (each
+    dividing by its own extent read at run time, so a smoke set built with other constructor
+    sizes agrees: a count fixed at 2048 failed it)."""
+    case = _constructor_case(tmp_path, "lnrows", "c, h, w", ["self.ln = nn.LayerNorm((c, h, w))"],
+                             ["return self.ln(x)"], "c: 8, h: 16, w: 16", [2, 8, 16, 16],
+                             "c: 6, h: 8, w: 9", [3, 6, 8, 9])
+    result = generate_candidate(case)
+    assert [k["kind"] for k in result.kernels].count("reduction") == 4, result.kernels
+    _accepted_on_cpu(tmp_path, case, result.source)
