@@ -78,7 +78,7 @@ class SuiteRow:
     """GPU: how the main inputs were made smaller to fit the size budget (`harness.sizing`),
     e.g. "leading size 4096 -> 256 ..."; empty when they run as the file wrote them."""
     seconds: dict[str, float] = field(default_factory=dict)
-    """Wall seconds per step: import, codegen, verify, warm (GPU: the compile warm-up), regions, time."""
+    """Wall seconds per step: import, codegen, verify, regions, time."""
     regions: dict[str, str] = field(default_factory=dict)
     """GPU, candidates of two regions or more: the region choice that was timed
     ({"g0": "torch", "g1": "triton"}) when a region runs faster in PyTorch; empty otherwise."""
@@ -386,25 +386,6 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
                              candidate=mid["kopt"]).verdict
 
 
-def warm_compile(row: SuiteRow, case: Any, *, device: str, timeout: float) -> None:
-    """torch.compile the baseline once beside other problems' verifications (its time is not
-    kept), so that the exclusive timing's compile finds Inductor's FX graph and Triton caches
-    on disk. 2026-11-26, H100: the exclusive timing took 26-55 s per problem, most of it
-    compiling, while three verifications waited for the GPU."""
-    from kopt.harness.bench import bench_case
-
-    t0 = time.perf_counter()
-    try:
-        with _GPU.shared():
-            bench_case(case, [], device=device, unverified=True, timeout=timeout,
-                       baselines=["compile"], timing_options={"rel_err_target": 1.0,
-                                                              "max_seconds": 0.05})
-    except Exception:  # a warm-up only: the timing reports whatever failed here
-        pass
-    finally:
-        row.seconds["warm"] = time.perf_counter() - t0
-
-
 def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
                 timing: dict[str, Any] | None = None, timeout: float = PROBLEM_TIMEOUT_S,
                 max_elements: int = DEFAULT_MAX_ELEMENTS) -> SuiteRow:
@@ -413,7 +394,6 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
         row, case, candidate = prepare_problem(problem, root, device=device, timeout=timeout,
                                                max_elements=max_elements)
         if candidate is not None and device == "cuda":
-            warm_compile(row, case, device=device, timeout=timeout)
             with _GPU.exclusive():
                 try:
                     candidate = choose_regions(row, case, candidate, device=device,

@@ -426,21 +426,3 @@ def test_a_second_suite_in_the_same_keep_folder_replaces_its_cases(
         row, _, candidate = suite.prepare_problem(suite.Problem(problem, "level1"), keep,
                                                   device="cpu")
         assert row.status == "verified" and candidate is not None, row.detail
-
-
-def test_the_compile_warm_up_never_costs_the_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The warm-up runs beside verifications (shared GPU) and a failure there is swallowed:
-    the exclusive timing reports whatever went wrong."""
-    import kopt.harness.bench as bench
-    import kopt.phases.suite as suite
-
-    seen = []
-
-    def boom(*a, **k):
-        seen.append((suite._GPU._shared, k["baselines"]))
-        raise RuntimeError("compile exploded")
-
-    monkeypatch.setattr(bench, "bench_case", boom)
-    row = suite.SuiteRow("p", "level1", "p.py")
-    suite.warm_compile(row, object(), device="cuda", timeout=5)
-    assert seen == [(1, ["compile"])] and "warm" in row.seconds
