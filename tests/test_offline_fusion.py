@@ -484,3 +484,19 @@ def test_layer_norm_over_few_long_rows_takes_two_stage_statistics(tmp_path: Path
     result = generate_candidate(case)
     assert [k["kind"] for k in result.kernels].count("reduction") == 4, result.kernels
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+@pytest.mark.parametrize("layer", ["nn.MaxPool1d(8, stride=1, padding=4, dilation=3)",
+                                   "nn.AvgPool2d(3, stride=2, padding=1)"])
+def test_a_padded_pooling_follows_lengths_that_export_fixed(tmp_path: Path, layer: str) -> None:
+    """torch.export fixes a pooled dim at its traced size; the taps read the input's size at
+    run time, so a candidate generated on main runs the smoke set's other lengths (KernelBench
+    level-1 41 timed out in the interpreter writing 65523 outputs for a length of 96)."""
+    two_d = "2d" in layer
+    case = _constructor_case(tmp_path, f"pool{int(two_d)}", "unused", [f"self.p = {layer}"],
+                             ["return self.p(x) * 2.0"], "unused: 1",
+                             [2, 3, 30, 27] if two_d else [2, 3, 100], "unused: 1",
+                             [3, 2, 13, 9] if two_d else [3, 2, 41])
+    result = generate_candidate(case)
+    assert not result.unfused, result.unfused
+    _accepted_on_cpu(tmp_path, case, result.source)

@@ -228,6 +228,7 @@ def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None) -> Graph:
                 i = user_inputs.index(fx.name)
                 arg_name = fwd_names[i] if i < len(fwd_names) else f"arg{i}"
                 inputs[node.name] = InputInfo("arg", arg_name, index=i)
+                b.arg_names[node] = arg_name
                 for d, s in enumerate(sym):
                     if isinstance(s, sympy.Symbol) and str(s) not in symbols:
                         symbols[str(s)] = f"{arg_name}.shape[{d}]"

@@ -180,7 +180,7 @@ class TorchRegion:
             p = next((t[3] for t in taps if t[0] == d), 0)
             pads += [p, p]
         index = ["slice(None)"] * x_rank
-        for d, stride, dilation, padding, t, window in taps:
+        for d, stride, dilation, padding, t, window, _size in taps:
             start = t * dilation
             count = f"(({x}.shape[{d}] + {2 * padding - dilation * (window - 1) - 1}) // {stride} + 1)"
             index[d] = f"slice({start}, {start} + {stride} * ({count} - 1) + 1, {stride})"

@@ -186,6 +186,30 @@ class Builder:
         `bias_shape[0]`, and value at the traced input set)."""
         self.symbols: dict[str, str] = {}
         self.attributes: dict[str, str] = {}
+        self.arg_names: dict[Node, str] = {}
+        """Forward-argument input nodes -> the argument's name in forward."""
+
+    def runtime_size(self, x: Node, d: int) -> Any:
+        """x's size along d as a sympy expression read at run time, also where torch.export
+        fixed it at its traced value (it does so along a pooled dim): a symbol for the forward
+        argument's size that x is an unsqueeze/squeeze-free view of; else the fixed size."""
+        s = x.sym[d]
+        if not isinstance(s, int):
+            return s
+        import sympy
+
+        node, dim = x, d
+        while node.op == "unsqueeze" and isinstance(node.args[0], Node):
+            if dim == node.args[1]:
+                return s
+            dim -= dim > node.args[1]
+            node = node.args[0]
+        arg = self.arg_names.get(node)
+        if arg is None or node.shape[dim] != x.shape[d]:
+            return s
+        name = f"{re.sub(r'[^A-Za-z0-9_]', '_', arg)}_size{dim}"
+        self.symbols[name] = f"{arg}.shape[{dim}]"
+        return sympy.Symbol(name, integer=True, positive=True)
 
     def ctor_size(self, value: int) -> Any:
         """`value` as a size read from the constructor argument that has it (a symbol whose
@@ -411,19 +435,21 @@ def lower_tap_pool(b: Builder, x: Node, window: list[int], stride: list[int], pa
     o * stride + t * dilation - padding along every pooled dim (-inf outside x for a max, 0
     for an average, whose divisor counts the padding as PyTorch's default does), combined
     pointwise: one kernel over the output that reads x once per tap, a pointwise epilogue
-    fused in. Sizes follow x at run time."""
+    fused in. Sizes follow x at run time, the pooled ones too, though torch.export fixes them
+    (`Builder.runtime_size`)."""
     import itertools
 
     first = x.rank - len(window)
     shape, sym = list(x.shape), list(x.sym)
+    sizes = [b.runtime_size(x, first + i) for i in range(len(window))]
     for i, k in enumerate(window):
         d = first + i
         shape[d] = pooled_size(x.shape[d], k, stride[i], padding[i], dilation[i])
-        sym[d] = pooled_size(x.sym[d], k, stride[i], padding[i], dilation[i])
+        sym[d] = pooled_size(sizes[i], k, stride[i], padding[i], dilation[i])
     fill = float("-inf") if kind == "max" else 0.0
     acc: Node | None = None
     for j, taps in enumerate(itertools.product(*(range(k) for k in window))):
-        spec = [(first + i, stride[i], dilation[i], padding[i], t, window[i])
+        spec = [(first + i, stride[i], dilation[i], padding[i], t, window[i], sizes[i])
                 for i, t in enumerate(taps)]
         v = b.add(Node(f"{name}_tap{j}", WINDOW_TAP, [x], {"taps": spec, "fill": fill},
                        tuple(shape), tuple(sym), x.dtype, origin=origin))

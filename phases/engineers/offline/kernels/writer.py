@@ -148,7 +148,7 @@ class _Writer:
         pooled dim, masked to x's extent (padding reads `fill`)."""
         x = n.args[0]
         i = self.input_index[x]
-        pooled = {d: rest for d, *rest in n.kwargs["taps"]}
+        pooled = {d: rest for d, *rest in n.kwargs["taps"]}  # stride, dilation, padding, t, k, size
         terms, inside = [], []
         for j in range(x.rank):
             d = dm[j] if j < len(dm) else None
@@ -157,12 +157,11 @@ class _Writer:
                 if d is not None:
                     terms.append(f"{c} * x{i}_s{j}")
                 continue
-            stride, dilation, padding, t, _window = pooled[j]
+            stride, dilation, padding, t, _window, size = pooled[j]
             idx = self.fresh("t")
             self.emit(f"{idx} = {c} * {stride} + {t * dilation - padding}")
             terms.append(f"{idx} * x{i}_s{j}")
             if padding:
-                size = x.sym[j]
                 text = literal(size) if isinstance(size, int) else self.scalar(Sym(size, x.shape[j])).text
                 inside.append(f"({idx} >= 0) & ({idx} < {text})")
         mask = self.load_mask(dm)
