@@ -59,8 +59,12 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
     part = partition(captured.graph, policy)
     kernels = build_kernels(part, case.manifest.precision)
     if not kernels:
-        raise EngineerError(f"{case.name}: no op of the model could be generated as a Triton kernel",
-                            fix="the offline engineer fuses pointwise ops, reductions and matmuls")
+        left = "; ".join(dict.fromkeys(f"{u['op'].removeprefix('aten.')}: {u['reason']}"
+                                       for u in part.unfused)) or "no compute op"
+        raise EngineerError(f"{case.name}: no op of the model could be generated as a Triton "
+                            f"kernel (left to PyTorch: {left})",
+                            fix="keep PyTorch for this model; the offline engineer fuses "
+                                "pointwise ops, reductions, pooling, scans and matmuls")
     ctor = build_constructor(case, captured.model)
     source, notes = write_module(case, part, ctor, kernels, part.unfused)
     compile(source, f"{case.name}.py", "exec")
