@@ -377,7 +377,7 @@ def test_a_verification_out_of_gpu_memory_beside_others_runs_again_alone(
                         lambda case: SimpleNamespace(seconds=0.1, kernels=[{}], source="x = 1\n"))
     monkeypatch.setattr(verify_mod, "verify_candidate", fake_verify)
     row, _, candidate = suite.prepare_problem(suite.Problem(tmp_path / "28_x.py", "level2"),
-                                              tmp_path, device="cuda")
+                                              tmp_path, device="cuda", max_elements=0)
     assert row.status == "verified" and candidate is not None
     assert exclusive == [False, True] and "re-verified alone" in row.detail
 

@@ -75,7 +75,7 @@ def test_atomic_save_is_one_change(tmp_path: Path) -> None:
 def test_burst_of_saves_collapses(tmp_path: Path) -> None:
     root, kernel = make_worktree(tmp_path)
     calls = Calls()
-    watcher = KernelWatcher(root=root, on_change=calls, debounce_ms=300)
+    watcher = KernelWatcher(root=root, on_change=calls, debounce_ms=1000)
     watcher.start()
     try:
         for i in range(5):
