@@ -162,7 +162,8 @@ class _Writer:
             self.emit(f"{idx} = {c} * {stride} + {t * dilation - padding}")
             terms.append(f"{idx} * x{i}_s{j}")
             if padding:
-                text = literal(size) if isinstance(size, int) else self.scalar(Sym(size, x.shape[j])).text
+                # compared as it arrives (int32 like the index; a size of 1 arrives as a constant)
+                text = literal(size) if isinstance(size, int) else self.scalar_param(Sym(size, x.shape[j]))
                 inside.append(f"({idx} >= 0) & ({idx} < {text})")
         mask = self.load_mask(dm)
         masks = ([mask] if mask else []) + inside
@@ -215,9 +216,18 @@ class _Writer:
         scope.values[key] = op
         return op
 
-    def scalar(self, s: Sym) -> Operand:
+    def scalar_param(self, s: Sym) -> str:
+        """The kernel parameter that carries `s` (one per distinct expression)."""
+        code = self.sym_code(s)
+        for name, known in self.scalar_args:
+            if known == code:
+                return name
         name = f"sym{len(self.scalar_args)}"
-        self.scalar_args.append((name, self.sym_code(s)))
+        self.scalar_args.append((name, code))
+        return name
+
+    def scalar(self, s: Sym) -> Operand:
+        name = self.scalar_param(s)
         return Operand(f"tl.cast({name}, tl.int64)", "tl.int64")  # 1 arrives as a constant
 
     def operand(self, a: Any, dm: DimMap, consumer: Node, scope: _Scope) -> Operand:
