@@ -21,11 +21,12 @@ from torch.export import Dim
 
 from kopt.harness.case import Case
 from kopt.harness.data import build_model
-from kopt.phases.engineers.offline.layout import constructor_ints
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.graph import (
     _SIMPLE,
     _VIEWS,
+    MAX_POOL_TAPS,
+    MAX_WINDOW_TAPS,
     Builder,
     Graph,
     InputInfo,
@@ -37,13 +38,13 @@ from kopt.phases.engineers.offline.graph import (
     lower_mean,
     lower_reduction,
     lower_softmax,
-    lower_var,
-    MAX_POOL_TAPS,
-    MAX_WINDOW_TAPS,
     lower_tap_pool,
+    lower_var,
     lower_window_pool,
     norm_dim,
+    normalize,
 )
+from kopt.phases.engineers.offline.layout import constructor_ints
 
 
 @dataclass
@@ -644,16 +645,7 @@ def _normalize_over(b: Builder, x: Node, dims: list[int], weight: Node | None,
         var, mean = lower_var(b, rows, dims[0], True, 0.0, f"{name}_var", name)
         if len(dims) > 1:
             var, mean = _unmerge_kept(b, var, dims), _unmerge_kept(b, mean, dims)
-    var = b.op(f"{name}_varf", "cast", [var], var, dtype=torch.float32, origin=name)
-    ve = b.op(f"{name}_var_eps", "add", [var, eps], var, dtype=torch.float32, origin=name)
-    rstd = b.op(f"{name}_rstd", "rsqrt", [ve], ve, origin=name)
-    dev = b.op(f"{name}_centered", "sub", [x, mean], x, dtype=torch.float32, origin=name)
-    y = b.op(f"{name}_normed", "mul", [dev, rstd], dev, origin=name)
-    if weight is not None:
-        y = b.op(f"{name}_scaled", "mul", [y, weight], y, origin=name)
-    if bias is not None:
-        y = b.op(f"{name}_shifted", "add", [y, bias], y, origin=name)
-    return b.op(name, "identity", [y], y, dtype=x.dtype, origin=name), mean, rstd
+    return normalize(b, x, mean, var, weight, bias, eps, name, name)
 
 
 def _lower_batch_stats_norm(b: Builder, fx: torch.fx.Node, args: list[Any], kwargs: dict[str, Any],

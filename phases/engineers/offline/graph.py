@@ -311,8 +311,14 @@ def lower_logsumexp(b: Builder, x: Node, dim: int, keepdim: bool, name: str, ori
 def lower_layer_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None, eps: float,
                      name: str, origin: str) -> tuple[Node, Node, Node]:
     """(out, mean, rstd) of a layer norm over the last dim."""
-    d = x.rank - 1
-    var, mean = lower_var(b, x, d, True, 0.0, f"{name}_var", origin)
+    var, mean = lower_var(b, x, x.rank - 1, True, 0.0, f"{name}_var", origin)
+    return normalize(b, x, mean, var, weight, bias, eps, name, origin)
+
+
+def normalize(b: Builder, x: Node, mean: Node, var: Node, weight: Node | None,
+              bias: Node | None, eps: float, name: str, origin: str) -> tuple[Node, Node, Node]:
+    """(out, mean, rstd): (x - mean) * rsqrt(var + eps) * weight + bias in float32, out in x's
+    dtype; mean and var broadcast against x (a norm's statistics, kept dims)."""
     var = b.op(f"{name}_varf", "cast", [var], var, dtype=torch.float32, origin=origin)
     ve = b.op(f"{name}_var_eps", "add", [var, float(eps)], var, dtype=torch.float32, origin=origin)
     rstd = b.op(f"{name}_rstd", "rsqrt", [ve], ve, origin=origin)
@@ -393,7 +399,7 @@ def lower_window_pool(b: Builder, x: Node, window: list[int], kind: str, name: s
         d, s = first + i, x.sym[first + i]
         shape[d] = x.shape[d] // k
         sym[d] = s // k if isinstance(s, int) else FloorDiv(s, k)
-    acc: Node | None = None
+    tapped: list[Node] = []
     for j, taps in enumerate(itertools.product(*(range(k) for k in window))):
         v = x
         for i, (k, t) in enumerate(zip(window, taps)):
@@ -404,16 +410,22 @@ def lower_window_pool(b: Builder, x: Node, window: list[int], kind: str, name: s
                            (*v.shape[:d], shape[d], *v.shape[d + 1:]),
                            (*v.sym[:d], sym[d], *v.sym[d + 1:]), x.dtype,
                            target=torch.ops.aten.slice.Tensor, origin=origin))
-        if acc is None:
-            acc = v
-        elif kind == "max":
+        tapped.append(v)
+    return _pool_of_taps(b, tapped, kind, x, math.prod(window), name, origin)
+
+
+def _pool_of_taps(b: Builder, taps: list[Node], kind: str, x: Node, count: int, name: str,
+                  origin: str) -> Node:
+    """The pooling of its taps: their maximum, or their float32 sum over the window's size."""
+    acc = taps[0]
+    for j, v in enumerate(taps[1:], 1):
+        if kind == "max":
             acc = b.op(f"{name}_max{j}", "maximum", [acc, v], v, origin=origin)
         else:
             acc = b.op(f"{name}_sum{j}", "add", [acc, v], v, dtype=torch.float32, origin=origin)
-    assert acc is not None
     if kind == "max":
         return b.op(name, "identity", [acc], acc, dtype=x.dtype, origin=origin)
-    return b.op(name, "div", [acc, float(math.prod(window))], acc, dtype=x.dtype, origin=origin)
+    return b.op(name, "div", [acc, float(count)], acc, dtype=x.dtype, origin=origin)
 
 
 MAX_POOL_TAPS = 512
@@ -447,22 +459,14 @@ def lower_tap_pool(b: Builder, x: Node, window: list[int], stride: list[int], pa
         shape[d] = pooled_size(x.shape[d], k, stride[i], padding[i], dilation[i])
         sym[d] = pooled_size(sizes[i], k, stride[i], padding[i], dilation[i])
     fill = float("-inf") if kind == "max" else 0.0
-    acc: Node | None = None
+    tapped: list[Node] = []
     for j, taps in enumerate(itertools.product(*(range(k) for k in window))):
         spec = [(first + i, stride[i], dilation[i], padding[i], t, window[i], sizes[i])
                 for i, t in enumerate(taps)]
         v = b.add(Node(f"{name}_tap{j}", WINDOW_TAP, [x], {"taps": spec, "fill": fill},
                        tuple(shape), tuple(sym), x.dtype, origin=origin))
-        if acc is None:
-            acc = v
-        elif kind == "max":
-            acc = b.op(f"{name}_max{j}", "maximum", [acc, v], v, origin=origin)
-        else:
-            acc = b.op(f"{name}_sum{j}", "add", [acc, v], v, dtype=torch.float32, origin=origin)
-    assert acc is not None
-    if kind == "max":
-        return b.op(name, "identity", [acc], acc, dtype=x.dtype, origin=origin)
-    return b.op(name, "div", [acc, float(math.prod(window))], acc, dtype=x.dtype, origin=origin)
+        tapped.append(v)
+    return _pool_of_taps(b, tapped, kind, x, math.prod(window), name, origin)
 
 
 def _key(v: Any, canon: dict[Node, Node]) -> Any:

@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from kopt.phases.engineers.offline.fusion import Group, Partition
-from kopt.phases.engineers.offline.kernels.scan import _ScanWriter
+from kopt.phases.engineers.offline.kernels.scan import _ScanWriter, row_walk
 from kopt.phases.engineers.offline.kernels.writer import (
     KernelSource,
-    _decompose,
     _finish_simple,
     _Scope,
 )
@@ -41,13 +40,8 @@ def arg_reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str
     w.store(node, 0, scope, None)
     body = w.lines
     r = len(group.domain)
-    head = ["row = tl.program_id(0).to(tl.int64)"]
-    head += _decompose("row", sorted(w.coords_needed), r, "c", skip=rd)
-    head += [f"best = tl.full((), {worst}, tl.float32)",
-             "best_i = tl.full((), 0, tl.int64)",
-             "for start in range(0, n_cols, BLOCK_SIZE):",
-             "    cols = start + tl.arange(0, BLOCK_SIZE)",
-             "    cmask = cols < n_cols"]
+    head = row_walk(w, [f"best = tl.full((), {worst}, tl.float32)",
+                        "best_i = tl.full((), 0, tl.int64)"])
     return _finish_simple(w, group, part, name, "arg_reduction", head, body,
                           ["n_cols"] + [f"D{k}" for k in range(r) if k != rd],
                           {"BLOCK_SIZE": [512, 1024, 2048, 4096], "num_warps": [2, 4, 8]},

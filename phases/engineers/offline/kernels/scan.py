@@ -32,6 +32,20 @@ class _ScanWriter(_Writer):
         return "cmask" if self.g.rdim in dm else None
 
 
+def row_walk(w: _ScanWriter, init: list[str], reverse: bool = False) -> list[str]:
+    """A row-per-program kernel's head: the row's other coordinates from the program id, the
+    `init` lines, then the loop over column blocks (`cols`, `cmask`), from the row's end when
+    `reverse`."""
+    rd = w.g.rdim
+    head = ["row = tl.program_id(0).to(tl.int64)"]
+    head += _decompose("row", sorted(w.coords_needed), len(w.g.domain), "c", skip=rd)
+    head += init + ["for start in range(0, n_cols, BLOCK_SIZE):"]
+    if reverse:  # the row from its end: the same walk over reversed columns
+        return head + ["    cols = n_cols - 1 - (start + tl.arange(0, BLOCK_SIZE))",
+                       "    cmask = cols >= 0"]
+    return head + ["    cols = start + tl.arange(0, BLOCK_SIZE)", "    cmask = cols < n_cols"]
+
+
 def scan_kernel(group: Group, part: Partition, sym_code: Any, name: str) -> KernelSource:
     (node,) = group.nodes
     rd = group.rdim
@@ -49,15 +63,8 @@ def scan_kernel(group: Group, part: Partition, sym_code: Any, name: str) -> Kern
     w.emit("carry = tl.sum(tl.where(tl.arange(0, BLOCK_SIZE) == BLOCK_SIZE - 1, s, 0.0), axis=0)")
     loop = w.lines
     r = len(group.domain)
-    head = ["row = tl.program_id(0).to(tl.int64)"]
-    head += _decompose("row", sorted(w.coords_needed), r, "c", skip=rd)
-    head += [f"carry = {'1.0' if prod else '0.0'}",
-             "for start in range(0, n_cols, BLOCK_SIZE):",
-             "    cols = start + tl.arange(0, BLOCK_SIZE)",
-             "    cmask = cols < n_cols"]
-    if node.kwargs.get("reverse"):  # the row from its end: the same scan over reversed columns
-        head[-2:] = ["    cols = n_cols - 1 - (start + tl.arange(0, BLOCK_SIZE))",
-                     "    cmask = cols >= 0"]
+    head = row_walk(w, [f"carry = {'1.0' if prod else '0.0'}"],
+                    reverse=bool(node.kwargs.get("reverse")))
     return _finish_simple(w, group, part, name, "scan", head, loop,
                           ["n_cols"] + [f"D{k}" for k in range(r) if k != rd],
                           {"BLOCK_SIZE": [512, 1024, 2048, 4096], "num_warps": [2, 4, 8]},
