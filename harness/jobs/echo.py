@@ -11,10 +11,26 @@ from typing import Any
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     from kopt.harness.environment import describe_environment
 
-    # `repeat`/`interval_s`: a job that streams output over time (targets' streaming tests)
+    # `repeat`/`interval_s`: a job that streams output over time (targets' streaming tests).
+    # `await_file`: after the first line, wait (at most `await_s`) until the driver creates that
+    # file; `acknowledged` says whether it did, which proves the first line was delivered while
+    # the job still ran, on any machine load.
+    acknowledged = None
     for i in range(int(request.get("repeat", 1))):
         if i:
             time.sleep(float(request.get("interval_s", 0.0)))
         print("echo:", request.get("message", ""), flush=True)
-    return {"ok": True, "message": request.get("message"), "environment": describe_environment(),
+        if i == 0 and request.get("await_file"):
+            acknowledged = _await(Path(request["await_file"]), float(request.get("await_s", 60.0)))
+    return {"ok": True, "message": request.get("message"), "acknowledged": acknowledged,
+            "environment": describe_environment(),
             "kopt_settings": {k: v for k, v in os.environ.items() if k.startswith("KOPT_")}}
+
+
+def _await(path: Path, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        time.sleep(0.05)
+    return False
