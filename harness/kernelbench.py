@@ -729,6 +729,10 @@ def search_smoke(file: Path, manifest: dict[str, Any], d: _Derivation, sz: _Size
         trial = shrink_within_budget("keep the batch's other sizes", local, 1, (sz.batch, 2))
         if trial is not None:
             return smokes[id(trial)], trial, trials
+    if not any(t.ok for t in trials) and sz.batch and sz.batch > 2:
+        # a model whose sizes are all fixed by its weights (a classifier over 512 * 7 * 7
+        # features needs 224x224 images): the file's sizes with a batch of 2, over budget
+        trial = attempt("shrink the batch alone", {}, (sz.batch, 2))
     ran = [t for t in trials if t.ok]
     if ran:
         best = min(ran, key=lambda t: t.largest)

@@ -355,7 +355,9 @@ def read_candidate(path: Path) -> _Source:
 def _binds_model_new(text: str) -> bool:
     import ast
 
-    for node in ast.parse(text).body:
+    from kopt.harness.verification.static import parse_source
+
+    for node in parse_source(text).body:
         if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
             return True
         if isinstance(node, (ast.Assign, ast.AnnAssign)):

@@ -109,8 +109,10 @@ def test_dropped_connection_is_reattached_without_losing_lines(spec: str, worksp
 
 def test_detached_job_survives_a_dropped_attach(spec: str, workspace: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    assert kopt(["jobs", "submit", "--target", spec, "--echo", "beat", "--repeat", "8",
-                 "--interval", "0.4", "--json"]) == 0
+    # 11 s of beats: on a loaded 2-core CI machine, 3 s (8 beats of 0.4 s) ran out before the
+    # listing below and it read `done`
+    assert kopt(["jobs", "submit", "--target", spec, "--echo", "beat", "--repeat", "12",
+                 "--interval", "1.0", "--json"]) == 0
     job_id = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["id"]
 
     # attach from another process, then drop it after the first line
@@ -128,7 +130,7 @@ def test_detached_job_survives_a_dropped_attach(spec: str, workspace: Path,
 
     assert kopt(["jobs", "attach", job_id]) == 0
     out = capsys.readouterr().out
-    assert out.count("echo: beat") == 8
+    assert out.count("echo: beat") == 12
     record = job_records.load(job_id)
     assert record.state == "fetched"
     response = json.loads((Path(record.local_dir) / "out" / "response.json").read_text())

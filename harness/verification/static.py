@@ -140,9 +140,43 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+def parse_source(source: str, filename: str = "candidate.py") -> ast.Module:
+    """`ast.parse`, once more on a fresh thread with a large stack when the interpreter's AST
+    recursion bookkeeping fails (CPython 3.11's "AST constructor recursion depth mismatch",
+    seen parsing a 100-layer ResNet's candidate from a deep call stack); SyntaxError as usual."""
+    try:
+        return ast.parse(source, filename=filename)
+    except (SystemError, RecursionError, MemoryError) as first:
+        import threading
+
+        box: dict[str, object] = {}
+
+        def parse() -> None:
+            try:
+                box["tree"] = ast.parse(source, filename=filename)
+            except BaseException as err:  # noqa: BLE001 - re-raised on the caller's thread
+                box["error"] = err
+
+        old = threading.stack_size()
+        threading.stack_size(256 * 1024 * 1024)
+        try:
+            worker = threading.Thread(target=parse, name="kopt-parse")
+            worker.start()
+        finally:
+            threading.stack_size(old)
+        worker.join()
+        if "tree" in box:
+            return box["tree"]  # type: ignore[return-value]
+        error = box.get("error")
+        if isinstance(error, SyntaxError):
+            raise error from None
+        raise SyntaxError(f"{filename} is too deeply nested for Python's parser "
+                          f"({type(first).__name__}: {first})") from first
+
+
 def scan_source(source: str, filename: str = "candidate.py") -> list[Finding]:
     """Every refused construct in `source` (raises SyntaxError when it does not parse)."""
-    tree = ast.parse(source, filename=filename)
+    tree = parse_source(source, filename=filename)
     found: list[Finding] = []
     imported: dict[str, str] = {}  # local name -> module it names
     for node in ast.walk(tree):

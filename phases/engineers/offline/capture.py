@@ -38,6 +38,7 @@ from kopt.phases.engineers.offline.graph import (
     lower_mean,
     lower_reduction,
     lower_softmax,
+    lower_cat,
     lower_tap_pool,
     lower_var,
     lower_window_pool,
@@ -217,11 +218,14 @@ def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None) -> Graph:
             env[fx.name] = node
             if fx.name in params:
                 inputs[node.name] = InputInfo("param", params[fx.name])
+                b.state_keys[node] = ("param", params[fx.name])
             elif fx.name in buffers:
                 key = buffers[fx.name]
                 value = ep.constants.get(key) if key in non_persistent else None
                 inputs[node.name] = InputInfo("constant" if value is not None else "buffer", key,
                                               value=value)
+                if value is None:
+                    b.state_keys[node] = ("buffer", key)
             elif fx.name in constants:
                 inputs[node.name] = InputInfo("constant", constants[fx.name],
                                               value=ep.constants[constants[fx.name]])
@@ -456,9 +460,14 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
                 out = lower_window_pool(b, x0(), pooling.window, kind, name, name)
             else:
                 out = lower_tap_pool(b, x0(), pooling.window, pooling.stride, pooling.padding,
-                                     pooling.dilation, kind, name, name)
+                                     pooling.dilation, kind, name, name, pooling.ceil)
             return (out, None) if packet.endswith("with_indices") else out
         return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+    if packet == "cat" and isinstance(args[0], (list, tuple)) and args[0] and \
+            all(isinstance(x, Node) for x in args[0]) and len(shape) >= 1:
+        like = Node(name, "identity", [], {}, shape, sym, dtype, origin=name)
+        return lower_cat(b, list(args[0]), args[1] if len(args) > 1 else kwargs.get("dim", 0),
+                         like, name, name)
     if packet == "gather":
         x, d, idx = args[0], norm_dim(args[1], args[0].rank), args[2]
         if isinstance(idx, Node) and idx.rank == x.rank and idx.shape[d] == 1 and \
@@ -751,17 +760,19 @@ class _Pooling:
     padding: list[int]
     dilation: list[int]
     count_include_pad: bool
+    ceil: bool = False
+    """Ceil mode: a last, partial window (max pooling only)."""
 
     @property
     def tiles(self) -> bool:
         """Windows that tile the input: stride equal to the window, no padding or dilation."""
         return self.stride == self.window and not any(self.padding) and \
-            self.dilation == [1] * len(self.window)
+            self.dilation == [1] * len(self.window) and not self.ceil
 
 
 def _pooling(packet: str, x: Node, args: list[Any], kwargs: dict[str, Any]) -> _Pooling | None:
-    """The parameters of a max or average pooling kernels can be generated for (floor mode, no
-    divisor override, at most MAX_POOL_TAPS taps; an average whose padding is not counted is
+    """The parameters of a max or average pooling kernels can be generated for (floor mode, or
+    ceil mode for a max; no divisor override, at most MAX_POOL_TAPS taps; an average whose padding is not counted is
     not generated), else None: the pooling stays in PyTorch."""
     dims = _POOLS[packet]
     names = (["kernel_size", "stride", "padding", "dilation", "ceil_mode"] if packet.startswith("max")
@@ -783,9 +794,10 @@ def _pooling(packet: str, x: Node, args: list[Any], kwargs: dict[str, Any]) -> _
     stride = per_dim(given.get("stride"), 0)
     padding = per_dim(given.get("padding"), 0)
     dilation = per_dim(given.get("dilation"), 1)
-    if stride is None or padding is None or dilation is None or given.get("ceil_mode", False) or \
-            given.get("divisor_override") is not None:
-        return None
+    ceil = bool(given.get("ceil_mode", False))
+    if stride is None or padding is None or dilation is None or given.get("divisor_override") is not None \
+            or (ceil and not packet.startswith("max")):
+        return None  # an average's partial window divides by its clipped extent: not generated
     stride = [s or k for s, k in zip(stride, window)]
     include_pad = bool(given.get("count_include_pad", True))
     if not packet.startswith("max") and any(padding) and not include_pad:
@@ -795,7 +807,7 @@ def _pooling(packet: str, x: Node, args: list[Any], kwargs: dict[str, Any]) -> _
         span = dilation[i] * (window[i] - 1) + 1
         if x.shape[first + i] + 2 * padding[i] < span or padding[i] * 2 > window[i]:
             return None
-    return _Pooling(window, stride, padding, dilation, include_pad)
+    return _Pooling(window, stride, padding, dilation, include_pad, ceil)
 
 
 def _only_values_used(fx: torch.fx.Node) -> bool:

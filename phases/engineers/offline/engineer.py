@@ -52,7 +52,10 @@ class OfflineResult:
 
 def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPolicy | None = None,
                        policy_name: str = "") -> OfflineResult:
-    """Capture `case` on `input_set` and write a fused Triton candidate for it."""
+    """Capture `case` on `input_set` and write a fused Triton candidate for it. Sizes tied to
+    the constructor are read at run time where their source can be traced (a forward
+    argument, a parameter, a library call's weight), so the candidate also builds and runs at
+    the smoke set's constructor; the rest are fixed at their traced values."""
     t0 = time.perf_counter()
     policy = policy or POLICIES[0][1]
     captured = capture(case, input_set)
@@ -65,7 +68,7 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
                             f"kernel (left to PyTorch: {left})",
                             fix="keep PyTorch for this model; the offline engineer fuses "
                                 "pointwise ops, reductions, pooling, scans and matmuls")
-    ctor = build_constructor(case, captured.model)
+    ctor = build_constructor(case, captured.model, input_set)
     source, notes = write_module(case, part, ctor, kernels, part.unfused)
     compile(source, f"{case.name}.py", "exec")
     return OfflineResult(

@@ -170,19 +170,31 @@ class TorchRegion:
             return f"torch.{op}({args[0]}, dim={d})"
         raise EngineerError(f"no PyTorch form for {op!r} in region {self.g.name}")
 
-    @staticmethod
-    def tap(n: Node, x: str) -> str:
+    def tap(self, n: Node, x: str) -> str:
         """x padded with the fill, then a strided slice per pooled dim."""
         x_rank = n.args[0].rank
+        if n.kwargs.get("clip") and not n.kwargs.get("ceil"):  # a concatenation's part, zero-padded
+            (d, _stride, _dilation, offset, _t, _window, _size), = n.kwargs["taps"]
+            before = self.operand(offset) if isinstance(offset, Sym) else str(offset)
+            after = f"{self.operand(Sym(n.sym[d], n.shape[d])) if not isinstance(n.sym[d], int) else n.sym[d]} - {before} - {x}.shape[{d}]"
+            return f"torch.nn.functional.pad({x}, {[0, 0] * (x_rank - 1 - d)} + [{before}, {after}])"
         taps = sorted(n.kwargs["taps"])
         pads: list[int] = []
         for d in range(x_rank - 1, taps[0][0] - 1, -1):
             p = next((t[3] for t in taps if t[0] == d), 0)
             pads += [p, p]
         index = ["slice(None)"] * x_rank
+        if n.kwargs.get("ceil"):  # room for the last window's overhang, then the output's size
+            pads = []
+            for d in range(x_rank - 1, taps[0][0] - 1, -1):
+                t = next((t for t in taps if t[0] == d), None)
+                pads += [t[3], t[3] + t[2] * (t[5] - 1)] if t else [0, 0]
         for d, stride, dilation, padding, t, window, _size in taps:
             start = t * dilation
             count = f"(({x}.shape[{d}] + {2 * padding - dilation * (window - 1) - 1}) // {stride} + 1)"
+            if n.kwargs.get("ceil"):
+                count = (str(n.sym[d]) if isinstance(n.sym[d], int)
+                         else self.operand(Sym(n.sym[d], n.shape[d])))
             index[d] = f"slice({start}, {start} + {stride} * ({count} - 1) + 1, {stride})"
         fill = 'float("-inf")' if n.kwargs["fill"] == float("-inf") else repr(n.kwargs["fill"])
         padded = f"torch.nn.functional.pad({x}, {pads}, value={fill})" if any(pads) else x

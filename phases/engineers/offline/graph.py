@@ -175,6 +175,41 @@ def norm_dim(d: int, rank: int) -> int:
     return d + rank if d < 0 else d
 
 
+def _size_step(node: Node, dim: int) -> tuple[Node, int] | None:
+    """The (operand, dim) whose size node's `dim` has by the op's definition, or None."""
+    args = [a for a in node.args if isinstance(a, Node)]
+    if node.op == "unsqueeze" and args:
+        if dim == node.args[1]:
+            return None
+        return args[0], dim - (dim > node.args[1])
+    if node.op == "permute" and args:
+        return args[0], list(node.args[1])[dim]
+    if node.op == WINDOW_TAP and args:
+        if any(t[0] == dim for t in node.kwargs["taps"]):
+            return None  # pooled or concatenated along dim
+        return (args[0], dim) if args[0].rank == node.rank else None
+    if node.op in POINTWISE or node.op in ("identity", "cast"):
+        same = [a for a in args if a.rank == node.rank and a.shape == node.shape]
+        return (same[0], dim) if same else None
+    if node.op in MATMUL and len(args) == 2:
+        a, b = args
+        if dim == node.rank - 1:
+            return b, b.rank - 1
+        if dim == node.rank - 2:
+            return a, a.rank - 2
+        return None
+    if node.op == "fallback" and "convolution" in str(node.target) and len(args) >= 2:
+        transposed = len(node.args) > 6 and node.args[6] is True
+        groups = node.args[8] if len(node.args) > 8 else 1
+        if dim == 0:
+            return args[0], 0
+        if dim == 1 and not transposed:
+            return args[1], 0  # output channels: the weight's first dim
+        if dim == 1 and transposed and groups == 1:
+            return args[1], 1
+    return None
+
+
 class Builder:
     """Appends lowered nodes with fresh names."""
 
@@ -188,28 +223,48 @@ class Builder:
         self.attributes: dict[str, str] = {}
         self.arg_names: dict[Node, str] = {}
         """Forward-argument input nodes -> the argument's name in forward."""
+        self.state_keys: dict[Node, tuple[str, str]] = {}
+        """Parameter and buffer input nodes -> (`param` | `buffer`, state_dict key)."""
 
     def runtime_size(self, x: Node, d: int) -> Any:
         """x's size along d as a sympy expression read at run time, also where torch.export
-        fixed it at its traced value (it does so along a pooled dim): a symbol for the forward
-        argument's size that x is an unsqueeze/squeeze-free view of; else the fixed size."""
+        fixed it at its traced value (it does so along a pooled dim, and along every dim a
+        weight's shape decides): a symbol for the size of the forward argument, parameter or
+        buffer it comes from, followed back through views that keep the dim, pointwise ops,
+        and the output channels of a convolution or the columns of a product; else the
+        fixed size. So a candidate traced at one constructor runs at another."""
         s = x.sym[d]
         if not isinstance(s, int):
             return s
         import sympy
 
-        node, dim = x, d
-        while node.op == "unsqueeze" and isinstance(node.args[0], Node):
-            if dim == node.args[1]:
-                return s
-            dim -= dim > node.args[1]
-            node = node.args[0]
-        arg = self.arg_names.get(node)
-        if arg is None or node.shape[dim] != x.shape[d]:
+        found = self._size_source(x, d)
+        if found is None:
             return s
-        name = f"{re.sub(r'[^A-Za-z0-9_]', '_', arg)}_size{dim}"
-        self.symbols[name] = f"{arg}.shape[{dim}]"
+        name, code = found
+        self.symbols[name] = code
         return sympy.Symbol(name, integer=True, positive=True)
+
+    def _size_source(self, x: Node, d: int) -> tuple[str, str] | None:
+        """(symbol name, forward source) of the tensor size x's dim d equals by construction."""
+        node, dim, want = x, d, x.shape[d]
+        for _ in range(256):
+            if node.shape[dim] != want:
+                return None
+            arg = self.arg_names.get(node)
+            if arg is not None:
+                return f"{re.sub(r'[^A-Za-z0-9_]', '_', arg)}_size{dim}", f"{arg}.shape[{dim}]"
+            state = self.state_keys.get(node)
+            if state is not None:
+                kind, key = state
+                getter = "get_parameter" if kind == "param" else "get_buffer"
+                return (f"w_{re.sub(r'[^A-Za-z0-9_]', '_', key)}_size{dim}",
+                        f'self.{getter}("{key}").shape[{dim}]')
+            step = _size_step(node, dim)
+            if step is None:
+                return None
+            node, dim = step
+        return None
 
     def ctor_size(self, value: int) -> Any:
         """`value` as a size read from the constructor argument that has it (a symbol whose
@@ -432,41 +487,82 @@ MAX_POOL_TAPS = 512
 """The largest pooling window (elements) generated as masked taps of one kernel (`lower_tap_pool`)."""
 
 
-def pooled_size(size: Any, window: int, stride: int, padding: int, dilation: int) -> Any:
-    """A pooled dim's size in floor mode, an int or a sympy expression of the input's."""
+def pooled_size(size: Any, window: int, stride: int, padding: int, dilation: int,
+                ceil: bool = False) -> Any:
+    """A pooled dim's size, an int or a sympy expression of the input's. In ceil mode the last
+    window may hang over the end, but must start inside the input or its left padding."""
     from torch.utils._sympy.functions import FloorDiv
 
     span = size + 2 * padding - dilation * (window - 1) - 1
-    return span // stride + 1 if isinstance(size, int) else FloorDiv(span, stride) + 1
+    if not ceil:
+        return span // stride + 1 if isinstance(size, int) else FloorDiv(span, stride) + 1
+    if isinstance(size, int):
+        return min((span + stride - 1) // stride + 1, (size + padding - 1) // stride + 1)
+    import sympy
+
+    return sympy.Min(FloorDiv(span + stride - 1, stride) + 1, FloorDiv(size + padding - 1, stride) + 1)
 
 
 def lower_tap_pool(b: Builder, x: Node, window: list[int], stride: list[int], padding: list[int],
-                   dilation: list[int], kind: str, name: str, origin: str) -> Node:
+                   dilation: list[int], kind: str, name: str, origin: str,
+                   ceil: bool = False) -> Node:
     """Any max or average pooling in floor mode (overlapping, padded, dilated windows): one
     `window_tap` node per offset of the window, each a masked load of x at
     o * stride + t * dilation - padding along every pooled dim (-inf outside x for a max, 0
     for an average, whose divisor counts the padding as PyTorch's default does), combined
     pointwise: one kernel over the output that reads x once per tap, a pointwise epilogue
     fused in. Sizes follow x at run time, the pooled ones too, though torch.export fixes them
-    (`Builder.runtime_size`)."""
+    (`Builder.runtime_size`). In ceil mode (max only) the overhanging taps are masked."""
     import itertools
 
     first = x.rank - len(window)
-    shape, sym = list(x.shape), list(x.sym)
-    sizes = [b.runtime_size(x, first + i) for i in range(len(window))]
+    shape, sym = list(x.shape), [b.runtime_size(x, d) for d in range(x.rank)]
+    sizes = [sym[first + i] for i in range(len(window))]
     for i, k in enumerate(window):
         d = first + i
-        shape[d] = pooled_size(x.shape[d], k, stride[i], padding[i], dilation[i])
-        sym[d] = pooled_size(sizes[i], k, stride[i], padding[i], dilation[i])
+        shape[d] = pooled_size(x.shape[d], k, stride[i], padding[i], dilation[i], ceil)
+        sym[d] = pooled_size(sizes[i], k, stride[i], padding[i], dilation[i], ceil)
     fill = float("-inf") if kind == "max" else 0.0
     tapped: list[Node] = []
     for j, taps in enumerate(itertools.product(*(range(k) for k in window))):
         spec = [(first + i, stride[i], dilation[i], padding[i], t, window[i], sizes[i])
                 for i, t in enumerate(taps)]
-        v = b.add(Node(f"{name}_tap{j}", WINDOW_TAP, [x], {"taps": spec, "fill": fill},
+        v = b.add(Node(f"{name}_tap{j}", WINDOW_TAP, [x],
+                       {"taps": spec, "fill": fill, **({"clip": True, "ceil": True} if ceil else {})},
                        tuple(shape), tuple(sym), x.dtype, origin=origin))
         tapped.append(v)
     return _pool_of_taps(b, tapped, kind, x, math.prod(window), name, origin)
+
+
+def lower_cat(b: Builder, xs: list[Node], dim: int, like: Node, name: str, origin: str) -> Node:
+    """Concatenation along `dim`: one `window_tap` per input, a masked load of that input at
+    o - offset along dim (0 outside its range: `clip` masks both ends), summed (or-ed for
+    bool). The copy becomes part of one pointwise kernel over the output, a consumer fused
+    in; each input is read once. Offsets and sizes follow the inputs at run time."""
+    d = norm_dim(dim, like.rank)
+    parts = [x for x in xs if not (x.rank == 1 and x.shape[0] == 0 and like.rank > 1)]
+    sizes = [b.runtime_size(x, d) for x in parts]
+    sym = [b.runtime_size(parts[0], j) if j != d else sum(sizes) for j in range(like.rank)]
+    like = Node(like.name, like.op, [], {}, like.shape, tuple(sym), like.dtype, origin=origin)
+    offset: Any = 0
+    hint = 0
+    acc: Node | None = None
+    for k, (x, size) in enumerate(zip(parts, sizes, strict=True)):
+        pad = offset if isinstance(offset, int) else Sym(offset, hint)
+        v = b.add(Node(f"{name}_part{k}", WINDOW_TAP, [x],
+                       {"taps": [(d, 1, 1, pad, 0, 1, size)], "fill": 0.0, "clip": True},
+                       like.shape, like.sym, x.dtype, origin=origin))
+        if x.dtype != like.dtype:
+            v = b.op(f"{name}_part{k}_cast", "cast", [v], v, dtype=like.dtype, origin=origin)
+        if acc is None:
+            acc = v
+        else:
+            op = "logical_or" if like.dtype == torch.bool else "add"
+            acc = b.op(f"{name}_join{k}", op, [acc, v], like, origin=origin)
+        offset = offset + size
+        hint += x.shape[d]
+    assert acc is not None
+    return b.op(name, "identity", [acc], like, origin=origin)
 
 
 def _key(v: Any, canon: dict[Node, Node]) -> Any:

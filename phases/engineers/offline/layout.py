@@ -5,7 +5,9 @@ keys and shapes, so the harness can load the baseline's weights into it strictly
 parameter dim is written as an expression of the constructor's integer arguments, found by
 instantiating the model on the meta device with each argument doubled (a dim that doubles
 with `hidden` is `hidden`, one that halves when `heads` doubles is `... // heads`), and
-checked against every input set of the case.
+checked against every input set of the case. Sums are fitted too (a dense block's
+`in_features + 2 * growth`, a recurrent cell's `input_size + hidden_size`), and a monomial plus
+a constant (a class token's `(image // patch) ** 2 + 1`), from each argument also quadrupled.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ def _state(cls: type[torch.nn.Module], args: list[Any], kwargs: dict[str, Any]) 
         return None
 
 
-def build_constructor(case: Case, model: torch.nn.Module) -> Constructor:
-    """Signature and parameter layout of ModelNew for `case`."""
+def build_constructor(case: Case, model: torch.nn.Module, input_set: str = "main") -> Constructor:
+    """Signature and parameter layout of ModelNew for `case`; a dim no expression explains is
+    fixed at its value for `input_set` (the set the candidate was captured on)."""
     cls = model_class(case)
     sig = inspect.signature(cls.__init__)
     resolved = case.input_set("main")
@@ -84,32 +87,22 @@ def build_constructor(case: Case, model: torch.nn.Module) -> Constructor:
             parts.append(f"{p.name}={d if d is not None else 'None'}")
     signature = ", ".join(parts)
 
-    # positional names for init_args (KernelBench's get_init_inputs())
-    # the layout at the main set's arguments (the model given may be built for another set)
+    # the layout at the main set's arguments (the model given may be built for another set),
+    # then at each integer argument doubled and quadrupled: the samples each dim is fitted to
     base_state = _state(cls, [], dict(values)) or dict(model.state_dict())
     ints = _int_arguments(values)
-    exps: dict[str, dict[str, dict[int, int]]] = {k: {} for k in base_state}
-    for arg in ints:
-        st = _state(cls, [], _doubled(values, arg))
-        if st is None:
-            continue
-        for key, t in base_state.items():
-            if key not in st or st[key].dim() != t.dim():
-                continue
-            for d, (s0, s1) in enumerate(zip(t.shape, st[key].shape, strict=False)):
-                if s0 != s1 and s0 > 0:
-                    ratio = Fraction(s1, s0)
-                    e = {Fraction(2): 1, Fraction(1, 2): -1, Fraction(4): 2}.get(ratio)
-                    if e is not None:
-                        exps[key].setdefault(d, {})[arg] = e
-    params = []
-    named = dict(model.named_parameters())
-    for key, t in base_state.items():
-        dims = []
-        for d, s in enumerate(t.shape):
-            dims.append(_dim_expr(int(s), exps[key].get(d, {}), ints))
-        params.append(ParamSpec(key, dims, t.dtype, key in named))
-    # check the expressions against every input set's constructor arguments
+    samples: list[tuple[dict[str, Any], dict[str, torch.Size]]] = [
+        (dict(values), {k: t.shape for k, t in base_state.items()})]
+    joint = [[(arg, 2) for arg in ints], [(arg, 2 + 2 * (i % 2)) for i, arg in enumerate(ints)]]
+    for moves in [[(arg, factor)] for arg in ints for factor in (2, 4)] + joint:
+        kw = dict(values)
+        for arg, factor in moves:  # one argument alone (the fit), or all at once (the check:
+            kw = _scaled(kw, arg, factor)  # `a + b` and `a * b // 32 + 32` agree on single moves)
+        st = _state(cls, [], kw)
+        if st is not None:
+            samples.append((kw, {k: t.shape for k, t in st.items()}))
+    # ... and every input set's own arguments, the ones the candidate must build at
+    checks: list[tuple[str, dict[str, Any], dict[str, torch.Size]]] = []
     for name in case.input_set_names():
         rs = case.input_set(name)
         m = _meta_model(cls, rs.init_args, rs.init_kwargs)
@@ -118,18 +111,135 @@ def build_constructor(case: Case, model: torch.nn.Module) -> Constructor:
         b2 = sig.bind_partial(None, *rs.init_args, **rs.init_kwargs)
         b2.apply_defaults()
         env = {k: v for k, v in b2.arguments.items() if k != "self"}
-        st = m.state_dict()
-        for p in params:
-            want = list(st[p.key].shape)
-            try:
-                got = [eval(e, {}, dict(env)) for e in p.shape]  # noqa: S307 - our own arithmetic
-            except Exception:  # noqa: BLE001
-                got = None
-            if got != want:
-                notes.append(f"{p.key}: shape {want} for input set {name!r} not derivable from the "
-                             f"constructor arguments; baked")
-                p.shape = [str(s) for s in st[p.key].shape] if name == "main" else p.shape
+        checks.append((name, env, {k: t.shape for k, t in m.state_dict().items()}))
+    traced = next((st for name, _env, st in checks if name == input_set), None)
+
+    params = []
+    named = dict(model.named_parameters())
+    for key, t in base_state.items():
+        dims = []
+        for d, size in enumerate(t.shape):
+            points = [(env, int(st[key][d])) for env, st in samples
+                      if key in st and len(st[key]) == t.dim()]
+            expr = fit_dim(int(size), points, ints)
+            if expr is not None and not all(
+                    _evaluates_to(expr, env, int(st[key][d])) for _name, env, st in checks
+                    if key in st and len(st[key]) == t.dim()):
+                expr = None
+            if expr is None:
+                fixed = int(traced[key][d]) if traced is not None and key in traced else int(size)
+                expr = str(fixed)
+                if any(key in st and len(st[key]) == t.dim() and int(st[key][d]) != fixed
+                       for _n, _e, st in checks):
+                    notes.append(f"{key}: dim {d} not derivable from the constructor arguments; "
+                                 f"fixed at {fixed} (input set {input_set!r})")
+            dims.append(expr)
+        params.append(ParamSpec(key, dims, t.dtype, key in named))
     return Constructor(signature, params, notes)
+
+
+def fit_dim(size: int, points: list[tuple[dict[str, Any], int]], ints: dict[str, int]) -> str | None:
+    """Python source over the constructor's integer arguments that gives a dim's size at every
+    sampled argument set (`points`: the bound constructor arguments, the size);
+    `size` is its value at `ints`. Tried in order: a constant, a monomial (`hidden`,
+    `4 * hidden`, `dim // heads`), an affine sum (`in_features + 2 * growth`), and a monomial
+    plus a constant (`(image // patch) ** 2 + 1` as `image * image // (patch * patch) + 1`).
+    None when none fits."""
+    moved = {arg for env, v in points for arg in ints
+             if _int_arguments(env).get(arg) != ints[arg] and v != size}
+    if not moved:
+        return str(size)
+    for candidate in (_monomial(size, points, ints, Fraction(0)), _affine(size, points, ints),
+                      _offset_monomial(size, points, ints)):
+        if candidate is not None and all(_evaluates_to(candidate, env, v) for env, v in points):
+            return candidate
+    return None
+
+
+def _single_moves(points: list[tuple[dict[str, Any], int]], ints: dict[str, int]
+                  ) -> dict[str, list[tuple[Fraction, int]]]:
+    """Per argument: (scale factor, size) of the samples that changed that argument alone."""
+    moves: dict[str, list[tuple[Fraction, int]]] = {}
+    for env, v in points:
+        at = _int_arguments(env)
+        changed = [a for a in ints if at.get(a) != ints[a]]
+        if len(changed) == 1 and at.get(changed[0]):
+            a = changed[0]
+            moves.setdefault(a, []).append((Fraction(at[a], ints[a]), v))
+    return moves
+
+
+def _monomial(size: int, points: list[tuple[dict[str, Any], int]], ints: dict[str, int],
+              offset: Fraction) -> str | None:
+    """`c * prod(arg ** e) + offset`, each exponent read from a doubling of that argument."""
+    base = Fraction(size) - offset
+    if base <= 0:
+        return None
+    exps: dict[str, int] = {}
+    for arg, moves in _single_moves(points, ints).items():
+        for factor, v in moves:
+            if factor != 2:
+                continue
+            ratio = (Fraction(v) - offset) / base
+            e = {Fraction(1): 0, Fraction(2): 1, Fraction(1, 2): -1, Fraction(4): 2,
+                 Fraction(1, 4): -2}.get(ratio)
+            if e is None:
+                return None
+            if e:
+                exps[arg] = e
+    expr = _dim_expr(int(base), exps, ints) if base.denominator == 1 else None
+    if expr is None or offset == 0:
+        return expr
+    return f"{expr} + {offset}" if offset > 0 else f"{expr} - {-offset}"
+
+
+def _affine(size: int, points: list[tuple[dict[str, Any], int]], ints: dict[str, int]) -> str | None:
+    """`c0 + sum(c_i * arg_i)` with integer coefficients, each read from a doubling."""
+    coef: dict[str, int] = {}
+    for arg, moves in _single_moves(points, ints).items():
+        doubled = [v for factor, v in moves if factor == 2]
+        if not doubled:
+            continue
+        c = Fraction(doubled[0] - size, ints[arg])
+        if c.denominator != 1:
+            return None
+        if c:
+            coef[arg] = int(c)
+    c0 = size - sum(c * ints[a] for a, c in coef.items())
+    terms = [(f"{c} * {a}" if c != 1 else a) for a, c in sorted(coef.items()) if c > 0]
+    terms += [f"- {-c} * {a}" if c != -1 else f"- {a}" for a, c in sorted(coef.items()) if c < 0]
+    if not terms:
+        return None
+    text = " + ".join(t for t in terms if not t.startswith("-"))
+    for t in terms:
+        if t.startswith("-"):
+            text = f"{text} {t}" if text else f"0 {t}"
+    if c0:
+        text += f" + {c0}" if c0 > 0 else f" - {-c0}"
+    return text
+
+
+def _offset_monomial(size: int, points: list[tuple[dict[str, Any], int]],
+                     ints: dict[str, int]) -> str | None:
+    """A monomial plus a constant, the constant solved from an argument sampled at 1x, 2x and
+    4x: (v2 - c)^2 = (v1 - c)(v4 - c)."""
+    for _arg, moves in _single_moves(points, ints).items():
+        by = {factor: v for factor, v in moves}
+        if Fraction(2) in by and Fraction(4) in by:
+            v1, v2, v4 = size, by[Fraction(2)], by[Fraction(4)]
+            den = 2 * v2 - v1 - v4
+            if den:
+                offset = Fraction(v2 * v2 - v1 * v4, den)
+                if offset and offset.denominator == 1:
+                    return _monomial(size, points, ints, offset)
+    return None
+
+
+def _evaluates_to(expr: str, env: dict[str, Any], want: int) -> bool:
+    try:
+        return eval(expr, {}, dict(env)) == want  # noqa: S307 - our own arithmetic over ints
+    except Exception:  # noqa: BLE001 - an argument missing at this set
+        return False
 
 
 def constructor_ints(case: Case, input_set: str = "main") -> dict[str, int]:
@@ -163,16 +273,17 @@ def _int_arguments(values: dict[str, Any]) -> dict[str, int]:
     return found
 
 
-def _doubled(values: dict[str, Any], path: str) -> dict[str, Any]:
-    """The constructor arguments with the size at `path` (`hidden`, `bias_shape[0]`) doubled."""
+def _scaled(values: dict[str, Any], path: str, factor: int) -> dict[str, Any]:
+    """The constructor arguments with the size at `path` (`hidden`, `bias_shape[0]`) times
+    `factor`."""
     kw = dict(values)
     name, _, index = path.partition("[")
     if not index:
-        kw[name] = kw[name] * 2
+        kw[name] = kw[name] * factor
         return kw
     i = int(index.rstrip("]"))
     seq = list(kw[name])
-    seq[i] *= 2
+    seq[i] *= factor
     kw[name] = type(kw[name])(seq)
     return kw
 

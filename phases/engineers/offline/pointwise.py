@@ -178,6 +178,13 @@ def emit_pointwise(op: str, args: list[Operand], out_dtype: torch.dtype, extra: 
         if op == "truediv_trunc":
             return f"({x} // {y})"
         return f"(({x} // {y}) - ((({x} % {y}) != 0) & (({x} < 0) != ({y} < 0))).to({t}))"
+    if op in ("fmod", "remainder") and not is_float_type(_promote(args)):
+        t = _promote(args)
+        x, y = args[0].as_type(t), args[1].as_type(t)
+        if op == "fmod":  # Triton's integer % truncates, as C and torch.fmod do
+            return f"({x} % {y})"
+        r = f"({x} % {y})"  # Python's remainder takes the divisor's sign
+        return f"tl.where(({r} != 0) & (({r} < 0) != ({y} < 0)), {r} + {y}, {r})"
     if op in ("eq", "ne", "lt", "le", "gt", "ge"):
         sym = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
         t = _promote(args)

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from kopt.harness.errors import EngineerError
+from kopt.harness.verification.static import parse_source
 
 SWITCH = "KOPT_REGIONS"
 """The candidate's module-level dict: region name -> "triton" | "torch"."""
@@ -49,7 +50,7 @@ def _dict_literal(tree: ast.Module, name: str) -> tuple[dict, ast.Assign | None]
 
 def regions(source: str) -> list[Region]:
     """The switchable regions of a candidate's source (empty for a file without KOPT_REGIONS)."""
-    tree = ast.parse(source)
+    tree = parse_source(source)
     switch, _ = _dict_literal(tree, SWITCH)
     config, _ = _dict_literal(tree, "KOPT_CONFIG")
     out = []
@@ -63,7 +64,7 @@ def with_choices(source: str, choices: dict[str, str]) -> str:
 
     Raises EngineerError for an unknown region or choice, and when every region would run in
     PyTorch (keep the baseline instead: no candidate)."""
-    tree = ast.parse(source)
+    tree = parse_source(source)
     switch, node = _dict_literal(tree, SWITCH)
     if node is None:
         raise EngineerError(f"the candidate has no {SWITCH} dict", fix="regenerate it with the offline engineer")

@@ -17,7 +17,15 @@ import torch
 
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition
-from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, REDUCTIONS, WINDOW_TAP, Node, Sym
+from kopt.phases.engineers.offline.graph import (
+    GENERATORS,
+    LAYOUT,
+    MATMUL,
+    REDUCTIONS,
+    WINDOW_TAP,
+    Node,
+    Sym,
+)
 from kopt.phases.engineers.offline.pointwise import (
     TL_TYPES,
     Operand,
@@ -147,7 +155,8 @@ class _Writer:
         """One tap of a pooling window: x at o * stride + t * dilation - padding along each
         pooled dim, masked to x's extent (padding reads `fill`)."""
         x = n.args[0]
-        i = self.input_index[x]
+        constant = x in self.part.generated and x.op == "full"  # a part of zeros: never loaded
+        i = -1 if constant else self.input_index[x]
         pooled = {d: rest for d, *rest in n.kwargs["taps"]}  # stride, dilation, padding, t, k, size
         terms, inside = [], []
         for j in range(x.rank):
@@ -159,9 +168,13 @@ class _Writer:
                 continue
             stride, dilation, padding, t, _window, size = pooled[j]
             idx = self.fresh("t")
-            self.emit(f"{idx} = {c} * {stride} + {t * dilation - padding}")
+            if isinstance(padding, Sym):  # a concatenation's offset that follows the inputs
+                shift = f"{t * dilation} - {self.scalar_param(padding)}"
+            else:
+                shift = str(t * dilation - padding)
+            self.emit(f"{idx} = {c} * {stride} + {shift}")
             terms.append(f"{idx} * x{i}_s{j}")
-            if padding:
+            if padding or n.kwargs.get("clip"):
                 # compared as it arrives (int32 like the index; a size of 1 arrives as a constant)
                 text = literal(size) if isinstance(size, int) else self.scalar_param(Sym(size, x.shape[j]))
                 inside.append(f"({idx} >= 0) & ({idx} < {text})")
@@ -171,6 +184,12 @@ class _Writer:
         other = 'float("-inf")' if fill == float("-inf") else literal(fill)
         m = f", mask={' & '.join(masks)}, other={other}" if masks else ""
         var = self.fresh("x")
+        if constant:
+            value = self.generated(x, dm, scope).text
+            ct = compute_type(x.dtype)
+            where = " & ".join(inside) or "True"
+            self.emit(f"{var} = tl.where({where}, {value}, {other}).to({ct})  # {n.origin}: tap")
+            return Operand(var, ct)
         self.emit(f"{var} = tl.load(x{i}_ptr + {' + '.join(terms) or '0'}{m})  # {n.origin}: tap")
         ct = compute_type(x.dtype)
         if TL_TYPES[x.dtype] != ct:
@@ -271,6 +290,15 @@ class _Writer:
             raise EngineerError(f"internal: reduction {n.name} read before its pass")
         elif n.op == WINDOW_TAP:
             op = self.tap(n, dm, scope)
+        elif n.op in GENERATORS:  # a constant or a range materialised (a PyTorch op reads it)
+            op = self.generated(n, dm, scope)
+            dims = [d for d in dm if d is not None]
+            if op.ctype is None and dims:  # a block of the constant, shaped like the coordinates
+                var = self.fresh("v")
+                ct = compute_type(n.dtype)
+                self.emit(f"{var} = tl.full({self.coord(dims[0])}.shape, {op.text}, {ct})  "
+                          f"# {n.origin}: {n.op}")
+                op = Operand(var, ct)
         else:
             ops = [self.operand(a, dm, n, scope) for a in n.args[:_n_operands(n)]]
             text = emit_pointwise(n.op, ops, n.dtype, n.args[_n_operands(n):], self.helpers)
