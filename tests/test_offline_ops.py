@@ -275,3 +275,22 @@ def test_integer_remainders_are_generated(tmp_path: Path, expr: str) -> None:
     sign rule, against eager on negative operands."""
     result, _ = _generate(tmp_path, [f"return {expr}"], [[5, 7], [1]])
     assert result.kernels and not result.unfused, result.unfused
+
+
+def test_a_second_capture_of_the_same_model_reuses_its_export(tmp_path: Path) -> None:
+    """Optimizer rounds capture the same model again: the exported program is reused (torch
+    export is most of a deep model's codegen) and gives the same candidate; an edit to the
+    model file is a new export."""
+    from kopt.phases.engineers.offline import capture as capture_module
+
+    case_dir = _write_case(tmp_path, ["return torch.relu(x) * 2.0"], [[5, 7], [1]], "float32")
+    case = load_case_dir(case_dir)
+    first = generate_candidate(case).source
+    key = capture_module._fingerprint(case, "main")
+    assert key in capture_module._EXPORTS
+    assert generate_candidate(case).source == first
+    model = case_dir / "model.py"
+    model.write_text(model.read_text().replace("* 2.0", "* 3.0"))
+    edited = load_case_dir(case_dir)
+    assert capture_module._fingerprint(edited, "main") != key
+    assert "3.0" in generate_candidate(edited).source

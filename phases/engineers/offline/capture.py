@@ -60,27 +60,65 @@ class Captured:
     """True when export kept input dims symbolic."""
 
 
+EXPORT_CACHE_SIZE = 8
+"""Exported programs kept per process (`_exported`): each optimizer round and policy back-off
+captures the same model again, and torch.export is most of codegen for a deep model (ResNet101
+on a 2-core CPU, 2026-11-26: 45 s of 56 s, of which run_decompositions 29 s)."""
+_EXPORTS: dict[str, tuple[Any, bool, torch.nn.Module, list[Any], dict[str, Any]]] = {}
+
+
+def _fingerprint(case: Case, input_set: str) -> str | None:
+    """What an export depends on: the model file's bytes, the input set as resolved, the
+    torch version; None when the model file cannot be read."""
+    import hashlib
+
+    try:
+        source = case.model_file.read_bytes()
+    except OSError:
+        return None
+    h = hashlib.sha256(source)
+    h.update(repr((case.manifest.model.model_dump() if hasattr(case.manifest.model, "model_dump")
+                   else case.manifest.model, case.input_set(input_set), torch.__version__)).encode())
+    return h.hexdigest()
+
+
 def capture(case: Case, input_set: str = "main") -> Captured:
     """Export the case's model on `input_set` and lower the program.
 
     The model is built on the meta device (export reads shapes, not values): a 32768x32768
     float32 linear layer took minutes to initialise and seed on the CPU, for nothing. A model
     with non-persistent buffers (whose values the candidate embeds), or one that does not
-    build or export on meta, is built on the CPU with its weights."""
+    build or export on meta, is built on the CPU with its weights. The exported program is
+    kept for the next capture of the same model and input set in this process; lowering reads
+    it without changing it."""
+    key = _fingerprint(case, input_set)
+    if key is not None and key in _EXPORTS:
+        ep, dynamic, model, args, kwargs = _EXPORTS[key]
+        return Captured(lower_program(ep, constructor_ints(case, input_set)), model, args,
+                        kwargs, dynamic)
+    captured, ep = _capture(case, input_set)
+    if key is not None:
+        while len(_EXPORTS) >= EXPORT_CACHE_SIZE:
+            _EXPORTS.pop(next(iter(_EXPORTS)))
+        _EXPORTS[key] = (ep, captured.dynamic, captured.model, captured.args, captured.kwargs)
+    return captured
+
+
+def _capture(case: Case, input_set: str) -> tuple[Captured, Any]:
     model = _meta_model(case, input_set)
     if model is not None:
         args, kwargs = example_inputs(case, input_set, device="meta")
         try:
             ep, dynamic = _export(model, args, kwargs)
             return Captured(lower_program(ep, constructor_ints(case, input_set)), model, args,
-                            kwargs, dynamic)
+                            kwargs, dynamic), ep
         except (EngineerError, RuntimeError, TypeError, ValueError, NotImplementedError):
             pass  # a model that needs real tensors: the CPU build below
     model = build_model(case, input_set, device="cpu")
     args, kwargs = example_inputs(case, input_set)
     ep, dynamic = _export(model, args, kwargs)
     graph = lower_program(ep, constructor_ints(case, input_set))
-    return Captured(graph, model, args, kwargs, dynamic)
+    return Captured(graph, model, args, kwargs, dynamic), ep
 
 
 def _meta_model(case: Case, input_set: str) -> torch.nn.Module | None:
