@@ -84,6 +84,14 @@ class Sym:
     hint: int
 
 
+def _nested_nodes(v: list[Any] | tuple[Any, ...], out: list[Node]) -> None:
+    for x in v:
+        if isinstance(x, Node):
+            out.append(x)
+        elif isinstance(x, (list, tuple)):
+            _nested_nodes(x, out)
+
+
 @dataclass(eq=False)
 class Node:
     """One value of the lowered graph."""
@@ -111,17 +119,20 @@ class Node:
         return len(self.shape)
 
     def inputs(self) -> list[Node]:
+        """The nodes among args and kwargs (nested lists included), in order. The hottest call
+        of partitioning (ResNet101: 366,000 calls), hence the flat loop."""
         out: list[Node] = []
-
-        def walk(v: Any) -> None:
+        for v in self.args:
             if isinstance(v, Node):
                 out.append(v)
             elif isinstance(v, (list, tuple)):
-                for x in v:
-                    walk(x)
-
-        walk(self.args)
-        walk(list(self.kwargs.values()))
+                _nested_nodes(v, out)
+        if self.kwargs:
+            for v in self.kwargs.values():
+                if isinstance(v, Node):
+                    out.append(v)
+                elif isinstance(v, (list, tuple)):
+                    _nested_nodes(v, out)
         return out
 
     def __repr__(self) -> str:
