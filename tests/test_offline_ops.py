@@ -294,3 +294,13 @@ def test_a_second_capture_of_the_same_model_reuses_its_export(tmp_path: Path) ->
     edited = load_case_dir(case_dir)
     assert capture_module._fingerprint(edited, "main") != key
     assert "3.0" in generate_candidate(edited).source
+
+
+def test_a_concatenation_of_many_parts_stays_in_pytorch(tmp_path: Path) -> None:
+    """Over MAX_CAT_PARTS parts every output element would test every part's range (a
+    DenseNet201 cat of 48 parts): torch.cat copies each part once instead, and says so."""
+    from kopt.phases.engineers.offline.graph import MAX_CAT_PARTS
+
+    parts = ", ".join(["x"] * (MAX_CAT_PARTS + 1))
+    result, _ = _generate(tmp_path, [f"return torch.relu(torch.cat([{parts}], dim=1))"], [[3, 5], [1]])
+    assert any("more than 8 parts" in u["reason"] for u in result.unfused), result.unfused

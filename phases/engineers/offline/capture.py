@@ -38,6 +38,7 @@ from kopt.phases.engineers.offline.graph import (
     lower_mean,
     lower_reduction,
     lower_softmax,
+    MAX_CAT_PARTS,
     lower_cat,
     lower_tap_pool,
     lower_var,
@@ -502,6 +503,7 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             return (out, None) if packet.endswith("with_indices") else out
         return _fallback(b, fx, args, kwargs, shape, sym, dtype)
     if packet == "cat" and isinstance(args[0], (list, tuple)) and args[0] and \
+            len(args[0]) <= MAX_CAT_PARTS and \
             all(isinstance(x, Node) for x in args[0]) and len(shape) >= 1:
         like = Node(name, "identity", [], {}, shape, sym, dtype, origin=name)
         return lower_cat(b, list(args[0]), args[1] if len(args) > 1 else kwargs.get("dim", 0),

@@ -429,7 +429,7 @@ def _fallback_reason(n: Node) -> str:
     if "max.dim" in name or "min.dim" in name or "argmax" in name or "argmin" in name:
         return "reductions that return indices are not generated"
     if "cat" in name or "stack" in name:
-        return "concatenation stays in PyTorch (a copy)"
+        return "a concatenation of more than 8 parts stays in PyTorch (one copy of each part)"
     if any(f"aten.{r}." in name for r in ("sum", "mean", "amax", "amin", "var", "std", "var_mean", "logsumexp")):
         return "a reduction over several non-trivial dims at once is not generated"
     if "group_norm" in name or "batch_norm" in name or "instance_norm" in name:

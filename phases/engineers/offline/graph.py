@@ -545,6 +545,13 @@ def lower_tap_pool(b: Builder, x: Node, window: list[int], stride: list[int], pa
     return _pool_of_taps(b, tapped, kind, x, math.prod(window), name, origin)
 
 
+MAX_CAT_PARTS = 8
+"""The most parts a concatenation is generated for (`lower_cat`): each output element tests
+every part's range, so DenseNet201's cats of up to 48 parts cost 48 masked loads an element
+(their CPU forward timed out, codegen grew from 74 to 437 s); torch.cat copies each part once.
+Inductor draws the line at the same 8 (`max_pointwise_cat_inputs`)."""
+
+
 def lower_cat(b: Builder, xs: list[Node], dim: int, like: Node, name: str, origin: str) -> Node:
     """Concatenation along `dim`: one `window_tap` per input, a masked load of that input at
     o - offset along dim (0 outside its range: `clip` masks both ends), summed (or-ed for
