@@ -182,7 +182,10 @@ def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any]) -> 
 # Library calls that stay whole in the candidate: decomposing attention would replace
 # flash attention with a materialised (T, T) score matrix that no generated kernel beats.
 LIBRARY_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
-               "_scaled_dot_product_attention_math")
+               "_scaled_dot_product_attention_math",
+               # recurrent layers: cuDNN's fused cells. Decomposed, an LSTM over 512 steps
+               # unrolls into a graph the partitioner took over 14 minutes (and 2 GB) on
+               "lstm", "gru", "rnn_tanh", "rnn_relu")
 
 
 def _decomposition_table() -> Any:

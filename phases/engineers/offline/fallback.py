@@ -105,6 +105,11 @@ class TorchRegion:
 
     def expr(self, n: Node) -> str:
         op = n.op
+        if op == "full" and n in self.g.dmaps:  # a constant tensor a PyTorch op outside reads
+            v = n.args[0]
+            value = self.size(v) if isinstance(v, Sym) else self.arg(v)
+            sizes = ", ".join(self.size(s) for s in n.sym) + ("," if n.rank == 1 else "")
+            return f"torch.full(({sizes}), {value}, dtype={n.dtype}, device=device)"
         args = [self.count(n, a) if isinstance(a, tuple) and a and a[0] in ("numel", "numel_minus")
                 else self.operand(a) for a in n.args]
         if op in _BINARY:

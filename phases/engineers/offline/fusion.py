@@ -424,6 +424,8 @@ def _fallback_reason(n: Node) -> str:
     name = str(n.target)
     if "convolution" in name:
         return "convolution stays in cuDNN; its pointwise epilogue is fused"
+    if any(f"aten.{r}." in name for r in ("lstm", "gru", "rnn_tanh", "rnn_relu")):
+        return "a recurrent layer stays in cuDNN (its fused cells)"
     if "embedding" in name or "index" in name or "gather" in name or "scatter" in name:
         return "data-dependent indexing stays in PyTorch"
     if "max.dim" in name or "min.dim" in name or "argmax" in name or "argmin" in name:
