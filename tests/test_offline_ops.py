@@ -327,3 +327,17 @@ def test_a_recurrent_layer_stays_in_cudnn_and_what_follows_is_generated(tmp_path
         module = _load_candidate(result.source, tmp_path, f"lstm_{region.name}")
         getattr(module, SWITCH)[region.name] = "torch"
         _check_case(case, module, "main", seed=2)
+
+
+def test_an_unrolled_loop_past_the_op_budget_stops_at_once(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward that loops in Python unrolls into the exported graph; past MAX_EXPORTED_OPS
+    codegen says so instead of partitioning for minutes (here the budget is lowered to 20)."""
+    from kopt.harness.errors import EngineerError
+    from kopt.phases.engineers.offline import capture as capture_module
+
+    monkeypatch.setattr(capture_module, "MAX_EXPORTED_OPS", 20)
+    case = load_case_dir(_write_case(tmp_path, ["for _ in range(30):", "    x = x * 1.01 + 0.1",
+                                                "return x"], [[4, 5], [1]], "float32"))
+    with pytest.raises(EngineerError, match="ops .a loop in forward unrolled"):
+        generate_candidate(case)

@@ -227,9 +227,21 @@ def _size(s: Any) -> tuple[int, Any]:
     return int(s), int(s)
 
 
+MAX_EXPORTED_OPS = 10_000
+"""The most calls an exported program may have for the offline engineer to lower and
+partition it (ResNet101 has 452). Past this a Python loop was unrolled (a
+recurrent model stepping over 512 positions in forward): codegen would run for tens of
+minutes, so it stops at once and says why."""
+
+
 def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None) -> Graph:
     """The exported program as a lowered `Graph`; `ctor_ints` (the model's integer constructor
     arguments) let a size the model fixes from one of them follow it (a group count)."""
+    calls = sum(1 for n in ep.graph.nodes if n.op == "call_function")
+    if calls > MAX_EXPORTED_OPS:
+        raise EngineerError(f"the exported model has {calls:,} ops (a loop in forward unrolled?); "
+                            f"the offline engineer handles up to {MAX_EXPORTED_OPS:,}",
+                            fix="keep PyTorch for this model, or make a case of one step of the loop")
     sig = ep.graph_signature
     b = Builder(ctor_ints)
     env: dict[str, Any] = {}
