@@ -253,6 +253,25 @@ def test_sizes_a_weight_decides_follow_the_constructor(tmp_path: Path) -> None:
     _accepted_on_cpu(tmp_path, case, result.source)
 
 
+
+def test_a_class_token_concatenated_follows_the_embedding_width(tmp_path: Path) -> None:
+    """`cat([cls_token.expand(B, -1, -1), tokens], 1)`: the width comes from the token
+    parameter through its expand, so smoke's narrower embedding runs (KernelBench level-3
+    32 launched its cat kernel with main's 128 on smoke's 32)."""
+    case = _constructor_case(
+        tmp_path, "cls", "dim",
+        ["self.cls = nn.Parameter(torch.randn(1, 1, dim))", "self.proj = nn.Linear(6, dim)",
+         "self.out = nn.Linear(dim, 3)"],
+        ["t = self.proj(x).unsqueeze(1)",
+         "y = torch.cat([self.cls.expand(x.shape[0], -1, -1), t], dim=1)",
+         "return self.out(torch.relu(y).sum(1))"],
+        "dim: 16", [3, 6], "dim: 8", [2, 6])
+    result = generate_candidate(case)
+    assert not result.unfused, result.unfused
+    assert 'self.get_parameter("cls").shape[2]' in result.source
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
 @pytest.mark.parametrize("expr, shapes", [
     ("torch.cat([x, torch.zeros_like(x)], dim=1) + y", [[5, 7], [5, 14]]),  # a part of zeros
     ("torch.cat([torch.ones(x.shape[0], 3), x], dim=1).sum(1)", [[5, 7], [1]]),

@@ -195,6 +195,11 @@ def _size_step(node: Node, dim: int) -> tuple[Node, int] | None:
         return args[0], dim - (dim > node.args[1])
     if node.op == "permute" and args:
         return args[0], list(node.args[1])[dim]
+    if node.op == "expand" and args:  # a dim kept, not broadcast (a class token's width)
+        src = dim - (node.rank - args[0].rank)
+        if src >= 0 and args[0].shape[src] == node.shape[dim] and args[0].shape[src] != 1:
+            return args[0], src
+        return None
     if node.op == WINDOW_TAP and args:
         if any(t[0] == dim for t in node.kwargs["taps"]):
             return None  # pooled or concatenated along dim
@@ -560,7 +565,12 @@ def lower_cat(b: Builder, xs: list[Node], dim: int, like: Node, name: str, origi
     d = norm_dim(dim, like.rank)
     parts = [x for x in xs if not (x.rank == 1 and x.shape[0] == 0 and like.rank > 1)]
     sizes = [b.runtime_size(x, d) for x in parts]
-    sym = [b.runtime_size(parts[0], j) if j != d else sum(sizes) for j in range(like.rank)]
+
+    def other(j: int) -> Any:  # the first part whose size along j can be read at run time
+        found = [b.runtime_size(x, j) for x in parts]
+        return next((s for s in found if not isinstance(s, int)), found[0])
+
+    sym = [other(j) if j != d else sum(sizes) for j in range(like.rank)]
     like = Node(like.name, like.op, [], {}, like.shape, tuple(sym), like.dtype, origin=origin)
     offset: Any = 0
     hint = 0
