@@ -341,3 +341,38 @@ def test_new_from_a_file_with_get_inputs_and_its_errors(
                               "    def forward(self, x):\n        return x\n")
     assert kopt(["new", "ni", "--from", f"{no_inputs}:M"]) == 2
     assert "--inputs SHAPES" in capsys.readouterr().err
+
+
+def test_a_classifier_fixed_to_its_image_size_keeps_it_and_shrinks_the_batch(
+        tmp_path: Path, workspace: Path) -> None:
+    """A linear layer over `8 * 224 * 224` features fixes the image size, so every sizing that
+    shrinks it fails; the file's sizes with a batch of 2 run, over budget (KernelBench level-3
+    VGG19 got no smoke set at all)."""
+    file = write_problem(tmp_path, "classifier", """\
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self, num_classes):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 8, 3, padding=1)
+                self.fc = nn.Linear(8 * 224 * 224, num_classes)
+
+            def forward(self, x):
+                return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+        batch_size = 16
+
+        def get_inputs():
+            return [torch.rand(batch_size, 3, 224, 224)]
+
+        def get_init_inputs():
+            return [10]
+    """)
+    case, report = import_in_process(file, workspace)
+    assert case.manifest.smoke is not None, report
+    (x,) = case.input_set("smoke").args
+    assert isinstance(x, TensorSpec) and list(x.shape) == [2, 3, 224, 224], x.shape
+    assert "batch alone" in case.manifest.description
+    out, _largest = smoke_forward(case)
+    assert torch.isfinite(out).all()
