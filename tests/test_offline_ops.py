@@ -360,3 +360,36 @@ def test_an_unrolled_loop_past_the_op_budget_stops_at_once(tmp_path: Path,
                                                 "return x"], [[4, 5], [1]], "float32"))
     with pytest.raises(EngineerError, match="ops .a loop in forward unrolled"):
         generate_candidate(case)
+
+
+def test_a_recurrent_step_written_in_python_follows_the_input_width(tmp_path: Path) -> None:
+    """`cat((x[:, t], hidden), 1)` in a loop over time (KernelBench level-3 34): x[:, t]'s
+    width is read from x through the select, the hidden width from a weight, so smoke's
+    narrower constructor runs (main's 1024 was baked beside smoke's 48). The loop is unrolled
+    at the traced length, so time is not the leading dim here: the verifier varies that one."""
+    case = _constructor_case(
+        tmp_path, "rnn", "n_in, hidden",
+        ["self.i2h = nn.Linear(n_in + hidden, hidden)", "self.h2o = nn.Linear(hidden, 3)",
+         "self.h0 = nn.Linear(n_in, hidden)"],
+        ["h = self.h0(x[:, 0])", "outs = []",
+         "for t in range(x.shape[1]):",
+         "    h = torch.tanh(self.i2h(torch.cat((x[:, t], h), dim=1)))",
+         "    outs.append(self.h2o(h))",
+         "return torch.stack(outs, dim=1)"],
+        "n_in: 12, hidden: 8", [2, 3, 12], "n_in: 6, hidden: 4", [2, 3, 6])
+    result = generate_candidate(case)
+    assert "x.shape[2]" in result.source
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_constant_part_of_a_concatenation_has_a_pytorch_form(tmp_path: Path) -> None:
+    """The region's PyTorch form pads a tensor of the constant, not the bare number."""
+    from kopt.phases.engineers.offline.regions import SWITCH, regions
+
+    body = ["return torch.cat([x, torch.zeros(x.shape[0], 3)], dim=1) * 2.0"]
+    result, _ = _generate(tmp_path, body, [[4, 5], [1]])
+    case = load_case_dir(_write_case(tmp_path, body, [[4, 5], [1]], "float32"))
+    for region in regions(result.source):
+        module = _load_candidate(result.source, tmp_path, f"zeros_{region.name}")
+        getattr(module, SWITCH)[region.name] = "torch"
+        _check_case(case, module, "main", seed=4)

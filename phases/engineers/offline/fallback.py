@@ -165,6 +165,11 @@ class TorchRegion:
         if op in LAYOUT:
             return self.layout(n, args[0])
         if op == WINDOW_TAP:
+            x = n.args[0]
+            if x in self.part.generated and x.op == "full":  # a part of constants: a tensor here
+                sizes = ", ".join(self.size(s) for s in x.sym) + ("," if x.rank == 1 else "")
+                return self.tap(n, f"torch.full(({sizes}), {args[0]}, dtype={_compute(x.dtype)}, "
+                                   f"device=device)")
             return self.tap(n, args[0])
         if op in ("argmax", "argmin"):
             return f"torch.{op}({args[0]}, dim={n.kwargs['dim']}, keepdim={n.kwargs['keepdim']})"

@@ -195,6 +195,11 @@ def _size_step(node: Node, dim: int) -> tuple[Node, int] | None:
         return args[0], dim - (dim > node.args[1])
     if node.op == "permute" and args:
         return args[0], list(node.args[1])[dim]
+    if node.op == "select_index" and args and isinstance(node.args[1], int):  # x[t]: one dim less
+        gone = norm_dim(node.args[1], args[0].rank)
+        return args[0], dim + (dim >= gone)
+    if node.op == "slice" and args and isinstance(node.args[1], int):
+        return (args[0], dim) if norm_dim(node.args[1], args[0].rank) != dim else None
     if node.op == "expand" and args:  # a dim kept, not broadcast (a class token's width)
         src = dim - (node.rank - args[0].rank)
         if src >= 0 and args[0].shape[src] == node.shape[dim] and args[0].shape[src] != 1:
