@@ -41,6 +41,9 @@ def test_a_library_family_the_baseline_calls_is_kept_whole() -> None:
     kept = library_ops_of({"addmm", "gelu"})
     assert {"mm", "addmm", "bmm"} <= kept and "gelu" not in kept
     assert "cudnn_convolution" not in kept and library_ops_of({"relu"}) == frozenset()
+    # an LSTM is oneDNN's fused layer on the CPU and cuDNN's on a GPU: kept, not a fallback
+    rnn = library_ops_of({"mkldnn_rnn_layer", "addmm"})
+    assert {"_cudnn_rnn", "mkldnn_rnn_layer", "mm"} <= rnn and "sigmoid" not in rnn
 
 
 def test_the_channel_carries_shapes_and_scalars_marshal_refuses() -> None:

@@ -52,10 +52,15 @@ LIBRARY_FAMILIES: dict[str, frozenset[str]] = {
         "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
         "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
         "_flash_attention_forward", "_efficient_attention_forward"}),
+    # cuDNN's (and oneDNN's) fused recurrent layers; a GRU on the CPU has no such kernel and
+    # runs as ATen's pointwise cell ops, which do count
+    "recurrent": frozenset({
+        "lstm", "gru", "rnn_tanh", "rnn_relu", "_cudnn_rnn", "miopen_rnn", "mkldnn_rnn_layer",
+        "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"}),
 }
-"""Library calls (GEMM, convolution, attention): a candidate may keep a family the baseline
-calls (the offline engineer generates the graph between them; `linear` may become `mm` plus a
-fused bias); they are not a fallback."""
+"""Library calls (GEMM, convolution, attention, recurrent layers): a candidate may keep a
+family the baseline calls (the offline engineer generates the graph between them; `linear`
+may become `mm` plus a fused bias); they are not a fallback."""
 LIBRARY_OPS = frozenset().union(*LIBRARY_FAMILIES.values())
 
 
