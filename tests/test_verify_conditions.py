@@ -293,3 +293,19 @@ def test_an_exact_rewrite_is_judged_against_float64_where_the_baseline_rounds(
     rejected = verify_candidate(case, worse, device="cpu")
     assert not rejected.accepted and "correct" in rejected.failed()
     assert "truth" not in rejected.steps
+
+
+def test_a_changed_integer_input_stays_inside_its_range() -> None:
+    """`partial` changes a few input elements in place; when the fresh value equals the old
+    one it writes another, which for a class index must stay below `high` (it wrote 10 into
+    cross-entropy targets drawn from [0, 10), and the baseline itself failed)."""
+    from kopt.harness.case import TensorSpec
+    from kopt.harness.verification.draws import _another_value
+
+    targets = TensorSpec(shape=[4], dtype="int64", init="randint", low=0, high=10)
+    assert int(_another_value(torch.tensor(9), targets, torch.int64)) == 0
+    assert int(_another_value(torch.tensor(3), targets, torch.int64)) == 4
+    one = TensorSpec(shape=[4], dtype="int64", init="randint", low=5, high=6)
+    assert int(_another_value(torch.tensor(5), one, torch.int64)) == 5  # nothing else to draw
+    floats = TensorSpec(shape=[4], dtype="float32", init="normal")
+    assert float(_another_value(torch.tensor(1.5), floats, torch.float32)) == 2.5

@@ -306,10 +306,26 @@ def _partial(group: dict[str, torch.Tensor], resolved: ResolvedInputSet) -> dict
                 j = secrets.randbelow(new.numel())
                 if t.dtype == torch.bool:
                     flat[i] = ~flat[i]
+                elif bool(new[j] != flat[i]):
+                    flat[i] = new[j]
                 else:
-                    flat[i] = new[j] if bool(new[j] != flat[i]) else flat[i] + 1
+                    flat[i] = _another_value(flat[i], spec, t.dtype)
         out[k] = t
     return out
+
+
+def _another_value(v: torch.Tensor, spec: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A value other than v that the input's distribution can draw: the next one up for an
+    integer input, wrapping inside [low, high) (a class index one past the last class is out
+    of range for cross-entropy: `partial` once wrote 10 into targets drawn from [0, 10));
+    v + 1 for a float."""
+    if dtype.is_floating_point:
+        return v + 1
+    low = int(spec.low if spec.low is not None else 0)
+    high = int(spec.high if spec.high is not None else 100)
+    if high - low < 2:
+        return v  # a single value: nothing else to write
+    return low + (v - low + 1) % (high - low)
 
 
 def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> Plan:
