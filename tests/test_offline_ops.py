@@ -393,3 +393,42 @@ def test_a_constant_part_of_a_concatenation_has_a_pytorch_form(tmp_path: Path) -
         module = _load_candidate(result.source, tmp_path, f"zeros_{region.name}")
         getattr(module, SWITCH)[region.name] = "torch"
         _check_case(case, module, "main", seed=4)
+
+
+def test_a_leading_size_of_one_is_not_baked_into_the_candidate(tmp_path: Path) -> None:
+    """torch.export fixes a size of 1 (its 0/1 specialisation): a model generated on a batch
+    of one, then run by the verifier on other leading sizes, kept the 1 in a view. The export
+    traces a batch of two; the candidate follows every leading size."""
+    case = load_case_dir(_write_case(tmp_path, ['return torch.einsum("bijl,lk->bijk", x, y)'],
+                                     [[1, 3, 5, 7], [7, 6]], "float32"))
+    _accepted_on_cpu(tmp_path, case, generate_candidate(case).source)
+
+
+@pytest.mark.parametrize("conv, shape, smoke", [
+    # MobileNet's block: a 3x3 depthwise convolution, eval BatchNorm and ReLU6 in one kernel
+    ("nn.Conv2d(c, c, 3, stride=2, padding=1, groups=c, bias=False)", [2, 6, 13, 11], [3, 4, 9, 10]),
+    ("nn.Conv2d(c, c, (3, 5), padding=(2, 1), dilation=(2, 1), groups=c)", [2, 5, 12, 9], [1, 3, 8, 11]),
+    ("nn.Conv1d(c, c, 5, stride=3, groups=c)", [3, 4, 23], [2, 2, 17]),
+    ("nn.Conv3d(c, c, 3, padding=1, groups=c)", [2, 3, 5, 6, 7], [1, 2, 4, 5, 3]),
+])
+def test_a_depthwise_convolution_is_a_sum_of_window_taps(tmp_path: Path, conv: str,
+                                                         shape: list[int], smoke: list[int]) -> None:
+    """No cuDNN call: the convolution, its bias and the BatchNorm and ReLU6 after it are one
+    kernel over the output, at any channel count the constructor gives and any image size."""
+    dims = len(shape) - 2
+    case = _constructor_case(
+        tmp_path, f"dw{dims}d", "c", [f"self.conv = {conv}", f"self.bn = nn.BatchNorm{dims}d(c)"],
+        ["return torch.nn.functional.relu6(self.bn(self.conv(x)))"],
+        f"c: {shape[1]}", shape, f"c: {smoke[1]}", smoke)
+    result = generate_candidate(case)
+    assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
+    assert "aten.convolution" not in result.source, "cuDNN still called"
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_grouped_convolution_of_several_channels_per_group_stays_in_cudnn(tmp_path: Path) -> None:
+    case = _constructor_case(tmp_path, "grouped", "c", ["self.conv = nn.Conv2d(c, c, 3, groups=c // 2)"],
+                             ["return torch.relu(self.conv(x))"], "c: 6", [2, 6, 9, 9],
+                             "c: 4", [1, 4, 7, 7])
+    result = generate_candidate(case)
+    assert "aten.convolution" in result.source

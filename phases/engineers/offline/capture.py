@@ -22,6 +22,7 @@ from torch.export import Dim
 from kopt.harness.case import Case
 from kopt.harness.data import build_model
 from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.offline.convolution import depthwise_window, lower_depthwise_convolution
 from kopt.phases.engineers.offline.graph import (
     _SIMPLE,
     _VIEWS,
@@ -106,20 +107,40 @@ def capture(case: Case, input_set: str = "main") -> Captured:
 
 
 def _capture(case: Case, input_set: str) -> tuple[Captured, Any]:
+    trace = _trace_set(case, input_set)
     model = _meta_model(case, input_set)
     if model is not None:
         args, kwargs = example_inputs(case, input_set, device="meta")
         try:
-            ep, dynamic = _export(model, args, kwargs)
+            ep, dynamic = _export(model, args, kwargs, example_inputs(case, trace, device="meta"))
             return Captured(lower_program(ep, constructor_ints(case, input_set)), model, args,
                             kwargs, dynamic), ep
         except (EngineerError, RuntimeError, TypeError, ValueError, NotImplementedError):
             pass  # a model that needs real tensors: the CPU build below
     model = build_model(case, input_set, device="cpu")
     args, kwargs = example_inputs(case, input_set)
-    ep, dynamic = _export(model, args, kwargs)
+    ep, dynamic = _export(model, args, kwargs, example_inputs(case, trace))
     graph = lower_program(ep, constructor_ints(case, input_set))
     return Captured(graph, model, args, kwargs, dynamic), ep
+
+
+TRACED_LEAD = 2
+"""The leading size a batch of one is traced at. torch.export fixes a size of 0 or 1 in the
+program it exports (its 0/1 specialisation, whatever `Dim.AUTO` says): a candidate generated on
+a batch of one kept that 1 in a view, and failed on every other leading size the verifier
+runs. The sizes that share the first input's leading size (`with_leading`, the verifier's own
+rule) are traced at 2 and stay symbolic; a static export (the fallback) uses the set itself."""
+
+
+def _trace_set(case: Case, input_set: str) -> Any:
+    """The input set export traces dynamically: `input_set` itself, or with a leading size of
+    1 widened to `TRACED_LEAD`."""
+    from kopt.harness.verification.draws import leading_size, with_leading
+
+    resolved = case.input_set(input_set)
+    if leading_size(resolved) != 1:
+        return resolved
+    return with_leading(resolved, TRACED_LEAD, resolved.name)
 
 
 def _meta_model(case: Case, input_set: str) -> torch.nn.Module | None:
@@ -135,14 +156,15 @@ def _meta_model(case: Case, input_set: str) -> torch.nn.Module | None:
     return model.eval()
 
 
-def example_inputs(case: Case, input_set: str, device: str = "cpu") -> tuple[list[Any], dict[str, Any]]:
+def example_inputs(case: Case, input_set: str | Any, device: str = "cpu"
+                   ) -> tuple[list[Any], dict[str, Any]]:
     """Inputs with the input set's shapes, dtypes and layouts: export reads no values, so
     uninitialised memory does (drawing the main inputs of a large case takes seconds, and
     zero-filling causal_softmax's 1 GB took 1 s of its codegen time)."""
     from kopt.harness.case import TensorSpec
     from kopt.harness.data import TORCH_DTYPES
 
-    resolved = case.input_set(input_set)
+    resolved = case.input_set(input_set) if isinstance(input_set, str) else input_set
 
     def make(spec: Any) -> Any:
         if not isinstance(spec, TensorSpec):
@@ -156,22 +178,27 @@ def example_inputs(case: Case, input_set: str, device: str = "cpu") -> tuple[lis
     return [make(a) for a in resolved.args], {k: make(v) for k, v in resolved.kwargs.items()}
 
 
-def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, bool]:
+def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any],
+            traced: tuple[list[Any], dict[str, Any]] | None = None) -> tuple[Any, bool]:
+    """The exported program and whether its sizes are symbolic: a dynamic export on `traced`
+    (inputs of the same set that export does not specialise; default `args`, `kwargs`), else
+    a static one on `args`, `kwargs`."""
     def dims(v: Any) -> Any:
         return {i: Dim.AUTO for i in range(v.dim())} if isinstance(v, torch.Tensor) else None
 
     errors = []
     for dynamic in (True, False):
         try:
-            ds = None
+            ds, a, kw = None, args, kwargs
             if dynamic:
-                ds = {"args": tuple(dims(a) for a in args), "kwargs": {k: dims(v) for k, v in kwargs.items()}}
-                ds = _match_signature(model, args, kwargs, ds)
+                a, kw = traced or (args, kwargs)
+                ds = {"args": tuple(dims(v) for v in a), "kwargs": {k: dims(v) for k, v in kw.items()}}
+                ds = _match_signature(model, a, kw, ds)
             with torch.no_grad(), warnings.catch_warnings():
                 # torch's own deprecation inside export's copy of the input spec: nothing a
                 # user can act on, and it was the one stray line in `kopt run`'s output
                 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-                ep = torch.export.export(model, tuple(args), kwargs, dynamic_shapes=ds)
+                ep = torch.export.export(model, tuple(a), kw, dynamic_shapes=ds)
                 return ep.run_decompositions(_decomposition_table()), dynamic
         except Exception as err:  # noqa: BLE001 - any export failure: try static, then report
             errors.append(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
@@ -506,6 +533,11 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
     if packet == "native_group_norm" and x0().rank >= 2 and isinstance(args[6], int) and \
             x0().shape[1] % args[6] == 0:
         return lower_group_norm(b, x0(), args[1], args[2], args[6], float(args[7]), name, name)
+    if packet == "convolution" and len(args) >= 9:
+        window = depthwise_window(x0(), args[1], args[3], args[4], args[5], args[6], args[8])
+        if window is not None:
+            return lower_depthwise_convolution(b, x0(), args[1], args[2], window, list(args[3]),
+                                               list(args[4]), list(args[5]), name, name)
     if packet in _POOLS:
         pooling = _pooling(packet, x0(), args, kwargs)
         if pooling is not None and (not packet.startswith("max") or _only_values_used(fx)):
