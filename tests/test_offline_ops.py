@@ -432,3 +432,33 @@ def test_a_grouped_convolution_of_several_channels_per_group_stays_in_cudnn(tmp_
                              "c: 4", [1, 4, 7, 7])
     result = generate_candidate(case)
     assert "aten.convolution" in result.source
+
+
+def test_forward_reads_weights_assigned_after_construction(tmp_path: Path) -> None:
+    """Weights are read through the owning modules' own dicts (no name walk per call): a
+    state_dict assigned (new tensors, not copied in place) and a deep copy are both seen."""
+    import copy
+
+    import torch
+
+    case = _constructor_case(
+        tmp_path, "slots", "c", ["self.conv = nn.Conv2d(c, c, 3, groups=c)", "self.bn = nn.BatchNorm2d(c)",
+                                 "self.scale = nn.Parameter(torch.ones(c, 1, 1))"],
+        ["return torch.relu(self.bn(self.conv(x))) * self.scale"], "c: 4", [2, 4, 7, 6],
+        "c: 3", [1, 3, 5, 5])
+    source = generate_candidate(case).source
+    assert 'self.get_parameter("conv.weight")' not in source.split("def forward")[1]
+    module = _load_candidate(source, tmp_path, "slots")
+    from kopt.harness.data import build_model
+
+    ref = build_model(case, "smoke")
+    new = build_model(case, "smoke", cls=module.ModelNew).eval()
+    fresh = {k: torch.randn_like(v) if v.is_floating_point() else v for k, v in ref.state_dict().items()}
+    fresh["bn.running_var"] = fresh["bn.running_var"].abs() + 0.5
+    ref.load_state_dict(fresh)
+    new.load_state_dict({k: v.clone() for k, v in fresh.items()}, assign=True)
+    x = torch.randn(1, 3, 5, 5)
+    with torch.no_grad():
+        want = ref.eval()(x)
+        torch.testing.assert_close(new(x), want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(copy.deepcopy(new)(x), want, rtol=1e-4, atol=1e-4)

@@ -39,6 +39,18 @@ forward (0.5 M elements of 64-wide LayerNorm rows): 1.18 s at 8192, 0.36 s at 32
 131072; its import + smoke run 76.6 s -> 52.7 s at 32768."""
 
 _LAUNCH_CONFIG = '''
+def _cdiv(a, b):
+    """ceil(a / b) for ints. triton.cdiv and triton.next_power_of_2 are constexpr functions
+    in recent Triton, a few microseconds a call from Python, and a launcher calls them for
+    every kernel of every forward."""
+    return -(-a // b)
+
+
+def _pow2(n):
+    """The smallest power of two >= n (1 for n <= 1), as triton.next_power_of_2."""
+    return 1 << (n - 1).bit_length() if n > 1 else max(n, 0)
+
+
 def _launch_config(kernel, kind, n, m=0, k=0):
     """Launch parameters for one call: KOPT_CONFIG's values clipped to the problem size.
 
@@ -48,23 +60,23 @@ def _launch_config(kernel, kind, n, m=0, k=0):
     """
     cfg = dict(KOPT_CONFIG[kernel])
     if kind == "pointwise":
-        cfg["BLOCK_SIZE"] = min(cfg["BLOCK_SIZE"], max(MIN_BLOCK, triton.next_power_of_2(n)))
+        cfg["BLOCK_SIZE"] = min(cfg["BLOCK_SIZE"], max(MIN_BLOCK, _pow2(n)))
     elif kind == "tiled":  # n: the hw extent, m: the channels
-        cfg["BLOCK_HW"] = min(cfg["BLOCK_HW"], max(MIN_BLOCK, triton.next_power_of_2(n)))
-        cfg["BLOCK_C"] = min(cfg["BLOCK_C"], max(MIN_BLOCK, triton.next_power_of_2(m)))
+        cfg["BLOCK_HW"] = min(cfg["BLOCK_HW"], max(MIN_BLOCK, _pow2(n)))
+        cfg["BLOCK_C"] = min(cfg["BLOCK_C"], max(MIN_BLOCK, _pow2(m)))
     elif kind == "tiled_reduction":  # n: the reduced extent, m: the contiguous extent after it
-        cfg["BLOCK_SIZE"] = min(cfg["BLOCK_SIZE"], max(MIN_BLOCK, triton.next_power_of_2(n)))
-        cfg["BLOCK_C"] = min(cfg["BLOCK_C"], max(MIN_BLOCK, triton.next_power_of_2(m)))
+        cfg["BLOCK_SIZE"] = min(cfg["BLOCK_SIZE"], max(MIN_BLOCK, _pow2(n)))
+        cfg["BLOCK_C"] = min(cfg["BLOCK_C"], max(MIN_BLOCK, _pow2(m)))
     elif kind == "reduction":  # n: the row's width, m: the number of rows
-        block = min(cfg["BLOCK_SIZE"], MAX_ROW_BLOCK, max(MIN_BLOCK, triton.next_power_of_2(n)))
+        block = min(cfg["BLOCK_SIZE"], MAX_ROW_BLOCK, max(MIN_BLOCK, _pow2(n)))
         cfg["BLOCK_SIZE"] = block
         # rows narrower than ROW_TILE share a program (a row that loops has one to itself)
         rows = max(1, ROW_TILE // block) if n <= block else 1
-        cfg["ROWS"] = min(rows, triton.next_power_of_2(max(m, 1)))
+        cfg["ROWS"] = min(rows, _pow2(max(m, 1)))
     else:
-        cfg["BLOCK_M"] = min(cfg["BLOCK_M"], max(16, triton.next_power_of_2(m)))
-        cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, triton.next_power_of_2(n)))
-        cfg["BLOCK_K"] = min(cfg["BLOCK_K"], max(16, triton.next_power_of_2(k)))
+        cfg["BLOCK_M"] = min(cfg["BLOCK_M"], max(16, _pow2(m)))
+        cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, _pow2(n)))
+        cfg["BLOCK_K"] = min(cfg["BLOCK_K"], max(16, _pow2(k)))
     cfg["num_warps"] = min(cfg["num_warps"], MAX_WARPS)
     if _INTERPRETED:
         _widen_for_interpreter(kind, cfg, n, m)
@@ -88,7 +100,7 @@ def _widen_for_interpreter(kind, cfg, n, m):
 
 def _half(n):
     """The power of two that splits an extent of n into two blocks (n > 1)."""
-    return triton.next_power_of_2(max(1, (n + 1) // 2))
+    return _pow2(max(1, (n + 1) // 2))
 
 
 def _strides(t):
@@ -148,9 +160,9 @@ def _to_nhwc(x):
         return out
     block_c, block_hw = NHWC_BLOCK_C, NHWC_BLOCK_HW
     if _INTERPRETED:  # fewer, wider programs (_widen_for_interpreter)
-        block_c = min(block_c, max(16, triton.next_power_of_2(c)))
+        block_c = min(block_c, max(16, _pow2(c)))
         block_hw = max(block_hw, min(INTERPRETER_TILE // block_c, _half(h * w)))
-    grid = (triton.cdiv(h * w, block_hw), triton.cdiv(c, block_c), n)
+    grid = (_cdiv(h * w, block_hw), _cdiv(c, block_c), n)
     _to_nhwc_kernel[grid](x, *x.stride(), out, c, h, w, BLOCK_C=block_c, BLOCK_HW=block_hw,
                           INDEX_64=max(_span(x), out.numel() + block_c * block_hw) >= 2**31,
                           num_warps=NHWC_WARPS)
@@ -403,13 +415,15 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
                     "device = next(self.parameters()).device")
     for sym, code in sorted(graph.symbols.items()):
         fw.lines.append(f"{sym} = {code}")
+    slots = state_slots(graph)
+    if slots:
+        fw.lines.append("S = self._kopt_slots")
     for n in graph.nodes:
         if n.op == "input":
             info = graph.inputs[n.name]
-            if info.kind == "param":
-                fw.lines.append(f'{fw.var[n]} = self.get_parameter("{info.key}")')
-            elif info.kind == "buffer":
-                fw.lines.append(f'{fw.var[n]} = self.get_buffer("{info.key}")')
+            if info.kind in ("param", "buffer"):
+                i, leaf = slots[(info.kind, info.key)]
+                fw.lines.append(f'{fw.var[n]} = S[{i}]["{leaf}"]  # {info.key}')
             elif info.kind == "constant":
                 fw.lines.append(f"{fw.var[n]} = self._kopt_{n.name}")
     for step in part.steps:
@@ -489,6 +503,34 @@ def _pretty(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _slot_owners(graph: Any) -> dict[tuple[str, str], int]:
+    """(kind "parameter" | "buffer", owner module's dotted path) -> its index in
+    `ModelNew._kopt_slots`, in the order forward first reads them."""
+    owners: dict[tuple[str, str], int] = {}
+    for n in graph.nodes:
+        info = graph.inputs.get(n.name) if n.op == "input" else None
+        if info is not None and info.kind in ("param", "buffer"):
+            path = info.key.rpartition(".")[0]
+            owners.setdefault(("parameter" if info.kind == "param" else "buffer", path), len(owners))
+    return owners
+
+
+def state_slots(graph: Any) -> dict[tuple[str, str], tuple[int, str]]:
+    """(kind "param" | "buffer", state_dict key) -> (index in `ModelNew._kopt_slots`, leaf
+    name): forward reads a weight as `S[i]["leaf"]`, a lookup in its owner's own
+    `_parameters` or `_buffers` dict. That dict is the module's for its lifetime, so a
+    weight loaded, assigned or moved later is the one read (never a copy kept from before)."""
+    owners = _slot_owners(graph)
+    slots: dict[tuple[str, str], tuple[int, str]] = {}
+    for n in graph.nodes:
+        info = graph.inputs.get(n.name) if n.op == "input" else None
+        if info is not None and info.kind in ("param", "buffer"):
+            path, _, leaf = info.key.rpartition(".")
+            kind = "parameter" if info.kind == "param" else "buffer"
+            slots[(info.kind, info.key)] = (owners[(kind, path)], leaf)
+    return slots
+
+
 def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], body: list[str]) -> str:
     lines = ["", "", "class ModelNew(nn.Module):",
              f'    """{case.name} with its hot path in the Triton kernels above; same constructor and state_dict as Model."""',
@@ -515,6 +557,13 @@ def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], bod
             v = info.value
             lines.append(f"        self.register_buffer(\"_kopt_{n.name}\", torch.tensor({v.tolist()!r}, "
                          f"dtype={v.dtype}), persistent=False)")
+    owners = _slot_owners(graph)
+    if owners:
+        lines.append("        # the dicts forward reads its weights from: self.get_parameter(\"a.b.w\") walks the")
+        lines.append("        # submodules by name on every call (a third of MobileNetV2's host time per forward)")
+        lines.append("        self._kopt_slots = [" + ", ".join(
+            f'_submodule(self, "{path}")._{kind}s' if path else f"self._{kind}s"
+            for kind, path in owners) + "]")
     fwd_args = ", ".join(a.key for a in args)
     # Triton kernels compute no gradients: forward runs as inference under autograd too (a
     # library product into an `out=` buffer refuses weights that require grad otherwise).

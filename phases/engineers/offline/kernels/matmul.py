@@ -174,12 +174,12 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
               f"        {product}(a, b, out=p)",
               "        p_args = (p, p.stride(0) if p.dim() == 3 else 0, p.stride(-2), p.stride(-1))",
               "        # a memory-bound walk: 64x128 tiles of contiguous rows, 16-byte vector loads",
-              '        cfg.update(BLOCK_M=min(64, max(16, triton.next_power_of_2(M))),',
-              '                   BLOCK_N=min(128, max(16, triton.next_power_of_2(N))), num_warps=8, num_stages=1)']
+              '        cfg.update(BLOCK_M=min(64, max(16, _pow2(M))),',
+              '                   BLOCK_N=min(128, max(16, _pow2(N))), num_warps=8, num_stages=1)']
     lines += [
               "    else:",
               "        p_args = (a, 0, 0, 0)  # unused: the kernel multiplies A by B itself",
-              '    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), batch)']
+              '    grid = (_cdiv(M, cfg["BLOCK_M"]) * _cdiv(N, cfg["BLOCK_N"]), batch)']
     sb = "a.stride(0)" if batched else "0"
     sbb = "b.stride(0)" if batched else "0"
     xs = "".join(f" x{i}, *x{i}.stride()," for i in range(len(w.staged)))

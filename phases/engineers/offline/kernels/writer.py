@@ -478,12 +478,12 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
         spans = "".join(f", _span(x{i})" for i in range(len(group.inputs)))
         if group.nhwc:  # one (hw, channels) tile of one image per program
             lines += [f'    cfg = _launch_config("{name}", "tiled", D[2] * D[3], D[1])',
-                      '    grid = (triton.cdiv(D[2] * D[3], cfg["BLOCK_HW"]), '
-                      'triton.cdiv(D[1], cfg["BLOCK_C"]), D[0])']
+                      '    grid = (_cdiv(D[2] * D[3], cfg["BLOCK_HW"]), '
+                      '_cdiv(D[1], cfg["BLOCK_C"]), D[0])']
             blocks, block = 'BLOCK_HW=cfg["BLOCK_HW"], BLOCK_C=cfg["BLOCK_C"]', 'cfg["BLOCK_HW"] * cfg["BLOCK_C"]'
         else:
             lines += [f'    cfg = _launch_config("{name}", "pointwise", n_elements)',
-                      '    grid = (triton.cdiv(n_elements, cfg["BLOCK_SIZE"]),)']
+                      '    grid = (_cdiv(n_elements, cfg["BLOCK_SIZE"]),)']
             blocks, block = 'BLOCK_SIZE=cfg["BLOCK_SIZE"]', 'cfg["BLOCK_SIZE"]'
         consts = f'{blocks}, INDEX_64=max([n_elements + {block}{spans}]) >= 2**31{flags}'
     elif kind == "tiled_reduction":  # (BLOCK_C contiguous columns of one outer index) per program
@@ -493,7 +493,7 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
                   f"    n_outer = math.prod(D[:{rd}])",
                   "    if math.prod(D) == 0 or n_inner * n_outer == 0:", "    " + ret,
                   f'    cfg = _launch_config("{name}", "tiled_reduction", n_cols, n_inner)',
-                  '    grid = (n_outer * triton.cdiv(n_inner, cfg["BLOCK_C"]),)']
+                  '    grid = (n_outer * _cdiv(n_inner, cfg["BLOCK_C"]),)']
         size_args = "n_cols, " + ", ".join(f"D[{k}]" for k in range(r) if k != rd)
         size_args = size_args.rstrip(", ")
         consts = ('BLOCK_SIZE=cfg["BLOCK_SIZE"], BLOCK_C=cfg["BLOCK_C"], '
@@ -505,7 +505,7 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
                   "    n_rows = math.prod(D) // max(n_cols, 1)",
                   "    if n_rows == 0 or math.prod(D) == 0:", "    " + ret,
                   f'    cfg = _launch_config("{name}", "reduction", n_cols, n_rows)',
-                  '    grid = (triton.cdiv(n_rows, cfg["ROWS"]),)' if multirow else "    grid = (n_rows,)"]
+                  '    grid = (_cdiv(n_rows, cfg["ROWS"]),)' if multirow else "    grid = (n_rows,)"]
         size_args = "n_cols, " + ", ".join(f"D[{k}]" for k in range(r) if k != rd)
         size_args = size_args.rstrip(", ")
         consts = 'BLOCK_SIZE=cfg["BLOCK_SIZE"], ONE_PASS=n_cols <= cfg["BLOCK_SIZE"]'
