@@ -23,6 +23,8 @@ from kopt.harness.case import Case
 from kopt.harness.data import build_model
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.convolution import depthwise_window, lower_depthwise_convolution
+from kopt.phases.engineers.offline.split_k import lower_split_k
+from kopt.phases.engineers.offline.split_k import slices as split_k_slices
 from kopt.phases.engineers.offline.graph import (
     _SIMPLE,
     _VIEWS,
@@ -562,12 +564,16 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             return b.add(Node(name, "select", [x, idx], {"dim": d, "keepdim": True}, shape, sym,
                               dtype, origin=name))
         return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+    if packet == "mm" and split_k_slices(args[0], args[1]):
+        return lower_split_k(b, args[0], args[1], split_k_slices(args[0], args[1]), name, name)
     if packet in ("mm", "bmm"):
         return node(packet, args[:2])
     if packet == "addmm":
         beta = kwargs.get("beta", 1)
         alpha = kwargs.get("alpha", 1)
-        mm = b.add(Node(f"{name}_mm", "mm", args[1:3], {}, shape, sym, dtype, origin=name))
+        s = split_k_slices(args[1], args[2])
+        mm = lower_split_k(b, args[1], args[2], s, f"{name}_mm", name) if s else \
+            b.add(Node(f"{name}_mm", "mm", args[1:3], {}, shape, sym, dtype, origin=name))
         if alpha != 1:
             mm = b.op(f"{name}_alpha", "mul", [mm, alpha], mm, origin=name)
         bias = args[0]
