@@ -554,9 +554,8 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
     if packet == "cat" and isinstance(args[0], (list, tuple)) and args[0] and \
             len(args[0]) <= MAX_CAT_PARTS and \
             all(isinstance(x, Node) for x in args[0]) and len(shape) >= 1:
-        like = Node(name, "identity", [], {}, shape, sym, dtype, origin=name)
         return lower_cat(b, list(args[0]), args[1] if len(args) > 1 else kwargs.get("dim", 0),
-                         like, name, name)
+                         shape, dtype, name, name)
     if packet == "gather":
         x, d, idx = args[0], norm_dim(args[1], args[0].rank), args[2]
         if isinstance(idx, Node) and idx.rank == x.rank and idx.shape[d] == 1 and \

@@ -562,21 +562,24 @@ every part's range, so DenseNet201's cats of up to 48 parts cost 48 masked loads
 Inductor draws the line at the same 8 (`max_pointwise_cat_inputs`)."""
 
 
-def lower_cat(b: Builder, xs: list[Node], dim: int, like: Node, name: str, origin: str) -> Node:
+def lower_cat(b: Builder, xs: list[Node], dim: int, shape: tuple[int, ...], dtype: torch.dtype,
+              name: str, origin: str) -> Node:
     """Concatenation along `dim`: one `window_tap` per input, a masked load of that input at
     o - offset along dim (0 outside its range: `clip` masks both ends), summed (or-ed for
     bool). The copy becomes part of one pointwise kernel over the output, a consumer fused
     in; each input is read once. Offsets and sizes follow the inputs at run time."""
-    d = norm_dim(dim, like.rank)
-    parts = [x for x in xs if not (x.rank == 1 and x.shape[0] == 0 and like.rank > 1)]
+    rank = len(shape)
+    d = norm_dim(dim, rank)
+    parts = [x for x in xs if not (x.rank == 1 and x.shape[0] == 0 and rank > 1)]
     sizes = [b.runtime_size(x, d) for x in parts]
 
     def other(j: int) -> Any:  # the first part whose size along j can be read at run time
         found = [b.runtime_size(x, j) for x in parts]
         return next((s for s in found if not isinstance(s, int)), found[0])
 
-    sym = [other(j) if j != d else sum(sizes) for j in range(like.rank)]
-    like = Node(like.name, like.op, [], {}, like.shape, tuple(sym), like.dtype, origin=origin)
+    sym = [other(j) if j != d else sum(sizes) for j in range(rank)]
+    like = Node(name, "identity", [], {}, tuple(shape), tuple(sym), dtype, origin=origin)
+    """The output's shape, run-time sizes and dtype, for the ops below to copy."""
     offset: Any = 0
     hint = 0
     acc: Node | None = None

@@ -91,8 +91,8 @@ def build_constructor(case: Case, model: torch.nn.Module, input_set: str = "main
     # then at each integer argument doubled and quadrupled: the samples each dim is fitted to
     base_state = _state(cls, [], dict(values)) or dict(model.state_dict())
     ints = _int_arguments(values)
-    samples: list[tuple[dict[str, Any], dict[str, torch.Size]]] = [
-        (dict(values), {k: t.shape for k, t in base_state.items()})]
+    samples: list[tuple[Sample, dict[str, torch.Size]]] = [
+        (Sample.of(dict(values)), {k: t.shape for k, t in base_state.items()})]
     joint = [[(arg, 2) for arg in ints], [(arg, 2 + 2 * (i % 2)) for i, arg in enumerate(ints)]]
     for moves in [[(arg, factor)] for arg in ints for factor in (2, 4)] + joint:
         kw = dict(values)
@@ -100,7 +100,7 @@ def build_constructor(case: Case, model: torch.nn.Module, input_set: str = "main
             kw = _scaled(kw, arg, factor)  # `a + b` and `a * b // 32 + 32` agree on single moves)
         st = _state(cls, [], kw)
         if st is not None:
-            samples.append((kw, {k: t.shape for k, t in st.items()}))
+            samples.append((Sample.of(kw), {k: t.shape for k, t in st.items()}))
     # ... and every input set's own arguments, the ones the candidate must build at
     checks: list[tuple[str, dict[str, Any], dict[str, torch.Size]]] = []
     for name in case.input_set_names():
@@ -119,7 +119,7 @@ def build_constructor(case: Case, model: torch.nn.Module, input_set: str = "main
     for key, t in base_state.items():
         dims = []
         for d, size in enumerate(t.shape):
-            points = [(env, int(st[key][d])) for env, st in samples
+            points = [(sample, int(st[key][d])) for sample, st in samples
                       if key in st and len(st[key]) == t.dim()]
             expr = fit_dim(int(size), points, ints)
             if expr is not None and not all(
@@ -138,40 +138,45 @@ def build_constructor(case: Case, model: torch.nn.Module, input_set: str = "main
     return Constructor(signature, params, notes)
 
 
-def fit_dim(size: int, points: list[tuple[dict[str, Any], int]], ints: dict[str, int]) -> str | None:
+def fit_dim(size: int, points: list[tuple[Sample, int]], ints: dict[str, int]) -> str | None:
     """Python source over the constructor's integer arguments that gives a dim's size at every
     sampled argument set (`points`: the bound constructor arguments, the size);
     `size` is its value at `ints`. Tried in order: a constant, a monomial (`hidden`,
     `4 * hidden`, `dim // heads`), an affine sum (`in_features + 2 * growth`), and a monomial
     plus a constant (`(image // patch) ** 2 + 1` as `image * image // (patch * patch) + 1`).
     None when none fits."""
-    moved = {arg for env, v in points for arg in ints
-             if _ints_of(env).get(arg) != ints[arg] and v != size}
+    moved = {arg for sample, v in points for arg in ints
+             if sample.ints.get(arg) != ints[arg] and v != size}
     if not moved:
         return str(size)
     for candidate in (_monomial(size, points, ints, Fraction(0)), _affine(size, points, ints),
                       _offset_monomial(size, points, ints)):
-        if candidate is not None and all(_evaluates_to(candidate, env, v) for env, v in points):
+        if candidate is not None and all(_evaluates_to(candidate, sample.env, v)
+                                         for sample, v in points):
             return candidate
     return None
 
 
-def _ints_of(env: dict[str, Any]) -> dict[str, int]:
-    """`_int_arguments(env)`, kept on the sample: a model with hundreds of parameters asks
-    for each sample's arguments once per dim (ResNet101: 54,000 calls)."""
-    cached = env.get("__kopt_ints__")
-    if cached is None:
-        cached = _int_arguments({k: v for k, v in env.items() if k != "__kopt_ints__"})
-        env["__kopt_ints__"] = cached
-    return cached
+@dataclass(frozen=True)
+class Sample:
+    """One sampled set of constructor arguments (`env`, bound by name) and its integer ones
+    (`_int_arguments(env)`, computed once: ResNet101's fit asks each sample for them once per
+    dim of every parameter, 54,000 times)."""
+
+    env: dict[str, Any]
+    ints: dict[str, int]
+
+    @staticmethod
+    def of(env: dict[str, Any]) -> Sample:
+        return Sample(env, _int_arguments(env))
 
 
-def _single_moves(points: list[tuple[dict[str, Any], int]], ints: dict[str, int]
+def _single_moves(points: list[tuple[Sample, int]], ints: dict[str, int]
                   ) -> dict[str, list[tuple[Fraction, int]]]:
     """Per argument: (scale factor, size) of the samples that changed that argument alone."""
     moves: dict[str, list[tuple[Fraction, int]]] = {}
-    for env, v in points:
-        at = _ints_of(env)
+    for sample, v in points:
+        at = sample.ints
         changed = [a for a in ints if at.get(a) != ints[a]]
         if len(changed) == 1 and at.get(changed[0]):
             a = changed[0]
@@ -179,7 +184,7 @@ def _single_moves(points: list[tuple[dict[str, Any], int]], ints: dict[str, int]
     return moves
 
 
-def _monomial(size: int, points: list[tuple[dict[str, Any], int]], ints: dict[str, int],
+def _monomial(size: int, points: list[tuple[Sample, int]], ints: dict[str, int],
               offset: Fraction) -> str | None:
     """`c * prod(arg ** e) + offset`, each exponent read from a doubling of that argument."""
     base = Fraction(size) - offset
@@ -203,7 +208,7 @@ def _monomial(size: int, points: list[tuple[dict[str, Any], int]], ints: dict[st
     return f"{expr} + {offset}" if offset > 0 else f"{expr} - {-offset}"
 
 
-def _affine(size: int, points: list[tuple[dict[str, Any], int]], ints: dict[str, int]) -> str | None:
+def _affine(size: int, points: list[tuple[Sample, int]], ints: dict[str, int]) -> str | None:
     """`c0 + sum(c_i * arg_i)` with integer coefficients, each read from a doubling."""
     coef: dict[str, int] = {}
     for arg, moves in _single_moves(points, ints).items():
@@ -229,7 +234,7 @@ def _affine(size: int, points: list[tuple[dict[str, Any], int]], ints: dict[str,
     return text
 
 
-def _offset_monomial(size: int, points: list[tuple[dict[str, Any], int]],
+def _offset_monomial(size: int, points: list[tuple[Sample, int]],
                      ints: dict[str, int]) -> str | None:
     """A monomial plus a constant, the constant solved from an argument sampled at 1x, 2x and
     4x: (v2 - c)^2 = (v1 - c)(v4 - c)."""
