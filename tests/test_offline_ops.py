@@ -464,22 +464,33 @@ def test_forward_reads_weights_assigned_after_construction(tmp_path: Path) -> No
         torch.testing.assert_close(copy.deepcopy(new)(x), want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("body, shapes, verify", [
-    (["return x @ y"], [[3, 32768], [32768, 5]], False),  # KernelBench's large-K product
-    (["return torch.relu(x @ y + 0.5)"], [[4, 16384], [16384, 1]], True),  # matrix-vector
+@pytest.mark.parametrize("body, shapes, smoke, verify", [
+    (["return x @ y"], [[3, 32768], [32768, 5]], None, False),  # KernelBench's large-K product
+    # matrix-vector with an epilogue, verified on a smoke set whose K (96) only 32 divides
+    (["return torch.relu(x @ y + 0.5)"], [[4, 16384], [16384, 1]], [[2, 96], [96, 1]], True),
 ])
 def test_a_long_k_product_is_split_and_summed(tmp_path: Path, body: list[str],
-                                              shapes: list[list[int]], verify: bool) -> None:
+                                              shapes: list[list[int]], smoke: list[list[int]] | None,
+                                              verify: bool) -> None:
     """A float32 product whose K dwarfs its output is a batched product over K slices and a
     sum of the partials that takes the epilogue (one running sum over K missed the float64
-    truth by 2e-4 relative on the H100; the verifier allows 1e-5): verified in full, at the
-    verifier's other leading sizes and strided views too."""
+    truth by 2e-4 relative on the H100; the verifier allows 1e-5). The slice count divides K
+    in every input set: generated on main, verified in full on smoke."""
     import torch
 
-    case = load_case_dir(_write_case(tmp_path, body, shapes, "float32"))
+    directory = _write_case(tmp_path, body, shapes, "float32")
+    if smoke:
+        with (directory / "manifest.yaml").open("a") as f:
+            f.write("smoke:\n  args: [" + ", ".join(f"{{shape: {s}}}" for s in smoke) + "]\n")
+    case = load_case_dir(directory)
     result = generate_candidate(case)
     kinds = [k["kind"] for k in result.kernels]
     assert "matmul" in kinds and any("reduction" in k for k in kinds), kinds
+    if smoke:
+        import re
+
+        (count,) = {int(c) for c in re.findall(r"y\.reshape\(\[(\d+), -1", result.source)}
+        assert count > 1 and smoke[0][1] % count == 0, count  # divides smoke's K too
     if verify:
         _accepted_on_cpu(tmp_path, case, result.source)
     module = _load_candidate(result.source, tmp_path, case.name)

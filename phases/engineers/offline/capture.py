@@ -98,8 +98,8 @@ def capture(case: Case, input_set: str = "main") -> Captured:
     key = _fingerprint(case, input_set)
     if key is not None and key in _EXPORTS:
         ep, dynamic, model, args, kwargs = _EXPORTS[key]
-        return Captured(lower_program(ep, constructor_ints(case, input_set)), model, args,
-                        kwargs, dynamic)
+        graph = lower_program(ep, constructor_ints(case, input_set), input_set_shapes(case))
+        return Captured(graph, model, args, kwargs, dynamic)
     captured, ep = _capture(case, input_set)
     if key is not None:
         while len(_EXPORTS) >= EXPORT_CACHE_SIZE:
@@ -115,15 +115,28 @@ def _capture(case: Case, input_set: str) -> tuple[Captured, Any]:
         args, kwargs = example_inputs(case, input_set, device="meta")
         try:
             ep, dynamic = _export(model, args, kwargs, example_inputs(case, trace, device="meta"))
-            return Captured(lower_program(ep, constructor_ints(case, input_set)), model, args,
-                            kwargs, dynamic), ep
+            graph = lower_program(ep, constructor_ints(case, input_set), input_set_shapes(case))
+            return Captured(graph, model, args, kwargs, dynamic), ep
         except (EngineerError, RuntimeError, TypeError, ValueError, NotImplementedError):
             pass  # a model that needs real tensors: the CPU build below
     model = build_model(case, input_set, device="cpu")
     args, kwargs = example_inputs(case, input_set)
     ep, dynamic = _export(model, args, kwargs, example_inputs(case, trace))
-    graph = lower_program(ep, constructor_ints(case, input_set))
+    graph = lower_program(ep, constructor_ints(case, input_set), input_set_shapes(case))
     return Captured(graph, model, args, kwargs, dynamic), ep
+
+
+def input_set_shapes(case: Case) -> list[list[tuple[int, ...] | None]]:
+    """Each input set's forward inputs (positional, then keyword) as shapes; None for a
+    scalar."""
+    from kopt.harness.case import TensorSpec
+
+    out = []
+    for name in case.input_set_names():
+        rs = case.input_set(name)
+        out.append([tuple(s.shape) if isinstance(s, TensorSpec) else None
+                    for s in [*rs.args, *rs.kwargs.values()]])
+    return out
 
 
 TRACED_LEAD = 2
@@ -263,9 +276,12 @@ recurrent model stepping over 512 positions in forward): codegen would run for t
 minutes, so it stops at once and says why."""
 
 
-def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None) -> Graph:
+def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None,
+                  set_shapes: list[list[tuple[int, ...] | None]] | None = None) -> Graph:
     """The exported program as a lowered `Graph`; `ctor_ints` (the model's integer constructor
-    arguments) let a size the model fixes from one of them follow it (a group count)."""
+    arguments) let a size the model fixes from one of them follow it (a group count);
+    `set_shapes` (each input set's tensor shapes, by forward position: `input_set_shapes`)
+    tell a lowering the sizes the candidate must also run at (split-K's slice count)."""
     calls = sum(1 for n in ep.graph.nodes if n.op == "call_function")
     if calls > MAX_EXPORTED_OPS:
         raise EngineerError(f"the exported model has {calls:,} ops (a loop in forward unrolled?); "
@@ -317,6 +333,8 @@ def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None) -> Graph:
                 arg_name = fwd_names[i] if i < len(fwd_names) else f"arg{i}"
                 inputs[node.name] = InputInfo("arg", arg_name, index=i)
                 b.arg_names[node] = arg_name
+                b.arg_sizes[arg_name] = [shapes[i] for shapes in set_shapes or []
+                                         if i < len(shapes) and shapes[i] is not None]
                 for d, s in enumerate(sym):
                     if isinstance(s, sympy.Symbol) and str(s) not in symbols:
                         symbols[str(s)] = f"{arg_name}.shape[{d}]"
@@ -563,14 +581,14 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             return b.add(Node(name, "select", [x, idx], {"dim": d, "keepdim": True}, shape, sym,
                               dtype, origin=name))
         return _fallback(b, fx, args, kwargs, shape, sym, dtype)
-    if packet == "mm" and split_k_slices(args[0], args[1]):
-        return lower_split_k(b, args[0], args[1], split_k_slices(args[0], args[1]), name, name)
+    if packet == "mm" and split_k_slices(b, args[0], args[1]):
+        return lower_split_k(b, args[0], args[1], split_k_slices(b, args[0], args[1]), name, name)
     if packet in ("mm", "bmm"):
         return node(packet, args[:2])
     if packet == "addmm":
         beta = kwargs.get("beta", 1)
         alpha = kwargs.get("alpha", 1)
-        s = split_k_slices(args[1], args[2])
+        s = split_k_slices(b, args[1], args[2])
         mm = lower_split_k(b, args[1], args[2], s, f"{name}_mm", name) if s else \
             b.add(Node(f"{name}_mm", "mm", args[1:3], {}, shape, sym, dtype, origin=name))
         if alpha != 1:

@@ -246,6 +246,9 @@ class Builder:
         """Forward-argument input nodes -> the argument's name in forward."""
         self.state_keys: dict[Node, tuple[str, str]] = {}
         """Parameter and buffer input nodes -> (`param` | `buffer`, state_dict key)."""
+        self.arg_sizes: dict[str, list[tuple[int, ...]]] = {}
+        """A forward argument's shape in each input set of the case (what sizes the candidate
+        must run at besides the traced ones)."""
 
     def runtime_size(self, x: Node, d: int) -> Any:
         """x's size along d as a sympy expression read at run time, also where torch.export
@@ -266,26 +269,43 @@ class Builder:
         self.symbols[name] = code
         return sympy.Symbol(name, integer=True, positive=True)
 
-    def _size_source(self, x: Node, d: int) -> tuple[str, str] | None:
-        """(symbol name, forward source) of the tensor size x's dim d equals by construction."""
+    def size_origin(self, x: Node, d: int) -> tuple[Node, int] | None:
+        """(input node, dim): the forward argument, parameter or buffer whose size x's dim d
+        equals by construction, followed back through views, pointwise ops and products."""
         node, dim, want = x, d, x.shape[d]
         for _ in range(256):
             if node.shape[dim] != want:
                 return None
-            arg = self.arg_names.get(node)
-            if arg is not None:
-                return f"{re.sub(r'[^A-Za-z0-9_]', '_', arg)}_size{dim}", f"{arg}.shape[{dim}]"
-            state = self.state_keys.get(node)
-            if state is not None:
-                kind, key = state
-                getter = "get_parameter" if kind == "param" else "get_buffer"
-                return (f"w_{re.sub(r'[^A-Za-z0-9_]', '_', key)}_size{dim}",
-                        f'self.{getter}("{key}").shape[{dim}]')
+            if node in self.arg_names or node in self.state_keys:
+                return node, dim
             step = _size_step(node, dim)
             if step is None:
                 return None
             node, dim = step
         return None
+
+    def arg_size_in_every_set(self, x: Node, d: int) -> list[int] | None:
+        """x's size along d in each input set of the case, when it is a forward argument's size
+        (`size_origin`); else None (a weight's size may follow the constructor)."""
+        found = self.size_origin(x, d)
+        if found is None or found[0] not in self.arg_names:
+            return None
+        node, dim = found
+        return [s[dim] for s in self.arg_sizes.get(self.arg_names[node], []) if len(s) > dim]
+
+    def _size_source(self, x: Node, d: int) -> tuple[str, str] | None:
+        """(symbol name, forward source) of the tensor size x's dim d equals by construction."""
+        found = self.size_origin(x, d)
+        if found is None:
+            return None
+        node, dim = found
+        arg = self.arg_names.get(node)
+        if arg is not None:
+            return f"{re.sub(r'[^A-Za-z0-9_]', '_', arg)}_size{dim}", f"{arg}.shape[{dim}]"
+        kind, key = self.state_keys[node]
+        getter = "get_parameter" if kind == "param" else "get_buffer"
+        return (f"w_{re.sub(r'[^A-Za-z0-9_]', '_', key)}_size{dim}",
+                f'self.{getter}("{key}").shape[{dim}]')
 
     def ctor_size(self, value: int) -> Any:
         """`value` as a size read from the constructor argument that has it (a symbol whose

@@ -30,16 +30,23 @@ MIN_SLICE = 1024
 MIN_SLICE terms each."""
 
 
-def slices(a: Node, b: Node) -> int | None:
-    """The number of K slices to split the float32 product a @ b into, or None to keep it whole."""
-    if a.rank != 2 or b.rank != 2 or a.dtype != torch.float32 or b.dtype != torch.float32:
+def slices(b: Builder, a: Node, w: Node) -> int | None:
+    """The number of K slices to split the float32 product a @ w into, or None to keep it
+    whole. The slices are views (K as (S, K / S)), so S must divide K in every input set the
+    candidate runs at: K must be a forward argument's size (a weight's may follow the
+    constructor) and S divides it in each of the case's input sets (KernelBench's smoke set
+    has K = 96 beside main's 524,288: S = 32)."""
+    if a.rank != 2 or w.rank != 2 or a.dtype != torch.float32 or w.dtype != torch.float32:
         return None
-    (m, k), n = a.shape, b.shape[1]
+    (m, k), n = a.shape, w.shape[1]
     if not all(isinstance(v, int) for v in (m, k, n)) or k < MIN_SPLIT_K or \
             k < K_OVER_OUTPUT * max(m, n):
         return None
+    every = b.arg_size_in_every_set(a, 1)
+    if every is None:
+        return None
     s = MAX_SLICES
-    while s > 1 and (k % s or k // s < MIN_SLICE):
+    while s > 1 and (any(v % s for v in [k, *every]) or k // s < MIN_SLICE):
         s //= 2
     return s if s > 1 else None
 
