@@ -54,3 +54,62 @@ def test_the_channel_carries_shapes_and_scalars_marshal_refuses() -> None:
     msg = {"shape": torch.Size([3, 1]), "n": torch.tensor(3).item(), "dtype": torch.float32}
     assert marshal.loads(marshal.dumps(_wire(msg))) == {"shape": [3, 1], "n": 3,
                                                         "dtype": "torch.float32"}
+
+
+def _separable_case(tmp: Path):
+    from tests.test_offline_fusion import _constructor_case
+
+    return _constructor_case(
+        tmp, "separable", "c, o", ["self.dw = nn.Conv2d(c, c, 3, padding=1, groups=c)",
+                                   "self.pw = nn.Conv2d(c, o, 1)"],
+        ["return self.pw(self.dw(x))"], "c: 4, o: 6", [2, 4, 9, 8], "c: 3, o: 5", [1, 3, 7, 6])
+
+
+def test_a_library_call_replaced_by_a_kernel_is_not_a_fallback(tmp_path: Path) -> None:
+    """KernelBench's depthwise-separable convolution: the baseline is two convolutions, the
+    candidate generates the depthwise one and keeps the 1x1 in cuDNN. It still calls every op
+    family the baseline calls, but not all of the baseline's library work: accepted."""
+    from kopt.phases.engineers.offline import generate_candidate
+    from tests.test_offline_fusion import _accepted_on_cpu
+
+    case = _separable_case(tmp_path)
+    _accepted_on_cpu(tmp_path, case, generate_candidate(case).source)
+
+
+DECOY = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, c, o):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 3, padding=1, groups=c)
+        self.pw = nn.Conv2d(c, o, 1)
+
+    def forward(self, x):
+        y = self.pw(self.dw(x)).contiguous()
+        out = torch.empty_like(y)
+        _copy[(triton.cdiv(y.numel(), 1024),)](y, out, y.numel(), BLOCK=1024)
+        return out
+'''
+
+
+def test_every_library_call_beside_a_decoy_kernel_is_a_fallback(tmp_path: Path) -> None:
+    from kopt.harness.verify import verify_candidate
+
+    case = _separable_case(tmp_path)
+    file = tmp_path / "decoy.py"
+    file.write_text(DECOY)
+    report = verify_candidate(case, file, device="cpu")
+    assert not report.accepted
+    assert not report.check("no_pytorch_fallback").passed, report.to_text()
