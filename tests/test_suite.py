@@ -347,6 +347,44 @@ def test_out_keeps_each_row_as_it_ends(tmp_path: Path, monkeypatch: pytest.Monke
     assert row.problem == "level2_1_a" and row.speedup_vs_eager == 1.5 and row.verified
 
 
+def test_resume_runs_only_the_problems_without_a_row_and_reports_them_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run cut off by a device call's time limit left rows for some problems; `--resume`
+    runs the others and reports every problem, in order. A line the kill cut in half is
+    skipped (its problem runs again)."""
+    import kopt.workbench.commands.suite as cmd
+    from kopt.phases.suite import SuiteResult, rows_file
+
+    (tmp_path / "level1").mkdir()
+    for name in ("1_a.py", "2_b.py", "10_c.py"):
+        (tmp_path / "level1" / name).write_text("")
+    out = tmp_path / "r" / "suite"
+    out.parent.mkdir()
+    rows_file(out).write_text(json.dumps(_row("level1_10_c", "level1", 2.0, 1.5).to_dict()) + "\n"
+                              + '{"problem": "level1_2_b", "lev')
+    ran: list[list[str]] = []
+
+    def fake_run_suite(problems, *, on_start, on_row, **kw):  # type: ignore[no-untyped-def]
+        ran.append([p.name for p in problems])
+        rows = [_row(p.name, "level1", 1.0, 1.0) for p in problems]
+        for r in rows:
+            on_row(r)
+        return SuiteResult(rows, "cpu", 1.0, "")
+
+    monkeypatch.setattr(cmd, "run_suite", fake_run_suite)
+    assert kopt(["suite", str(tmp_path / "level1"), "--out", str(out), "--resume"]) == 0
+    assert ran == [["level1_1_a", "level1_2_b"]]
+    report = json.loads(out.with_name("suite.json").read_text())
+    assert [r["problem"] for r in report["rows"]] == ["level1_1_a", "level1_2_b", "level1_10_c"]
+    assert report["rows"][2]["speedup_vs_eager"] == 2.0  # the earlier run's row, kept
+    assert len(rows_file(out).read_text().splitlines()) == 4  # appended, not rewritten
+
+
+def test_resume_without_out_is_a_one_line_error(tmp_path: Path) -> None:
+    (tmp_path / "level1").mkdir()
+    assert kopt(["suite", str(tmp_path / "level1"), "--resume"]) == 2
+
+
 def test_a_verification_out_of_gpu_memory_beside_others_runs_again_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """2026-11-26, H100, six problems verifying at once: three candidates ran out of GPU memory

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 from rich.markup import escape
@@ -25,6 +27,7 @@ from kopt.phases.suite import (
     Problem,
     SuiteRow,
     discover,
+    row_from_dict,
     rows_file,
     run_suite,
     write_reports,
@@ -61,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="work in DIR and keep it (cases, candidates); default a temporary folder")
     p.add_argument("--out", metavar="FILE", default=None,
                    help="write FILE.md, FILE.json and FILE.png (chart of speedups)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --out FILE: skip the problems FILE.rows.jsonl already has a row "
+                        "for (an earlier run cut short) and report them with the new ones")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=handle)
 
@@ -87,6 +93,26 @@ def _line(row: SuiteRow) -> str:
     return f"{escape(row.problem)}: {what} ({steps})"
 
 
+def _earlier_rows(path: Path, names: set[str]) -> list[SuiteRow]:
+    """The rows an earlier run wrote to `path` for problems among `names` (the last row of a
+    problem wins); a line cut off by the kill that stopped that run is skipped."""
+    rows: dict[str, SuiteRow] = {}
+    if not path.is_file():
+        return []
+    for line in path.read_text().splitlines():
+        try:
+            row = row_from_dict(json.loads(line))
+        except (ValueError, TypeError):
+            continue
+        if row.problem in names:
+            rows[row.problem] = row
+    return list(rows.values())
+
+
+def _natural_name(name: str) -> tuple[object, ...]:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
 def _shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -106,6 +132,18 @@ def handle(args: argparse.Namespace) -> int:
                             f"{args.timeout:g} must be positive", fix="pass numbers above 0")
     problems = discover(args.dirs, filter_text=args.filter, limit=args.limit,
                         shard=_shard(args.shard))
+    partial = rows_file(Path(args.out)) if args.out else None
+    earlier: list[SuiteRow] = []
+    if args.resume:
+        if partial is None:
+            raise BadInputError("--resume needs --out FILE: the earlier run's rows are read "
+                                "from FILE.rows.jsonl", fix="pass the --out of the run to resume")
+        earlier = _earlier_rows(partial, {p.name for p in problems})
+        done = {r.problem for r in earlier}
+        problems = [p for p in problems if p.name not in done]
+        if not args.json:
+            console.print(f"resuming: {len(done)} problem(s) already have a row in {partial}; "
+                          f"{len(problems)} to run")
     timing = FULL_TIMING if args.full_timing else QUICK_TIMING
     progress = Progress(TextColumn("[bold]suite[/bold]"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.description}"),
@@ -117,10 +155,14 @@ def handle(args: argparse.Namespace) -> int:
         running.append(problem.name)
         progress.update(task, description=escape(", ".join(running[-2:])))
 
-    partial = rows_file(Path(args.out)) if args.out else None
     if partial is not None:
         partial.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text("")
+        if not args.resume:
+            partial.write_text("")
+        elif partial.is_file() and partial.stat().st_size and \
+                not partial.read_text().endswith("\n"):
+            with partial.open("a") as f:  # end the line a kill cut off: new rows start clean
+                f.write("\n")
 
     def on_row(row: SuiteRow) -> None:
         if row.problem in running:
@@ -136,6 +178,11 @@ def handle(args: argparse.Namespace) -> int:
                            timing=timing, timeout=args.timeout,
                            workdir=Path(args.keep) if args.keep else None,
                            max_elements=args.max_elements, on_start=on_start, on_row=on_row)
+    if earlier:  # the earlier run's rows and this run's, in problem order
+        order = {name: i for i, name in enumerate(sorted(
+            [r.problem for r in earlier] + [r.problem for r in result.rows], key=_natural_name))}
+        result = replace(result, rows=sorted([*earlier, *result.rows],
+                                             key=lambda r: order[r.problem]))
     summary = result.summary()
     written = write_reports(result, Path(args.out)) if args.out else []
     if args.json:
