@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -109,10 +108,6 @@ def _earlier_rows(path: Path, names: set[str]) -> list[SuiteRow]:
     return list(rows.values())
 
 
-def _natural_name(name: str) -> tuple[object, ...]:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
-
-
 def _shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -138,6 +133,7 @@ def handle(args: argparse.Namespace) -> int:
         if partial is None:
             raise BadInputError("--resume needs --out FILE: the earlier run's rows are read "
                                 "from FILE.rows.jsonl", fix="pass the --out of the run to resume")
+        every = problems
         earlier = _earlier_rows(partial, {p.name for p in problems})
         done = {r.problem for r in earlier}
         problems = [p for p in problems if p.name not in done]
@@ -178,9 +174,8 @@ def handle(args: argparse.Namespace) -> int:
                            timing=timing, timeout=args.timeout,
                            workdir=Path(args.keep) if args.keep else None,
                            max_elements=args.max_elements, on_start=on_start, on_row=on_row)
-    if earlier:  # the earlier run's rows and this run's, in problem order
-        order = {name: i for i, name in enumerate(sorted(
-            [r.problem for r in earlier] + [r.problem for r in result.rows], key=_natural_name))}
+    if earlier:  # the earlier run's rows and this run's, in the order discovered
+        order = {p.name: i for i, p in enumerate(every)}
         result = replace(result, rows=sorted([*earlier, *result.rows],
                                              key=lambda r: order[r.problem]))
     summary = result.summary()

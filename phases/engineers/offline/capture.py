@@ -581,8 +581,8 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             return b.add(Node(name, "select", [x, idx], {"dim": d, "keepdim": True}, shape, sym,
                               dtype, origin=name))
         return _fallback(b, fx, args, kwargs, shape, sym, dtype)
-    if packet == "mm" and split_k_slices(b, args[0], args[1]):
-        return lower_split_k(b, args[0], args[1], split_k_slices(b, args[0], args[1]), name, name)
+    if packet == "mm" and (slices := split_k_slices(b, args[0], args[1])):
+        return lower_split_k(b, args[0], args[1], slices, name, name)
     if packet in ("mm", "bmm"):
         return node(packet, args[:2])
     if packet == "addmm":
