@@ -142,17 +142,35 @@ def discover(dirs: Sequence[str | Path], *, filter_text: str | None = None,
 
 
 @contextmanager
-def _workspace(root: Path) -> Iterator[None]:
-    """Everything kopt writes (cases, caches, job folders) goes under `root` meanwhile."""
-    old = os.environ.get("KOPT_HOME")
+def _workspace(root: Path, jobs: int) -> Iterator[None]:
+    """Everything kopt writes (cases, caches, job folders) goes under `root` meanwhile, and
+    every worker started meanwhile gets its share of this process's CPUs as its thread count
+    (`worker_threads`), unless OMP_NUM_THREADS is already set."""
+    saved = {k: os.environ.get(k) for k in ("KOPT_HOME", "OMP_NUM_THREADS")}
     os.environ["KOPT_HOME"] = str(root)
+    os.environ.setdefault("OMP_NUM_THREADS", str(worker_threads(jobs)))
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop("KOPT_HOME", None)
-        else:
-            os.environ["KOPT_HOME"] = old
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def worker_threads(jobs: int) -> int:
+    """CPU threads for each worker of a suite running `jobs` problems at once: the CPUs this
+    process may run on, shared out. Each problem runs a reference and a candidate worker, and
+    torch's default (a thread per CPU in every process) oversubscribes the host. 2026-11-27,
+    4 shards x 4 jobs with default threads on a 64-core host of 4 H200s: verifications took
+    3-5x as long as the same problems had on the H100 host of the session before (problem 6:
+    reference 7.7 s -> 49 s, candidate 58 s -> 131 s), oversubscription the likely cause."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // max(1, 2 * jobs))
 
 
 _CODEGEN_LOCK = threading.Lock()
@@ -491,7 +509,7 @@ def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: i
         return row
 
     try:
-        with _workspace(root):
+        with _workspace(root, jobs):
             if jobs <= 1:
                 rows = [one(p) for p in problems]
             else:

@@ -464,3 +464,22 @@ def test_a_second_suite_in_the_same_keep_folder_replaces_its_cases(
         row, _, candidate = suite.prepare_problem(suite.Problem(problem, "level1"), keep,
                                                   device="cpu")
         assert row.status == "verified" and candidate is not None, row.detail
+
+
+def test_workers_share_out_the_cpus_unless_told(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    """Every worker a suite starts gets its share of the CPUs as OMP_NUM_THREADS (two workers
+    per problem, `jobs` problems at once); a value the user set is kept; both restored after."""
+    from kopt.phases import suite
+
+    monkeypatch.setattr(suite.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert suite.worker_threads(4) == 8 and suite.worker_threads(1) == 32
+    assert suite.worker_threads(64) == 1
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    with suite._workspace(tmp_path, 4):
+        assert os.environ["OMP_NUM_THREADS"] == "8"
+    assert "OMP_NUM_THREADS" not in os.environ
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    with suite._workspace(tmp_path, 4):
+        assert os.environ["OMP_NUM_THREADS"] == "3"
+    assert os.environ["OMP_NUM_THREADS"] == "3"
