@@ -309,3 +309,38 @@ def test_a_changed_integer_input_stays_inside_its_range() -> None:
     assert int(_another_value(torch.tensor(5), one, torch.int64)) == 5  # nothing else to draw
     floats = TensorSpec(shape=[4], dtype="float32", init="normal")
     assert float(_another_value(torch.tensor(1.5), floats, torch.float32)) == 2.5
+
+
+@pytest.mark.parametrize("lead", [1, 8])
+def test_extra_sets_stay_within_the_first_sets_size(tmp_path: Path, lead: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first set over the extra sets' budget (a main set the suite cut to one huge row)
+    bounds them: rows drawn below what fits (2 at least), a strided set over it keeps its
+    padded last dim but takes every row, x-lead runs 2 draws."""
+    monkeypatch.setattr(draws, "EXTRA_ELEMENT_BUDGET", 1 << 10)
+    d = _case(tmp_path, """
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return x * 2
+        """, f"""
+        name: big_rows
+        inputs: {{args: [{{shape: [{lead}, 32, 40]}}]}}
+        """)
+    first = 32 * 40 * lead
+    for _ in range(5):  # the row counts are drawn: several plans
+        plan = draws.plan_verification(load_case(d), ["main"], 3, "cuda")
+        for name in ("x-lead", "x-strided", "x-hard"):
+            item = plan.item(name)
+            rows = item.resolved.args[0].shape[0]
+            assert rows == 2 if lead == 1 else 2 <= rows < lead
+            staged = plan.tensors[item.draws[0]]["arg0"]
+            assert staged.numel() <= max(first, 2 * 32 * 40) * 43 / 40, name  # + x-strided's pad
+        strided = plan.item("x-strided")
+        view = draws.view_of(plan.tensors[strided.draws[0]]["arg0"], strided.views["arg0"],
+                             strided.resolved.args[0])
+        assert not view.is_contiguous()
+        if lead == 1:
+            assert strided.views["arg0"]["step0"] == 1 and "step" not in strided.note
+            assert len(plan.item("x-lead").draws) == 2

@@ -21,6 +21,9 @@ the CPU when meta cannot run the model):
   4 sigma), then negative magnitudes at mixed scales (each row its own scale, 1e-3 to 1 of
   that spread).
 
+`x-lead`, `x-strided` and `x-hard` hold at most `EXTRA_ELEMENT_BUDGET` input elements, or as
+many as the first set where that is more (their rows drawn below what fits; at least 2).
+
 Weights: per set of constructor arguments, two fresh state_dicts (`verification.weights`);
 the sets that share an instance load them alternately, so every set starts with a weight
 change on an instance that has run before.
@@ -54,6 +57,15 @@ HARD_MAGNITUDE = 200.0
 a softmax without its max subtraction overflows float32 above ~88."""
 STRIDE_STEP, STRIDE_PAD = 2, 3
 """`x-strided`: rows taken with this step; last dim sliced from one this much wider."""
+EXTRA_ELEMENT_BUDGET = 1 << 24
+"""Input elements (x-strided's padding aside) an extra set of `x-lead`, `x-strided` or `x-hard` may
+hold, or as many as the first set holds where that is more: their row count is drawn below
+what fits, a strided set over it takes every row (its last dim still sliced from a wider one)
+and `x-lead` runs 2 draws. Extra sets test other leading sizes, strides and values, not
+scale, and every draw is staged on disk, sent through the worker's link and judged on the
+CPU. 2026-11-27, H200: a KernelBench average pooling whose main set the suite had cut to one
+row of 134 M elements drew its extras at 2-9 rows (up to 10 rows of storage strided) and its
+verification ran out of its 245 s; alone, with nothing beside it, it took 4 minutes."""
 
 
 @dataclass
@@ -339,8 +351,14 @@ def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> P
 
     # extra sets: (name, resolved, views), each probed against the baseline
     extras: dict[str, tuple[ResolvedInputSet, dict[str, dict[str, int]]]] = {}
+    budget = max(EXTRA_ELEMENT_BUDGET, _elements(first))
+    per_row = max(1, _elements(with_leading(first, 1, "row"))) if lead is not None else 1
+
+    def extra_rows(avoid: set[int], low: int, high: int) -> int:
+        return _pick_rows(avoid, low, max(low, min(high, budget // per_row)))
+
     if lead is not None:
-        candidates = [("x-lead", with_leading(first, _pick_rows(declared_leads, 2, 9), "x-lead"), {})]
+        candidates = [("x-lead", with_leading(first, extra_rows(declared_leads, 2, 9), "x-lead"), {})]
         if device == "cpu" and sets[0] != "main":
             main = case.input_set("main")
             rows = with_leading(main, 1 + secrets.randbelow(3), "x-rows")
@@ -358,13 +376,14 @@ def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> P
                                           f"{CPU_ELEMENT_BUDGET} in all)")
             else:
                 candidates.append(("x-rows", rows, {}))
-        strided = with_leading(first, _pick_rows(declared_leads, 2, 5), "x-strided")
+        strided = with_leading(first, extra_rows(declared_leads, 2, 5), "x-strided")
+        step = STRIDE_STEP if STRIDE_STEP * _elements(strided) <= budget else 1
         candidates.append(("x-strided", strided,
-                           {k: {"step0": STRIDE_STEP, "pad": STRIDE_PAD}
+                           {k: {"step0": step, "pad": STRIDE_PAD}
                             for k, s in _tensor_specs(strided).items() if s.shape and s.contiguous}))
         if any(TORCH_DTYPES[s.dtype].is_floating_point and s.init in ("normal", "uniform")
                for s in _tensor_specs(first).values()):
-            candidates.append(("x-hard", with_leading(first, _pick_rows(set(), 2, 5), "x-hard"), {}))
+            candidates.append(("x-hard", with_leading(first, extra_rows(set(), 2, 5), "x-hard"), {}))
         else:
             plan.skipped["x-hard"] = "no floating-point input drawn from a distribution"
         for name, resolved, views in candidates:
@@ -416,7 +435,7 @@ def plan_verification(case: Case, sets: list[str], draws: int, device: str) -> P
         if kind == "declared" and name == sets[0]:
             n_draws = draws + secrets.randbelow(2)
         elif kind == "x-lead":
-            n_draws = 2 + secrets.randbelow(3)
+            n_draws = 2 + (secrets.randbelow(3) if _elements(resolved) <= EXTRA_ELEMENT_BUDGET else 0)
         elif kind != "declared":
             n_draws = 1 if kind == "x-rows" else 2
         # one staged file per state_dict, however many sets load it (a model's weights can
@@ -497,7 +516,9 @@ def describe(item: SetPlan, case: Case) -> str:
     if item.kind == "x-rows":
         return f"x-rows ({shapes}: the main inputs' trailing sizes with few rows)"
     if item.kind == "x-strided":
-        return (f"x-strided ({shapes} as non-contiguous views: rows with step {STRIDE_STEP}, "
+        step = max((v.get("step0", 1) for v in item.views.values()), default=1)
+        rows = f"rows with step {step}, " if step > 1 else ""
+        return (f"x-strided ({shapes} as non-contiguous views: {rows}"
                 f"last dim sliced from one {STRIDE_PAD} wider)")
     if item.kind == "x-hard":
         return f"x-hard ({shapes}: values scaled to a spread of {HARD_MAGNITUDE:g}, then negative at mixed scales)"
