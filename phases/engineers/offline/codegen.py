@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +112,10 @@ def _strides(t):
 
 
 def _span(t):
-    """Elements between a tensor's first and last addressed element, plus one."""
+    """Elements between a tensor's first and last addressed element, plus one (its numel when
+    contiguous: the sum over dims costs ~5 us a tensor, and launchers ask for every input)."""
+    if t.is_contiguous():
+        return t.numel()
     return 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0)
 
 
@@ -413,11 +417,11 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     tensor_args = [a for a in args if a.kind != "scalar"]
     fw.lines.append(f"device = {tensor_args[0].key}.device" if tensor_args else
                     "device = next(self.parameters()).device")
-    for sym, code in sorted(graph.symbols.items()):
-        fw.lines.append(f"{sym} = {code}")
     slots = state_slots(graph)
     if slots:
         fw.lines.append("S = self._kopt_slots")
+    for sym, code in sorted(graph.symbols.items()):
+        fw.lines.append(f"{sym} = {_via_slots(code, slots)}")
     for n in graph.nodes:
         if n.op == "input":
             info = graph.inputs[n.name]
@@ -513,6 +517,19 @@ def _slot_owners(graph: Any) -> dict[tuple[str, str], int]:
             path = info.key.rpartition(".")[0]
             owners.setdefault(("parameter" if info.kind == "param" else "buffer", path), len(owners))
     return owners
+
+
+_GETTER = re.compile(r'self\.get_(parameter|buffer)\("([^"]+)"\)')
+
+
+def _via_slots(code: str, slots: dict[tuple[str, str], tuple[int, str]]) -> str:
+    """A size's forward code with each `self.get_parameter("a.b.w")` (a walk of the
+    submodules by name, ~5 us on every call) read from the weight's slot instead."""
+    def slot(m: re.Match[str]) -> str:
+        found = slots.get(("param" if m.group(1) == "parameter" else "buffer", m.group(2)))
+        return f'S[{found[0]}]["{found[1]}"]' if found else m.group(0)
+
+    return _GETTER.sub(slot, code)
 
 
 def state_slots(graph: Any) -> dict[tuple[str, str], tuple[int, str]]:
