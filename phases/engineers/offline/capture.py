@@ -552,6 +552,9 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         return _layer_norm_over_dims(b, x, len(normalized), args[2], args[3], float(args[4]), name)
     if packet == "native_group_norm" and x0().rank >= 2 and isinstance(args[6], int) and \
             x0().shape[1] % args[6] == 0:
+        split = _split_group_norm(b, x0(), args[1], args[2], args[6], float(args[7]), name)
+        if split is not None:
+            return split
         return lower_group_norm(b, x0(), args[1], args[2], args[6], float(args[7]), name, name)
     if packet == "convolution" and len(args) >= 9:
         window = depthwise_window(x0(), args[1], args[3], args[4], args[5], args[6], args[8])
@@ -708,6 +711,64 @@ def _two_stage(b: Builder, packet: str, x: Node, merged: list[int], keep: bool, 
         flat = _merge_dims(b, part, merged, f"{name}_parts")
         out = lower_reduction(b, packet, flat, merged[0], keep, name, name, dtype)
     return _unmerge_kept(b, out, merged) if keep else out
+
+
+SPLIT_MIN_PROGRAMS = 256
+"""A group norm of at most SPLIT_MAX_ROWS (sample, group) rows takes its statistics in two
+stages when the first stage has at least this many (sample, group, channel) rows."""
+
+
+def _split_group_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None,
+                      groups: int, eps: float, name: str) -> tuple[Node, Node, Node] | None:
+    """A group norm with few long (sample, group) rows, its statistics in two stages: x
+    (N, C, *S) viewed as (N, groups, C / groups, prod(S)), each mean first over the spatial
+    dim (a program per channel), then over the group's channels; the variance from the
+    deviations, as `_normalize_over` takes a layer norm's. KernelBench level-1 35 (7 samples
+    x 8 groups of 8 x 512 x 512) ran 56 programs of 2 M elements each: 0.37x eager, 0.07x
+    torch.compile on the H200. The same statistics up to the order of the additions. None
+    where one stage pays (many rows, or groups of one channel)."""
+    count = groups
+    if x.rank < 3:
+        return None
+    n, cpg, spatial = x.shape[0], x.shape[1] // count, math.prod(x.shape[2:])
+    rows = n * count
+    if rows > SPLIT_MAX_ROWS or rows * cpg < SPLIT_MIN_PROGRAMS or cpg < 2 or spatial < 2:
+        return None
+    g = b.ctor_size(groups)
+    s_sym: Any = 1
+    for v in x.sym[2:]:
+        s_sym = s_sym * v
+    x4 = b.op(f"{name}_grouped", "view", [x, [x.sym[0], g, -1, s_sym]], x,
+              shape=(n, count, cpg, spatial), sym=(x.sym[0], g, x.sym[1] // g, s_sym), origin=name)
+    mean = _two_stage(b, "mean", x4, [2, 3], True, f"{name}_mean", torch.float32)
+    dev = b.op(f"{name}_dev", "sub", [x4, mean], x4, dtype=torch.float32, origin=name)
+    sq = b.op(f"{name}_sq", "mul", [dev, dev], dev, origin=name)
+    var = _two_stage(b, "mean", sq, [2, 3], True, f"{name}_var", torch.float32)
+    ve = b.op(f"{name}_var_eps", "add", [var, float(eps)], var, dtype=torch.float32, origin=name)
+    rstd = b.op(f"{name}_rstd", "rsqrt", [ve], ve, origin=name)
+    # the output from x itself (the deviations stay inside the variance's kernel), the affine
+    # map in the grouped layout: one kernel reads x and writes the output, no view between
+    centered = b.op(f"{name}_centered", "sub", [x4, mean], x4, dtype=torch.float32, origin=name)
+    y = b.op(f"{name}_normed", "mul", [centered, rstd], centered, origin=name)
+
+    def per_channel(v: Node, what: str) -> Node:
+        return b.op(f"{name}_{what}_g", "view", [v, [g, -1, 1]], v, shape=(count, cpg, 1),
+                    sym=(g, v.sym[0] // g, 1), origin=name)
+
+    if weight is not None:
+        y = b.op(f"{name}_scaled", "mul", [y, per_channel(weight, "weight")], y,
+                 dtype=torch.float32, origin=name)
+    if bias is not None:
+        y = b.op(f"{name}_shifted", "add", [y, per_channel(bias, "bias")], y,
+                 dtype=torch.float32, origin=name)
+    y = b.op(f"{name}_out4", "identity", [y], y, dtype=x.dtype, origin=name)
+    out = b.op(name, "view", [y, [x.sym[0], -1, *x.sym[2:]]], x, dtype=x.dtype, origin=name)
+    stats, stats_sym = (n, count), (x.sym[0], g)
+    mean_out = b.op(f"{name}_mean_out", "squeeze", [mean, [2, 3]], mean, shape=stats,
+                    sym=stats_sym, dtype=x.dtype, origin=name)
+    rstd_out = b.op(f"{name}_rstd_out", "squeeze", [rstd, [2, 3]], rstd, shape=stats,
+                    sym=stats_sym, dtype=x.dtype, origin=name)
+    return out, mean_out, rstd_out
 
 
 def _lower_vector_norm(b: Builder, fx: torch.fx.Node, args: list[Any], kwargs: dict[str, Any],
