@@ -134,15 +134,23 @@ def test_a_scan_region_has_a_pytorch_form(tmp_path: Path) -> None:
         _check_case(case, _load_candidate(source, tmp_path, f"scan_{key.split('/')[-1]}"), "main")
 
 
-@pytest.mark.parametrize("expr, shape", [
-    ("torch.argmax(x, dim=1)", [5, 3000]),  # a row longer than a block: the best carried over
-    ("torch.argmin(x, dim=0)", [37, 5]),
-    ("torch.argmax(x * 2.0, dim=-1, keepdim=True).float() + 1.0", [6, 40]),
-    ("torch.argmin(x, dim=1)", [4, 7, 9]),  # a middle dim
+@pytest.mark.parametrize("expr, shape, tiled", [
+    ("torch.argmax(x, dim=1)", [5, 3000], False),  # a row longer than a block: the best carried over
+    ("torch.argmin(x, dim=0)", [37, 5], True),
+    ("torch.argmax(x * 2.0, dim=-1, keepdim=True).float() + 1.0", [6, 40], False),
+    ("torch.argmin(x, dim=1)", [4, 7, 9], True),  # a middle dim
+    # a middle dim longer than a tile (the best carried across steps), ties everywhere (the
+    # first index wins, as in PyTorch), kept dims, an outer dim of two
+    ("torch.argmax(torch.round(x * 2.0), dim=1, keepdim=True).float() * 0.5", [2, 700, 3, 5], True),
+    ("torch.argmin(torch.round(x), dim=2)", [3, 2, 300, 7], True),
 ])
-def test_argmax_and_argmin_are_generated(tmp_path: Path, expr: str, shape: list[int]) -> None:
+def test_argmax_and_argmin_are_generated(tmp_path: Path, expr: str, shape: list[int],
+                                         tiled: bool) -> None:
+    """Along the innermost dim a program per row; along any other a program per BLOCK_C
+    contiguous columns, walking (BLOCK_SIZE, BLOCK_C) tiles of coalesced rows."""
     result, _ = _generate(tmp_path, [f"return {expr}"], [shape, [1]])
-    assert "arg_reduction" in [k["kind"] for k in result.kernels], result.kernels
+    kinds = [k["kind"] for k in result.kernels]
+    assert ("tiled_reduction" if tiled else "arg_reduction") in kinds, result.kernels
     assert not result.unfused, result.unfused
 
 
