@@ -7,12 +7,11 @@ into the project); the subset test skips, saying why, where that folder is absen
 
 from __future__ import annotations
 
-import re
-
 import importlib.util
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest

@@ -23,11 +23,10 @@ from kopt.harness.case import Case
 from kopt.harness.data import build_model
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.convolution import depthwise_window, lower_depthwise_convolution
-from kopt.phases.engineers.offline.split_k import lower_split_k
-from kopt.phases.engineers.offline.split_k import slices as split_k_slices
 from kopt.phases.engineers.offline.graph import (
     _SIMPLE,
     _VIEWS,
+    MAX_CAT_PARTS,
     MAX_POOL_TAPS,
     MAX_WINDOW_TAPS,
     Builder,
@@ -35,14 +34,13 @@ from kopt.phases.engineers.offline.graph import (
     InputInfo,
     Node,
     Sym,
+    lower_cat,
     lower_group_norm,
     lower_layer_norm,
     lower_logsumexp,
     lower_mean,
     lower_reduction,
     lower_softmax,
-    MAX_CAT_PARTS,
-    lower_cat,
     lower_tap_pool,
     lower_var,
     lower_window_pool,
@@ -50,6 +48,8 @@ from kopt.phases.engineers.offline.graph import (
     normalize,
 )
 from kopt.phases.engineers.offline.layout import constructor_ints
+from kopt.phases.engineers.offline.split_k import lower_split_k
+from kopt.phases.engineers.offline.split_k import slices as split_k_slices
 
 
 @dataclass

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kopt.phases.engineers.offline.fusion import Group, Partition
-from kopt.phases.engineers.offline.fusion import DimMap
+from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition
 from kopt.phases.engineers.offline.kernels.reduction import (
     _decompose_dims,
     _tiled_default,
