@@ -161,16 +161,17 @@ def _workspace(root: Path, jobs: int) -> Iterator[None]:
 
 def worker_threads(jobs: int) -> int:
     """CPU threads for each worker of a suite running `jobs` problems at once: the CPUs this
-    process may run on, shared out. Each problem runs a reference and a candidate worker, and
-    torch's default (a thread per CPU in every process) oversubscribes the host. 2026-11-27,
-    4 shards x 4 jobs with default threads on a 64-core host of 4 H200s: verifications took
-    3-5x as long as the same problems had on the H100 host of the session before (problem 6:
-    reference 7.7 s -> 49 s, candidate 58 s -> 131 s), oversubscription the likely cause."""
+    process may run on, shared out (a problem's reference and candidate workers run one after
+    the other). Torch's default, a thread per CPU in every process, oversubscribes a host that
+    runs several problems at once. 2026-11-27, 4 shards x 4 jobs on a 64-core host of 4 H200s:
+    verifications took 3-5x as long as on the H100 host of the session before, but a call with
+    this share was no faster (the cause was the extra input sets' size, `verification.draws`):
+    it is kept so that concurrent problems do not fight over cores."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cpus = os.cpu_count() or 1
-    return max(1, cpus // max(1, 2 * jobs))
+    return max(1, cpus // max(1, jobs))
 
 
 _CODEGEN_LOCK = threading.Lock()

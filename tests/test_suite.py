@@ -467,16 +467,17 @@ def test_a_second_suite_in_the_same_keep_folder_replaces_its_cases(
 
 def test_workers_share_out_the_cpus_unless_told(monkeypatch: pytest.MonkeyPatch,
                                                 tmp_path: Path) -> None:
-    """Every worker a suite starts gets its share of the CPUs as OMP_NUM_THREADS (two workers
-    per problem, `jobs` problems at once); a value the user set is kept; both restored after."""
+    """Every worker a suite starts gets its share of the CPUs as OMP_NUM_THREADS (`jobs`
+    problems at once, each running its workers one after the other); a value the user set is
+    kept; both restored after."""
     from kopt.phases import suite
 
     monkeypatch.setattr(suite.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
-    assert suite.worker_threads(4) == 8 and suite.worker_threads(1) == 32
+    assert suite.worker_threads(4) == 16 and suite.worker_threads(1) == 64
     assert suite.worker_threads(64) == 1
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     with suite._workspace(tmp_path, 4):
-        assert os.environ["OMP_NUM_THREADS"] == "8"
+        assert os.environ["OMP_NUM_THREADS"] == "16"
     assert "OMP_NUM_THREADS" not in os.environ
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     with suite._workspace(tmp_path, 4):
