@@ -207,11 +207,13 @@ def ceilings(device: str = "cuda", *, refresh: bool = False) -> Ceilings:
 
 def measure_ceilings() -> Ceilings:
     """Measure this GPU's copy bandwidth and matmul rates (a few seconds)."""
+    from kopt.harness import gpu_gate
     from kopt.harness.timing import time_callable
 
     def timed(fn: Any) -> float:
-        return time_callable(fn, device="cuda", flush_l2=False, min_iters=10, max_iters=100,
-                             max_seconds=3.0).median_ms
+        with gpu_gate.timing_window():
+            return time_callable(fn, device="cuda", flush_l2=False, min_iters=10,
+                                 max_iters=100, max_seconds=3.0).median_ms
 
     def copy_ms() -> float:
         src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device="cuda").normal_()

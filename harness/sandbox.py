@@ -9,7 +9,8 @@ sandbox Flatpak and coding agents use; Debian/Ubuntu package `bubblewrap`) with:
 - **filesystem**: an empty root with the system (`/usr`, `/etc` minus its secrets, `/opt`,
   `/sys`) and the Python environment read-only, the kopt package source read-only, the job
   directory, a private `/tmp` and the compile caches (Triton, Inductor, CUDA, kopt's tensor
-  cache) writable; the user's home, the workspace and everything else do not exist;
+  cache) writable, a suite's GPU gate folder (`harness.gpu_gate`) read-only; the user's
+  home, the workspace and everything else do not exist;
 - **processes**: a PID namespace (only the worker and its children are visible, so no
   `/proc/<kopt pid>/environ`), no capabilities, no nested user namespaces; the sandbox dies
   with the kopt process that started it;
@@ -44,6 +45,8 @@ import tempfile
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from kopt.harness import gpu_gate
 
 ENV_SWITCH = "KOPT_SANDBOX"
 EXTRA_PATHS_ENV = "KOPT_SANDBOX_PATHS"
@@ -365,6 +368,7 @@ def mounts(env: dict[str, str]) -> Mounts:
     ro += [str(p) for p in [*_python_paths(protect), *_kopt_source()]]
     ro += [str(Path(x).resolve()) for x in (env.get(EXTRA_PATHS_ENV) or "").split(os.pathsep)
            if x and os.path.exists(x)]
+    ro += gpu_gate.visible_paths(env)
     rw = [str(c.resolve()) for c in _caches(env)]
     outer = _dedupe([p for p in ro if not any(_within(Path(p), g) for g in protect)])
     inner = _dedupe([p for p in ro if any(_within(Path(p), g) for g in protect)])

@@ -8,7 +8,8 @@ with the suite's quicker stopping rule). One problem that crashes, hangs or runs
 costs its own row only: every user-code step runs in a subprocess with a timeout.
 
 Speed: problems are prepared (import, codegen, verification) by `jobs` threads at once; a
-GPU timing waits until no verification runs and holds the GPU alone; the import probe and the
+timing worker's timed calls wait until no verification runs and hold the GPU alone (the GPU
+gate, `harness.gpu_gate`: start-up and compiles overlap other work); the import probe and the
 local workers reuse standby processes that have torch imported (`harness.kernelbench`,
 `harness.targets.standby`); each row carries the seconds of each step.
 """
@@ -142,13 +143,21 @@ def discover(dirs: Sequence[str | Path], *, filter_text: str | None = None,
 
 
 @contextmanager
-def _workspace(root: Path, jobs: int) -> Iterator[None]:
-    """Everything kopt writes (cases, caches, job folders) goes under `root` meanwhile, and
+def _workspace(root: Path, jobs: int, *, gated: bool) -> Iterator[None]:
+    """Everything kopt writes (cases, caches, job folders) goes under `root` meanwhile,
     every worker started meanwhile gets its share of this process's CPUs as its thread count
-    (`worker_threads`), unless OMP_NUM_THREADS is already set."""
-    saved = {k: os.environ.get(k) for k in ("KOPT_HOME", "OMP_NUM_THREADS")}
+    (`worker_threads`), unless OMP_NUM_THREADS is already set, and, when `gated` (a GPU
+    suite), a GPU gate under `root` (`harness.gpu_gate`): verifications share the GPU, timed
+    calls have it alone."""
+    from kopt.harness import gpu_gate
+
+    saved = {k: os.environ.get(k) for k in ("KOPT_HOME", "OMP_NUM_THREADS", gpu_gate.ENV)}
     os.environ["KOPT_HOME"] = str(root)
     os.environ.setdefault("OMP_NUM_THREADS", str(worker_threads(jobs)))
+    if gated:
+        os.environ[gpu_gate.ENV] = str(gpu_gate.GpuGate(root / ".kopt" / "gpu-gate").create().folder)
+    else:
+        os.environ.pop(gpu_gate.ENV, None)
     try:
         yield
     finally:
@@ -178,42 +187,15 @@ _CODEGEN_LOCK = threading.Lock()
 """torch.export is not meant to run in several threads at once."""
 
 
-class _GpuShare:
-    """Verifications may share the GPU with each other; a timing has it alone (no other
-    problem's kernels run while one is timed, so the times stay believable)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._shared = 0
-        self._exclusive = False
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._exclusive)
-            self._shared += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._shared -= 1
-                self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._exclusive)
-            self._exclusive = True  # new verifications wait from here on
-            self._cond.wait_for(lambda: self._shared == 0)
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
+GATE_WAIT_FACTOR = 3
+"""A timing job's limit is this many times the problem's: it may wait for the GPU gate
+(`harness.gpu_gate`) while other problems' verifications finish."""
 
 
-_GPU = _GpuShare()
+def _gated(timeout: float) -> float:
+    from kopt.harness import gpu_gate
+
+    return timeout * GATE_WAIT_FACTOR if gpu_gate.from_env() else timeout
 
 
 def prepare_problem(problem: Problem, root: Path, *, device: str,
@@ -222,6 +204,7 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     """Import, generate and verify one problem: its row, the case and the candidate file
     (None when it did not get that far). On a GPU, main inputs whose largest tensor (input or
     output) holds more than `max_elements` run on fewer rows (`harness.sizing`; 0: never)."""
+    from kopt.harness import gpu_gate
     from kopt.harness.case import load_case_dir
     from kopt.harness.kernelbench import import_kernelbench
     from kopt.harness.sizing import fit_case_dir
@@ -270,12 +253,12 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
 
     t0 = time.perf_counter()
     try:
-        with _GPU.shared():
+        with gpu_gate.shared_window():
             report = verify_candidate(case, candidate, device=device, timeout=timeout)
         if device == "cuda" and not report.accepted and _out_of_memory(report):
             # four problems share the GPU while they verify; one that ran out of memory
             # beside the others is verified again with the GPU to itself
-            with _GPU.exclusive():
+            with gpu_gate.exclusive_window():
                 report = verify_candidate(case, candidate, device=device, timeout=timeout)
             row.detail = "re-verified alone after running out of GPU memory beside other problems"
     except KoptError as err:
@@ -306,6 +289,7 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
     and a choice of two regions or more is timed once more against the candidate (the joint
     check of `phases.search`) before it counts. 2026-11-26, H100: a search of one job per
     region cost 22-34 s of exclusive GPU time per problem of two or more regions."""
+    from kopt.harness import gpu_gate
     from kopt.harness.device import default_input_set
     from kopt.harness.tune import time_trials
     from kopt.harness.verify import verify_candidate
@@ -331,7 +315,7 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
     def time_configs(configs: list[dict[str, Any]], _what: str) -> list[dict[str, Any]]:
         return time_files(configs, file_of, lambda paths: time_trials(
             case, paths, device=device, input_set=input_set, timing_options=QUICK_TIMING,
-            timeout=timeout, budget_s=30.0))[0]
+            timeout=_gated(timeout), budget_s=30.0))[0]
 
     try:
         search = CoordinateSearch(space, time_configs, max_trials=len(space) + 3)
@@ -347,7 +331,8 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
             if keep == default:
                 return candidate
         chosen = file_of(keep)
-        report = verify_candidate(case, chosen, device=device, timeout=timeout)
+        with gpu_gate.shared_window():
+            report = verify_candidate(case, chosen, device=device, timeout=timeout)
         if not report.accepted:
             row.detail = ("the region choice " + json.dumps(keep) + " failed verification ("
                           + ", ".join(report.failed()) + "): every region timed in Triton")[:300]
@@ -375,8 +360,8 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
     pct: list[float] = []
     try:
         for _ in range(max(1, rounds)):
-            rows = bench_case(case, [candidate], device=device, unverified=True, timeout=timeout,
-                              timing_options=timing)
+            rows = bench_case(case, [candidate], device=device, unverified=True,
+                              timeout=_gated(timeout), timing_options=timing)
             for r in rows:
                 key = r["variant"] if r["variant"] in ("eager", "compile") else "kopt"
                 if r["median_ms"]:
@@ -413,15 +398,15 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
         row, case, candidate = prepare_problem(problem, root, device=device, timeout=timeout,
                                                max_elements=max_elements)
         if candidate is not None and device == "cuda":
-            with _GPU.exclusive():
-                try:
-                    candidate = choose_regions(row, case, candidate, device=device,
-                                               timeout=timeout)
-                except Exception as err:  # the choice is an optimisation: time what verified
-                    row.detail = (f"region choice failed ({type(err).__name__}: {err}); "
-                                  "every region timed in Triton")[:300]
-                time_problem(row, case, candidate, device=device, rounds=rounds,
-                             timing=QUICK_TIMING if timing is None else timing, timeout=timeout)
+            # the timing workers take the GPU gate around their timed calls only
+            try:
+                candidate = choose_regions(row, case, candidate, device=device,
+                                           timeout=timeout)
+            except Exception as err:  # the choice is an optimisation: time what verified
+                row.detail = (f"region choice failed ({type(err).__name__}: {err}); "
+                              "every region timed in Triton")[:300]
+            time_problem(row, case, candidate, device=device, rounds=rounds,
+                         timing=QUICK_TIMING if timing is None else timing, timeout=timeout)
         return row
     except Exception as err:  # a bug must cost one row, not the suite
         import traceback
@@ -510,7 +495,7 @@ def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: i
         return row
 
     try:
-        with _workspace(root, jobs):
+        with _workspace(root, jobs, gated=device == "cuda"):
             if jobs <= 1:
                 rows = [one(p) for p in problems]
             else:

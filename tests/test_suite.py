@@ -148,42 +148,6 @@ def test_suite_verifies_a_smoke_subset_of_kernelbench_in_the_interpreter(
     assert not (workspace / "cases").exists()  # the suite never writes into ./cases
 
 
-def test_a_timing_never_overlaps_a_verification() -> None:
-    import threading
-    import time
-
-    from kopt.phases.suite import _GpuShare
-
-    gpu, log = _GpuShare(), []
-
-    def verify(i: int) -> None:
-        with gpu.shared():
-            log.append(("verify", i, "start"))
-            time.sleep(0.1)
-            log.append(("verify", i, "end"))
-
-    def timing() -> None:
-        time.sleep(0.02)
-        with gpu.exclusive():
-            log.append(("time", 0, "start"))
-            time.sleep(0.05)
-            log.append(("time", 0, "end"))
-
-    threads = [threading.Thread(target=verify, args=(i,)) for i in range(2)]
-    threads += [threading.Thread(target=timing)]
-    for t in threads:
-        t.start()
-    time.sleep(0.05)
-    late = threading.Thread(target=verify, args=(2,))  # arrives while the timing waits
-    late.start()
-    for t in [*threads, late]:
-        t.join()
-    start, end = log.index(("time", 0, "start")), log.index(("time", 0, "end"))
-    assert end == start + 1  # nothing ran while it timed
-    assert all(e in log[:start] for e in [("verify", 0, "end"), ("verify", 1, "end")])
-    assert log.index(("verify", 2, "start")) > end  # a waiting timing goes first
-
-
 def test_a_bug_on_one_problem_costs_its_row_and_says_where(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """An unexpected error (2026-11-25 on the H100: `KeyError: 'custom'` with no trace) is the
@@ -388,9 +352,12 @@ def test_a_verification_out_of_gpu_memory_beside_others_runs_again_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """2026-11-26, H100, six problems verifying at once: three candidates ran out of GPU memory
     beside the others. Such a rejection is verified again with the GPU to itself."""
+    from collections.abc import Iterator
+    from contextlib import contextmanager
     from types import SimpleNamespace
 
     import kopt.harness.case as case_mod
+    import kopt.harness.gpu_gate as gpu_gate
     import kopt.harness.kernelbench as kb
     import kopt.harness.verify as verify_mod
     import kopt.phases.engineers.offline as offline
@@ -402,10 +369,22 @@ def test_a_verification_out_of_gpu_memory_beside_others_runs_again_alone(
     reports = [SimpleNamespace(accepted=False, checks=[oom], steps={}),
                SimpleNamespace(accepted=True, checks=[], steps={"judge": 0.1})]
     exclusive: list[bool] = []
+    mode: list[str] = []
+
+    @contextmanager
+    def window(name: str) -> Iterator[None]:
+        mode.append(name)
+        try:
+            yield
+        finally:
+            mode.pop()
 
     def fake_verify(*a, **k):  # type: ignore[no-untyped-def]
-        exclusive.append(suite._GPU._exclusive)
+        exclusive.append(mode == ["exclusive"])
         return reports.pop(0)
+
+    monkeypatch.setattr(gpu_gate, "shared_window", lambda: window("shared"))
+    monkeypatch.setattr(gpu_gate, "exclusive_window", lambda: window("exclusive"))
 
     monkeypatch.setattr(kb, "import_kernelbench", lambda *a, **k: tmp_path)
     monkeypatch.setattr(case_mod, "load_case_dir",
@@ -476,10 +455,26 @@ def test_workers_share_out_the_cpus_unless_told(monkeypatch: pytest.MonkeyPatch,
     assert suite.worker_threads(4) == 16 and suite.worker_threads(1) == 64
     assert suite.worker_threads(64) == 1
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    with suite._workspace(tmp_path, 4):
+    with suite._workspace(tmp_path, 4, gated=False):
         assert os.environ["OMP_NUM_THREADS"] == "16"
     assert "OMP_NUM_THREADS" not in os.environ
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    with suite._workspace(tmp_path, 4):
+    with suite._workspace(tmp_path, 4, gated=False):
         assert os.environ["OMP_NUM_THREADS"] == "3"
     assert os.environ["OMP_NUM_THREADS"] == "3"
+
+
+def test_a_gpu_suite_sets_up_its_gate_and_takes_it_away_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopt.harness import gpu_gate
+    from kopt.phases import suite
+
+    monkeypatch.delenv(gpu_gate.ENV, raising=False)
+    with suite._workspace(tmp_path, 4, gated=True):
+        gate = gpu_gate.from_env()
+        assert gate is not None and gate.folder.is_relative_to(tmp_path)
+        assert suite._gated(240.0) == 240.0 * suite.GATE_WAIT_FACTOR
+    assert gpu_gate.ENV not in os.environ and gpu_gate.from_env() is None
+    assert suite._gated(240.0) == 240.0
+    with suite._workspace(tmp_path, 1, gated=False):  # a CPU suite times nothing
+        assert gpu_gate.from_env() is None

@@ -13,11 +13,15 @@ tensors in place (fresh values, same storage: no cache keyed by address or shape
 After timing, the `check` group's values are written in and one forward's outputs are saved
 to `out/check-<variant>.safetensors` for the parent to compare with the baseline's. Clock
 and torch identities are re-checked after timing; the eager job also reports the roofline.
+Only the timed calls hold the GPU gate (harness.gpu_gate) when one is set; a candidate's
+supervisor takes it when the child asks ("gate" ... "gate_done").
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +31,10 @@ import torch
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     if request["variants"] == ["candidate"]:
         return _run_supervised(job_dir, request)
-    return _bench(job_dir, request, _files(job_dir), _save_file(job_dir), None)
+    from kopt.harness import gpu_gate
+
+    return _bench(job_dir, request, _files(job_dir), _save_file(job_dir), None,
+                  gpu_gate.timing_window)
 
 
 def _files(job_dir: Path) -> Any:
@@ -48,6 +55,7 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     """A candidate is timed in a forked child (harness.jobs.supervised): the staged inputs
     are taken off the disk first and sent after import; the output sample and the results
     come back through the link and are written here once the child is gone."""
+    from kopt.harness import gpu_gate
     from kopt.harness.jobs import supervised
     from kopt.harness.jobs.candidate import _death
 
@@ -77,12 +85,24 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             send({"ev": "sample", "data": st_save({f"o{i}": t.detach().to("cpu").contiguous()
                                                    for i, t in enumerate(seen)})})
 
+        @contextmanager
+        def window() -> Iterator[None]:
+            # the supervisor holds the GPU gate (harness.gpu_gate) while the child times
+            send({"ev": "gate"})
+            link.recv()
+            try:
+                yield
+            finally:
+                send({"ev": "gate_done"})
+
         try:
-            response = _bench(job_dir, request, load, save, load_candidate)
+            response = _bench(job_dir, request, load, save, load_candidate, window)
         except BaseException as err:  # candidate code: any failure is data
             response = {"ok": False, "error": f"{type(err).__name__}: {err}"[:1000]}
         send({"ev": "result", "response": _plain_json(response)})
 
+    gate = gpu_gate.from_env()
+    held = ExitStack()
     pid, link = supervised.fork_child(child)
     sample: bytes | None = None
     result: dict[str, Any] | None = None
@@ -91,12 +111,20 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             msg = link.recv()
             if msg.get("ev") == "imported":
                 link.send({"inputs": staged})
+            elif msg.get("ev") == "gate":
+                if gate is not None:
+                    held.enter_context(gate.exclusive())
+                link.send({"go": True})
+            elif msg.get("ev") == "gate_done":
+                held.close()
             elif msg.get("ev") == "sample" and sample is None:
                 sample = bytes(msg.get("data") or b"")
             elif msg.get("ev") == "result":
                 result = dict(msg.get("response") or {})
     except supervised.ChannelClosed:
         pass
+    finally:
+        held.close()
     status = supervised.end_child(pid, link)
     out = supervised.clear_out(job_dir)
     if result is None:
@@ -114,7 +142,7 @@ def _plain_json(value: Any) -> Any:
 
 
 def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
-           load_candidate: Any) -> dict[str, Any]:
+           load_candidate: Any, window: Callable[[], AbstractContextManager[None]]) -> dict[str, Any]:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
@@ -175,8 +203,9 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
             if device == "cuda":
                 torch.cuda.synchronize()
             launches = len(counter.take())
-            timed = timing.time_callable(fn, device=device, rotate=rotate,
-                                         **(request.get("timing_options") or {}))
+            with window():  # the GPU alone for the timed calls only (harness.gpu_gate)
+                timed = timing.time_callable(fn, device=device, rotate=rotate,
+                                             **(request.get("timing_options") or {}))
             launches_timed = len(counter.take())
             # The sample re-check: known values in, outputs out, after all timed calls.
             for k, v in check.items():

@@ -29,7 +29,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    from kopt.harness import timing
+    from kopt.harness import gpu_gate, timing
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import instantiate, model_class
     from kopt.harness.jobs.candidate import _load_candidate
@@ -91,8 +91,9 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             fn()  # Triton JIT outside timing
             if device == "cuda":
                 torch.cuda.synchronize()
-            timed = timing.time_callable(fn, device=device, rotate=rotate,
-                                         **(request.get("timing_options") or {}))
+            with gpu_gate.timing_window():  # the GPU alone for the timed calls only
+                timed = timing.time_callable(fn, device=device, rotate=rotate,
+                                             **(request.get("timing_options") or {}))
             sample(model, f"trial-{i}")
             result = {"ok": True, "timing": timed.to_dict(),
                       "deferred_work": timed.deferred_work_suspected()}
