@@ -50,9 +50,8 @@ def time_trials(case: Case, trials: Sequence[Path], *, device: str, input_set: s
     groups["weights"] = agent_provide_weights(case, input_set)
     tol = {dt: tolerance_for(case, dt) for dt in DTYPES}
     results: list[dict[str, Any] | None] = [None] * len(trials)
-    start = 0
-    while start < len(trials):
-        todo = list(range(start, len(trials)))
+    while any(r is None for r in results):
+        todo = [i for i, r in enumerate(results) if r is None]
         request = {"device": device, "precision": case.manifest.precision,
                    "input_set": input_set, "interpret": device == "cpu",
                    "pool": [f"pool{i}" for i in range(POOL)], "check": "check",
@@ -66,32 +65,44 @@ def time_trials(case: Case, trials: Sequence[Path], *, device: str, input_set: s
                                  on_line=on_line)
             out = job_dir / "out"
             reference = load_outputs(out / "check-reference.safetensors")
+            progress = False
             for k, i in enumerate(todo):
                 file = out / f"trial-{k}.json"
-                if not file.is_file():
-                    if (out / f"started-{k}").exists():
-                        results[i] = {"ok": False, "checked": False, "median_ms": None,
-                                      "detail": "the worker died in this trial: "
-                                                f"{outcome.failure_reason()}"[:500]}
-                    break
-                results[i] = _judge(json.loads(file.read_text()),
-                                    load_outputs(out / f"check-trial-{k}.safetensors"),
-                                    reference, tol)
-            if results[start] is None:  # no progress: the worker failed before any trial
+                if file.is_file():
+                    results[i] = _judge(json.loads(file.read_text()),
+                                        load_outputs(out / f"check-trial-{k}.safetensors"),
+                                        reference, tol)
+                    progress = True
+            dead = _current_trial(out)
+            if dead is not None and results[todo[dead]] is None and not outcome.ok:
+                # the worker died in this trial: it fails, the rest go to a fresh worker
+                results[todo[dead]] = {"ok": False, "checked": False, "median_ms": None,
+                                       "detail": "the worker died in this trial: "
+                                                 f"{outcome.failure_reason()}"[:500]}
+                progress = True
+            if outcome.ok:  # a worker that ended well left nothing to run again
+                for i in todo:
+                    results[i] = results[i] or {"ok": False, "checked": False,
+                                                "median_ms": None, "detail": "not run"}
+            if not progress:  # the worker failed before any trial
                 reason = ("no reference output" if reference is None else "stopped") \
                     if outcome.ok else outcome.failure_reason()
                 for i in todo:
                     results[i] = {"ok": False, "checked": False, "median_ms": None,
                                   "detail": f"the tuning worker failed: {reason}"[:500]}
-                break
-            nxt = next((i for i in todo if results[i] is None), None)
-            if nxt is None:
-                break
-            start = nxt  # after a crash or a CUDA error: the rest in a fresh worker
         finally:
             cleanup(job_dir)
     return [r or {"ok": False, "checked": False, "median_ms": None, "detail": "not run"}
             for r in results]
+
+
+def _current_trial(out: Path) -> int | None:
+    """The trial (index in the job's list) the worker was on: `out/current` reads `warm K`
+    or `time K`."""
+    try:
+        return int((out / "current").read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _judge(result: dict[str, Any], sample: list[torch.Tensor] | None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from kopt.harness.case import load_case
+from kopt.harness.case import Case, load_case
 from kopt.harness.paths import bundled_cases_dir
 from kopt.harness.tune import time_trials
 from kopt.phases.accelerator import apply_config, search_space
@@ -17,17 +17,27 @@ class ModelNew(_Right):
     def forward(self, *args, **kwargs):
         return super().forward(*args, **kwargs) * 1.5
 """
+KILLER = """
+class ModelNew(_Right):
+    def forward(self, *args, **kwargs):
+        import os
+        os._exit(3)
+"""
 
 
-def test_time_trials_times_every_config_in_one_job_and_catches_a_wrong_output(
-        workspace: Path) -> None:
+def _tiny_case(workspace: Path) -> Case:
     case_dir = workspace / "cases" / "lg_tiny"
     shutil.copytree(bundled_cases_dir() / "layernorm_gelu", case_dir)
     text = (case_dir / "manifest.yaml").read_text()
     text = text.replace("name: layernorm_gelu", "name: lg_tiny").replace("4096", "64") \
         .replace("16384", "32").replace("[1000,", "[7,")
     (case_dir / "manifest.yaml").write_text(text)
-    case = load_case(str(case_dir))
+    return load_case(str(case_dir))
+
+
+def test_time_trials_times_every_config_in_one_job_and_catches_a_wrong_output(
+        workspace: Path) -> None:
+    case = _tiny_case(workspace)
     source = generate_candidate(case, input_set="main").source
     style, space, default = search_space(source, None)
     assert style == "config" and space
@@ -49,3 +59,20 @@ def test_time_trials_times_every_config_in_one_job_and_catches_a_wrong_output(
     assert all(r["median_ms"] and r["median_ms"] > 0 for r in results[:3])
     assert "wrong output" in results[2]["detail"]
     assert not results[3]["ok"] and "no kernel here" in results[3]["detail"]
+
+
+def test_a_trial_that_kills_its_worker_fails_alone_and_the_rest_are_timed(
+        workspace: Path) -> None:
+    """Trials are compiled in one pass and timed in another (the GPU gate's one window): a
+    trial that kills the worker while it is compiled is failed by name, and the trials
+    before and after it are timed in a fresh worker."""
+    case = _tiny_case(workspace)
+    source = generate_candidate(case, input_set="main").source
+    files = [workspace / f"trial-{i}.py" for i in range(3)]
+    files[0].write_text(source)
+    files[1].write_text(source.replace("ModelNew", "_Right") + KILLER)
+    files[2].write_text(source)
+    results = time_trials(case, files, device="cpu", input_set="main", budget_s=60,
+                          timing_options={"max_seconds": 0.5, "max_iters": 3, "min_iters": 2})
+    assert [r["checked"] for r in results] == [True, False, True]
+    assert "the worker died in this trial" in results[1]["detail"]
