@@ -114,6 +114,19 @@ def test_cumulative_sums_and_products_are_scan_kernels(tmp_path: Path, expr: str
     assert not result.unfused, result.unfused
 
 
+@pytest.mark.parametrize("body, shape", [
+    (["return torch.cumsum(x * (y > 0), dim=-1)"], [6, 3000]),  # level-1 93, carried blocks
+    (["s = torch.sigmoid(x) * y", "return torch.cumsum(s, dim=1), s"], [5, 37]),
+    (["return torch.cumsum(torch.exp(x).flip(1), dim=1).flip(1)"], [5, 40]),  # reverse
+])
+def test_a_pointwise_producer_is_the_scans_prologue(tmp_path: Path, body: list[str],
+                                                    shape: list[int]) -> None:
+    """The scanned value computed in the scan's loop: one kernel, no intermediate in memory;
+    a prologue value the model also returns is stored from the same loop."""
+    result, _ = _generate(tmp_path, body, [shape, shape])
+    assert [k["kind"] for k in result.kernels] == ["scan"], result.kernels
+
+
 def test_a_flip_read_elsewhere_is_not_folded_into_the_scan(tmp_path: Path) -> None:
     result, _ = _generate(tmp_path, ["return torch.cumsum(x.flip(1), dim=1).flip(1) + x.flip(1)"],
                           [[5, 40], [1]])

@@ -356,10 +356,8 @@ class _Partitioner:
             g = self._new("arg_reduction", n, n.args[0].shape, n.args[0].sym)
             g.rdim = n.kwargs["dim"]
             self._add(g, n, self._reduced_dmap(tuple(range(n.args[0].rank)), n))
-        elif n.op in SCANS:  # its own kernel: the scanned value is loaded, the result stored
-            g = self._new("scan", n, n.shape, n.sym)
-            g.rdim = n.kwargs["dim"]
-            self._add(g, n, tuple(range(n.rank)))
+        elif n.op in SCANS:
+            self._place_scan(n)
         elif n.op in MATMUL:
             g = self._new("matmul", n, n.shape, n.sym)
             g.anchor = n
@@ -411,6 +409,20 @@ class _Partitioner:
         else:
             dmx = g.dmaps[x]
         self._add(g, n, self._reduced_dmap(dmx, n))
+
+    def _place_scan(self, n: Node) -> None:
+        """A scan is its own kernel; a pointwise group over the scan's whole domain that
+        computes the scanned value becomes its prologue (`cumsum(x * mask)`: one kernel that
+        loads x and mask), its other outputs stored from the same loop."""
+        x, ident = n.args[0], tuple(range(n.rank))
+        g = self.owner.get(x)
+        if not (g is not None and g.kind == "pointwise" and self.policy.reduction_prologue
+                and x.shape == g.domain == n.shape and self._acyclic(n, g)
+                and all(dm == ident for dm in g.dmaps.values())
+                and not any(m.op == WINDOW_TAP for m in g.nodes)):
+            g = self._new("scan", n, n.shape, n.sym)
+        g.kind, g.rdim = "scan", n.kwargs["dim"]
+        self._add(g, n, ident)
 
     @staticmethod
     def _reduced_dmap(dmx: DimMap, n: Node) -> DimMap:

@@ -2,8 +2,10 @@
 
 Each program walks its row in column blocks: `tl.cumsum` (or `tl.cumprod`) of the block,
 combined with the carry of the blocks before it (added, or multiplied), and the carry becomes
-the block's last element (a reverse scan walks the row from its end). The scanned input is loaded (a pointwise producer runs in its own
-kernel first); the row's other coordinates come from the program id. Accumulates in float32.
+the block's last element (a reverse scan walks the row from its end). The scanned value is
+loaded, or computed in the loop by the pointwise prologue the scan's group took over
+(`cumsum(x * mask)`); the row's other coordinates come from the program id. Accumulates in
+float32.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def row_walk(w: _ScanWriter, init: list[str], reverse: bool = False) -> list[str
 
 
 def scan_kernel(group: Group, part: Partition, sym_code: Any, name: str) -> KernelSource:
-    (node,) = group.nodes
+    node = group.nodes[-1]  # the scan; any node before it is its pointwise prologue
     rd = group.rdim
     assert rd is not None
     w = _ScanWriter(group, part, sym_code)
@@ -59,7 +61,8 @@ def scan_kernel(group: Group, part: Partition, sym_code: Any, name: str) -> Kern
     w.emit(f"x = tl.where(cmask, x, {'1.0' if prod else '0.0'})")
     w.emit(f"s = tl.{node.op}(x, axis=0) {'*' if prod else '+'} carry")
     scope.values[("val", node)] = Operand("s", "tl.float32")
-    w.store(node, 0, scope, "cmask")
+    for o, out in enumerate(group.outputs):  # the scan, and prologue values read elsewhere
+        w.store(out, o, scope, "cmask")
     w.emit("carry = tl.sum(tl.where(tl.arange(0, BLOCK_SIZE) == BLOCK_SIZE - 1, s, 0.0), axis=0)")
     loop = w.lines
     r = len(group.domain)
