@@ -16,10 +16,10 @@ from typing import Any
 
 from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition
 from kopt.phases.engineers.offline.kernels.reduction import (
-    _decompose_dims,
     _tiled_default,
     _tiled_tunables,
     is_tiled,
+    tile_head,
 )
 from kopt.phases.engineers.offline.kernels.scan import _ScanWriter, row_walk
 from kopt.phases.engineers.offline.kernels.writer import (
@@ -49,6 +49,23 @@ class _TiledWriter(_Writer):
         return None
 
 
+def _compare_block(w: _Writer, node: Any, scope: _Scope, *, keep_dims: bool) -> str:
+    """The loop body shared by both forms: the block's best value and its first index along
+    the reduced axis (a row's block, or a tile's columns with `keep_dims`), kept where it
+    beats the best so far (strictly: an earlier block wins a tie). Returns the start value."""
+    x = w.load(node.args[0], tuple(range(len(w.g.domain))), scope)  # not broadcast
+    biggest = node.op == "argmax"
+    worst = '-float("inf")' if biggest else 'float("inf")'
+    keep = ", keep_dims=True" if keep_dims else ""
+    w.emit(f"x = tl.where(cmask, {x.as_type('tl.float32')}, {worst})")
+    w.emit(f"m = tl.{'max' if biggest else 'min'}(x, axis=0{keep})")
+    w.emit(f"i = tl.{node.op}(x, axis=0{keep}).to(tl.int64) + start")
+    w.emit(f"better = m {'>' if biggest else '<'} best")
+    w.emit("best_i = tl.where(better, i, best_i)")
+    w.emit("best = tl.where(better, m, best)")
+    return worst
+
+
 def arg_reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) -> KernelSource:
     if is_tiled(group):
         return _tiled_arg_reduction(group, part, sym_code, name)
@@ -58,15 +75,7 @@ def arg_reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str
     w = _ScanWriter(group, part, sym_code)
     scope = _Scope()
     w.indent = 2
-    x = w.load(node.args[0], tuple(range(len(group.domain))), scope)  # the row, not broadcast
-    biggest = node.op == "argmax"
-    worst = '-float("inf")' if biggest else 'float("inf")'
-    w.emit(f"x = tl.where(cmask, {x.as_type('tl.float32')}, {worst})")
-    w.emit(f"m = tl.{'max' if biggest else 'min'}(x, axis=0)")
-    w.emit(f"i = tl.{node.op}(x, axis=0).to(tl.int64) + start")
-    w.emit(f"better = m {'>' if biggest else '<'} best")
-    w.emit("best_i = tl.where(better, i, best_i)")
-    w.emit("best = tl.where(better, m, best)")
+    worst = _compare_block(w, node, scope, keep_dims=False)
     w.indent = 1
     scope.values[("val", node)] = Operand("best_i", "tl.int64")
     w.store(node, 0, scope, None)
@@ -88,31 +97,13 @@ def _tiled_arg_reduction(group: Group, part: Partition, sym_code: Any, name: str
     w = _TiledWriter(group, part, sym_code)
     scope = _Scope()
     w.indent = 2
-    x = w.load(node.args[0], tuple(range(r)), scope)
-    biggest = node.op == "argmax"
-    worst = '-float("inf")' if biggest else 'float("inf")'
-    w.emit(f"x = tl.where(cmask, {x.as_type('tl.float32')}, {worst})")
-    w.emit(f"m = tl.{'max' if biggest else 'min'}(x, axis=0, keep_dims=True)")
-    w.emit(f"i = tl.{node.op}(x, axis=0, keep_dims=True).to(tl.int64) + start")
-    w.emit(f"better = m {'>' if biggest else '<'} best")
-    w.emit("best_i = tl.where(better, i, best_i)")
-    w.emit("best = tl.where(better, m, best)")
+    worst = _compare_block(w, node, scope, keep_dims=True)
     w.indent = 1
     scope.values[("val", node)] = Operand("best_i", "tl.int64")
     w.store(node, 0, scope, "imask")
     body = w.lines
-    inner = list(range(rd + 1, r))
-    needed = sorted(w.coords_needed)
-    head = ["pid = tl.program_id(0).to(tl.int64)",
-            f"n_inner = {' * '.join(f'D{k}' for k in inner)}  # the contiguous dims after the reduced one",
-            "n_iblocks = tl.cdiv(n_inner, BLOCK_C)",
-            "outer = pid // n_iblocks",
-            "ci = ((pid % n_iblocks) * BLOCK_C + tl.arange(0, BLOCK_C))[None, :]",
-            "imask = ci < n_inner"]
-    head += _decompose_dims("ci", [k for k in needed if k > rd], inner, "c")
-    head += _decompose_dims("outer", [k for k in needed if k < rd], list(range(rd)), "c")
-    head += ["rows = tl.arange(0, BLOCK_SIZE)[:, None]",
-             f"best = tl.full([1, BLOCK_C], {worst}, tl.float32)",
+    head = tile_head(group, w.coords_needed)
+    head += [f"best = tl.full([1, BLOCK_C], {worst}, tl.float32)",
              "best_i = tl.zeros([1, BLOCK_C], tl.int64)",
              "for start in range(0, n_cols, BLOCK_SIZE):",
              "    cr = start + rows",

@@ -549,19 +549,8 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     r = len(group.domain)
     sizes = ["n_cols"] + [f"D{k}" for k in range(r) if k != group.rdim]
     if w.tiled:
-        rd = group.rdim
-        inner = list(range(rd + 1, r))
-        head = ["pid = tl.program_id(0).to(tl.int64)",
-                f"n_inner = {' * '.join(f'D{k}' for k in inner)}  # the contiguous dims after the reduced one",
-                "n_iblocks = tl.cdiv(n_inner, BLOCK_C)",
-                "outer = pid // n_iblocks",
-                "ci = ((pid % n_iblocks) * BLOCK_C + tl.arange(0, BLOCK_C))[None, :]",
-                "imask = ci < n_inner"]
-        needed = sorted(w.coords_needed)
-        head += _decompose_dims("ci", [k for k in needed if k > rd], inner, "c")
-        head += _decompose_dims("outer", [k for k in needed if k < rd], list(range(rd)), "c")
-        head += ["rows = tl.arange(0, BLOCK_SIZE)[:, None]",
-                 "if ONE_PASS:  # the reduced extent fits one tile: read once, keep it in registers",
+        head = tile_head(group, w.coords_needed)
+        head += ["if ONE_PASS:  # the reduced extent fits one tile: read once, keep it in registers",
                  "    cr = rows", "    cmask = (cr < n_cols) & imask"]
         body = one + ["    else:  # a long row along the reduced dim: loops over (BLOCK_SIZE, BLOCK_C) tiles, then the outputs"]
         return _finish_simple(w, group, part, name, "tiled_reduction", head, body + looped, sizes,
@@ -621,6 +610,25 @@ TILE_ONE_PASS = 8192
 TILE_PROGRAMS = 264
 """Programs an outer reduction aims for: two per H100 SM (132); BLOCK_C halves (down to 16)
 until the grid has that many, since one program walks the whole reduced extent."""
+
+
+def tile_head(group: Group, coords_needed: set[int]) -> list[str]:
+    """The head of a kernel over (BLOCK_SIZE, BLOCK_C) tiles of a non-innermost reduced dim:
+    the program's block of the contiguous dims after it (`ci`, `imask`), the coordinates it
+    needs (`c<k>`) and the tile's row offsets (`rows`)."""
+    rd, r = group.rdim, len(group.domain)
+    assert rd is not None
+    inner = list(range(rd + 1, r))
+    head = ["pid = tl.program_id(0).to(tl.int64)",
+            f"n_inner = {' * '.join(f'D{k}' for k in inner)}  # the contiguous dims after the reduced one",
+            "n_iblocks = tl.cdiv(n_inner, BLOCK_C)",
+            "outer = pid // n_iblocks",
+            "ci = ((pid % n_iblocks) * BLOCK_C + tl.arange(0, BLOCK_C))[None, :]",
+            "imask = ci < n_inner"]
+    needed = sorted(coords_needed)
+    head += _decompose_dims("ci", [k for k in needed if k > rd], inner, "c")
+    head += _decompose_dims("outer", [k for k in needed if k < rd], list(range(rd)), "c")
+    return head + ["rows = tl.arange(0, BLOCK_SIZE)[:, None]"]
 
 
 def _tiled_default(group: Group) -> dict[str, int]:
