@@ -85,6 +85,22 @@ def test_softmax_times_other_input_plus_rowwise_is_one_kernel(tmp_path: Path) ->
     assert len(result.kernels) == 1, result.kernels
 
 
+@pytest.mark.parametrize("body, shape, kinds", [
+    # KernelBench level-1 99: two distances from one anchor, then the loss over the rows
+    (["a = torch.norm(x - y + 1e-6, dim=1)", "b = torch.norm(x - 2.0 * y, dim=1)",
+      "return torch.clamp(a - b + 1.0, min=0).mean()"], [33, 700],
+     ["reduction", "reduction"]),
+    (["return (x * y).sum(1) + torch.exp(x - y).amax(1)"], [5, 3001], ["reduction"]),  # looped
+    # along different dims: different rows, two kernels (the add joins the second's epilogue)
+    (["return (x * y).sum(1, keepdim=True) + (x - y).sum(0, keepdim=True)"], [37, 45],
+     ["reduction", "tiled_reduction"]),
+])
+def test_reductions_over_the_same_rows_with_their_own_prologues_share_a_kernel(
+        tmp_path: Path, body: list[str], shape: list[int], kinds: list[str]) -> None:
+    result, _ = _generate(tmp_path, body, [shape, shape])
+    assert sorted(k["kind"] for k in result.kernels) == sorted(kinds), result.kernels
+
+
 # -- reductions over a dim that is not the innermost: 2-D tiles, not strided columns --------
 
 @pytest.mark.parametrize("rows", [37, 700])  # the reduced extent in one tile; looped over tiles

@@ -9,9 +9,12 @@ by `graph.py`.
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,6 +196,28 @@ def example_inputs(case: Case, input_set: str | Any, device: str = "cpu"
     return [make(a) for a in resolved.args], {k: make(v) for k, v in resolved.kwargs.items()}
 
 
+SOLVER_LOGGER = "torch.fx.experimental.symbolic_shapes"
+"""Export's size-constraint solver logs a warning with a full traceback when sympy cannot
+reduce an inequality (a square root of a size: KernelBench level-1 92 printed 60 lines of it
+into the suite's output); the export itself goes on. Errors still show."""
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Records under ERROR from logger `name` dropped meanwhile (a filter: torch's logging
+    set-up, which export may run, resets logger levels)."""
+    log = logging.getLogger(name)
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+    log.addFilter(keep)
+    try:
+        yield
+    finally:
+        log.removeFilter(keep)
+
+
 def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any],
             traced: tuple[list[Any], dict[str, Any]] | None = None) -> tuple[Any, bool]:
     """The exported program and whether its sizes are symbolic: a dynamic export on `traced`
@@ -209,7 +234,7 @@ def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any],
                 a, kw = traced or (args, kwargs)
                 ds = {"args": tuple(dims(v) for v in a), "kwargs": {k: dims(v) for k, v in kw.items()}}
                 ds = _match_signature(model, a, kw, ds)
-            with torch.no_grad(), warnings.catch_warnings():
+            with torch.no_grad(), warnings.catch_warnings(), _quiet(SOLVER_LOGGER):
                 # torch's own deprecation inside export's copy of the input spec: nothing a
                 # user can act on, and it was the one stray line in `kopt run`'s output
                 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)

@@ -388,7 +388,11 @@ class _Partitioner:
             ok = self.policy.reduction_prologue and g.dmaps[x] == tuple(range(len(g.domain))) \
                 and x.shape == g.domain and all(dm == tuple(range(len(g.domain))) for dm in g.dmaps.values())
             if ok:
-                g.kind, g.rdim = "reduction", d
+                sibling = self._row_sibling(g, d)
+                if sibling is not None and self._merge(sibling, g, n):
+                    g = sibling  # its prologue joins a reduction over the same rows
+                else:
+                    g.kind, g.rdim = "reduction", d
         elif ok:
             ok = self.policy.reduction_prologue and g.dmaps[x][d] == g.rdim
         if ok and n.op == "select":
@@ -409,6 +413,14 @@ class _Partitioner:
         else:
             dmx = g.dmaps[x]
         self._add(g, n, self._reduced_dmap(dmx, n))
+
+    def _row_sibling(self, g: Group, d: int) -> Group | None:
+        """An earlier reduction over the same rows as pointwise group `g` reduced along `d`:
+        the two reductions share one kernel, each row read once (TripletMarginLoss's two
+        distances from the anchor: one kernel, not two that each read it)."""
+        return next((h for h in reversed(self.groups)
+                     if h is not g and h.kind == "reduction" and h.rdim == d
+                     and h.domain == g.domain and h.domain_sym == g.domain_sym), None)
 
     def _place_scan(self, n: Node) -> None:
         """A scan is its own kernel; a pointwise group over the scan's whole domain that
