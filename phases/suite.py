@@ -210,6 +210,7 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     from kopt.harness.sizing import fit_case_dir
     from kopt.harness.verify import verify_candidate
     from kopt.phases.engineers.offline import generate_candidate
+    from kopt.phases.engineers.offline.engineer import FIXED_LEAD_NOTE
 
     row = SuiteRow(problem.name, problem.level, str(problem.file))
     t0 = time.perf_counter()
@@ -271,7 +272,10 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
         row.status = "rejected"
         bad = [c for c in report.checks if not c.passed]
         failed = "; ".join(f"{c.name}: {c.detail}" for c in bad)
-        row.detail, row.traceback = failed[:300], failed[:8000]
+        # a candidate fixed at the traced leading size: the likely cause, said first
+        why = next((n for n in result.notes if n.startswith(FIXED_LEAD_NOTE)), "")
+        row.detail = (why.split(" (")[0] + "; " if why else "") + failed
+        row.detail, row.traceback = row.detail[:300], row.detail[:8000]
         return row, case, None
     row.status = "verified"
     return row, case, candidate

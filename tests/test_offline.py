@@ -377,3 +377,19 @@ def test_non_contiguous_and_odd_sizes(workspace: Path) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_leading_size_export_fixes_is_named_in_the_notes(tmp_path: Path) -> None:
+    """A batch read through int() of a float (KernelBench level-3 30's window reverse): export
+    specialises it, and the candidate's notes say so first; a plain batch stays symbolic."""
+    from kopt.phases.engineers.offline import generate_candidate
+    from kopt.phases.engineers.offline.engineer import FIXED_LEAD_NOTE
+
+    fixed = load_case_dir(_write_case(
+        tmp_path / "fixed", ["b = int(x.shape[0] * x.shape[1] / x.shape[1])",
+                             "return torch.relu(x.view(b, -1)) * 2.0"], [[6, 10], [1]], "float32"))
+    notes = generate_candidate(fixed).notes
+    assert notes and notes[0].startswith(f"{FIXED_LEAD_NOTE} 6"), notes
+    plain = load_case_dir(_write_case(tmp_path / "plain", ["return torch.relu(x) * 2.0"],
+                                      [[6, 10], [1]], "float32"))
+    assert not any(n.startswith(FIXED_LEAD_NOTE) for n in generate_candidate(plain).notes)

@@ -177,10 +177,13 @@ def test_a_bad_shard_is_a_one_line_error(tmp_path: Path, shard: str) -> None:
         _shard(shard)
 
 
+@pytest.mark.parametrize("fixed_lead", [False, True])
 def test_a_rejection_keeps_every_failing_checks_whole_text(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           fixed_lead: bool) -> None:
     """The row's detail is short; the JSON row keeps the whole text of every failing check (a
-    Triton compile error on the H100 was cut at 300 characters before its message)."""
+    Triton compile error on the H100 was cut at 300 characters before its message). A
+    candidate whose leading size export fixed says so first (the likely cause)."""
     from types import SimpleNamespace
 
     import kopt.harness.case as case_mod
@@ -188,20 +191,24 @@ def test_a_rejection_keeps_every_failing_checks_whole_text(tmp_path: Path,
     import kopt.harness.verify as verify_mod
     import kopt.phases.engineers.offline as offline
     import kopt.phases.suite as suite
+    from kopt.phases.engineers.offline.engineer import FIXED_LEAD_NOTE
 
     long = "CompilationError at 29:19:\n" + "    c3 = rem % D3\n" * 40 + "AttributeError: no .to"
     check = SimpleNamespace(name="correct", passed=False, detail=long)
     monkeypatch.setattr(kb, "import_kernelbench", lambda *a, **k: tmp_path)
     monkeypatch.setattr(case_mod, "load_case_dir",
                         lambda d: SimpleNamespace(manifest=SimpleNamespace(smoke={})))
+    notes = [f"{FIXED_LEAD_NOTE} 10 (a static export, or ...): may fail"] if fixed_lead else []
     monkeypatch.setattr(offline, "generate_candidate",
-                        lambda case: SimpleNamespace(seconds=0.1, kernels=[{}], source="x = 1\n"))
+                        lambda case: SimpleNamespace(seconds=0.1, kernels=[{}], source="x = 1\n",
+                                                     notes=notes))
     monkeypatch.setattr(verify_mod, "verify_candidate",
                         lambda *a, **k: SimpleNamespace(accepted=False, checks=[check], steps={}))
     row, _, candidate = suite.prepare_problem(suite.Problem(tmp_path / "44_x.py", "level2"),
                                               tmp_path, device="cpu")
     assert row.status == "rejected" and candidate is None
     assert len(row.detail) == 300 and row.traceback.endswith("AttributeError: no .to")
+    assert row.detail.startswith(f"{FIXED_LEAD_NOTE} 10; correct:") == fixed_lead
 
 
 def _two_region_candidate(tmp_path: Path) -> tuple[object, Path, list[str]]:
@@ -390,7 +397,8 @@ def test_a_verification_out_of_gpu_memory_beside_others_runs_again_alone(
     monkeypatch.setattr(case_mod, "load_case_dir",
                         lambda d: SimpleNamespace(manifest=SimpleNamespace(smoke={})))
     monkeypatch.setattr(offline, "generate_candidate",
-                        lambda case: SimpleNamespace(seconds=0.1, kernels=[{}], source="x = 1\n"))
+                        lambda case: SimpleNamespace(seconds=0.1, kernels=[{}], source="x = 1\n",
+                                                     notes=[]))
     monkeypatch.setattr(verify_mod, "verify_candidate", fake_verify)
     row, _, candidate = suite.prepare_problem(suite.Problem(tmp_path / "28_x.py", "level2"),
                                               tmp_path, device="cuda", max_elements=0)

@@ -21,6 +21,7 @@ from typing import Any
 import sympy
 import torch
 from torch.export import Dim
+from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
 from kopt.harness.case import Case
 from kopt.harness.data import build_model
@@ -65,6 +66,10 @@ class Captured:
     kwargs: dict[str, Any]
     dynamic: bool
     """True when export kept input dims symbolic."""
+    fixed_lead: int | None = None
+    """The first tensor input's leading size when the program has it as a constant (a static
+    export, or a dynamic one that specialised it: the model derives a size from it through
+    `int()`, a Python loop, a branch): the candidate then runs at that size only."""
 
 
 EXPORT_CACHE_SIZE = 8
@@ -102,7 +107,7 @@ def capture(case: Case, input_set: str = "main") -> Captured:
     if key is not None and key in _EXPORTS:
         ep, dynamic, model, args, kwargs = _EXPORTS[key]
         graph = lower_program(ep, constructor_ints(case, input_set), input_set_shapes(case))
-        return Captured(graph, model, args, kwargs, dynamic)
+        return Captured(graph, model, args, kwargs, dynamic, fixed_leading_size(ep))
     captured, ep = _capture(case, input_set)
     if key is not None:
         while len(_EXPORTS) >= EXPORT_CACHE_SIZE:
@@ -119,14 +124,28 @@ def _capture(case: Case, input_set: str) -> tuple[Captured, Any]:
         try:
             ep, dynamic = _export(model, args, kwargs, example_inputs(case, trace, device="meta"))
             graph = lower_program(ep, constructor_ints(case, input_set), input_set_shapes(case))
-            return Captured(graph, model, args, kwargs, dynamic), ep
+            return Captured(graph, model, args, kwargs, dynamic, fixed_leading_size(ep)), ep
         except (EngineerError, RuntimeError, TypeError, ValueError, NotImplementedError):
             pass  # a model that needs real tensors: the CPU build below
     model = build_model(case, input_set, device="cpu")
     args, kwargs = example_inputs(case, input_set)
     ep, dynamic = _export(model, args, kwargs, example_inputs(case, trace))
     graph = lower_program(ep, constructor_ints(case, input_set), input_set_shapes(case))
-    return Captured(graph, model, args, kwargs, dynamic), ep
+    return Captured(graph, model, args, kwargs, dynamic, fixed_leading_size(ep)), ep
+
+
+def fixed_leading_size(ep: Any) -> int | None:
+    """The exported program's first tensor input's leading size when it is a constant, not
+    a symbol; None when it stayed symbolic (or there is no such input)."""
+    user = set(ep.graph_signature.user_inputs)
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in user:
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dim() >= 1:
+            lead = val.shape[0]  # a SymInt whose expression may be a number: specialised
+            return int(lead) if is_concrete_int(lead) else None
+    return None
 
 
 def input_set_shapes(case: Case) -> list[list[tuple[int, ...] | None]]:

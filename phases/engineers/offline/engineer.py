@@ -31,6 +31,10 @@ POLICIES: list[tuple[str, FusionPolicy]] = [
 ]
 
 
+FIXED_LEAD_NOTE = "torch.export kept the inputs' leading size as the constant"
+"""The start of the note a candidate gets when its leading size is not symbolic."""
+
+
 @dataclass
 class OfflineResult:
     """A generated candidate and what it does and does not fuse."""
@@ -70,6 +74,10 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
                                 "pointwise ops, reductions, pooling, scans and matmuls")
     ctor = build_constructor(case, captured.model, input_set)
     source, notes = write_module(case, part, ctor, kernels, part.unfused)
+    if captured.fixed_lead is not None:
+        notes.insert(0, f"{FIXED_LEAD_NOTE} {captured.fixed_lead} (a static export, or a size "
+                        "derived from it through int(), a Python loop or a branch): the "
+                        "candidate may fail at the other leading sizes the verifier tries")
     compile(source, f"{case.name}.py", "exec")
     return OfflineResult(
         source=source,
