@@ -21,7 +21,9 @@ and timing (worker start-up, torch.compile, Triton compiles: 40-100 s per proble
 host, 2026-11-27), and every other problem's verification waited behind it.
 
 A candidate's own process never touches the gate: its supervisor takes the window on the
-child's request (`harness.jobs.bench`), and the sandbox shows the folder read-only.
+child's request (`harness.jobs.bench`; once at a time), and the sandbox shows the folder
+read-only. A child that asks and never says it is done holds the GPU until its job ends (the
+job's timeout): it can delay other problems, not change their figures.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
         send({"ev": "result", "response": _plain_json(response)})
 
     gate = gpu_gate.from_env()
-    held = ExitStack()
+    held, holding = ExitStack(), False
     pid, link = supervised.fork_child(child)
     sample: bytes | None = None
     result: dict[str, Any] | None = None
@@ -112,11 +112,13 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             if msg.get("ev") == "imported":
                 link.send({"inputs": staged})
             elif msg.get("ev") == "gate":
-                if gate is not None:
+                if gate is not None and not holding:  # a second ask would wait for itself
                     held.enter_context(gate.exclusive())
+                    holding = True
                 link.send({"go": True})
             elif msg.get("ev") == "gate_done":
                 held.close()
+                holding = False
             elif msg.get("ev") == "sample" and sample is None:
                 sample = bytes(msg.get("data") or b"")
             elif msg.get("ev") == "result":
