@@ -49,10 +49,13 @@ class _TiledWriter(_Writer):
         return None
 
 
-def _compare_block(w: _Writer, node: Any, scope: _Scope, *, keep_dims: bool) -> str:
-    """The loop body shared by both forms: the block's best value and its first index along
+def _loop_body(w: _Writer, node: Any, *, keep_dims: bool, store_mask: str | None) -> str:
+    """Both forms' kernel body: in the loop, the block's best value and its first index along
     the reduced axis (a row's block, or a tile's columns with `keep_dims`), kept where it
-    beats the best so far (strictly: an earlier block wins a tie). Returns the start value."""
+    beats the best so far (strictly: an earlier block wins a tie); after it, the index stored.
+    Returns the best value's start."""
+    scope = _Scope()
+    w.indent = 2
     x = w.load(node.args[0], tuple(range(len(w.g.domain))), scope)  # not broadcast
     biggest = node.op == "argmax"
     worst = '-float("inf")' if biggest else 'float("inf")'
@@ -63,6 +66,9 @@ def _compare_block(w: _Writer, node: Any, scope: _Scope, *, keep_dims: bool) -> 
     w.emit(f"better = m {'>' if biggest else '<'} best")
     w.emit("best_i = tl.where(better, i, best_i)")
     w.emit("best = tl.where(better, m, best)")
+    w.indent = 1
+    scope.values[("val", node)] = Operand("best_i", "tl.int64")
+    w.store(node, 0, scope, store_mask)
     return worst
 
 
@@ -73,12 +79,7 @@ def arg_reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str
     rd = group.rdim
     assert rd is not None
     w = _ScanWriter(group, part, sym_code)
-    scope = _Scope()
-    w.indent = 2
-    worst = _compare_block(w, node, scope, keep_dims=False)
-    w.indent = 1
-    scope.values[("val", node)] = Operand("best_i", "tl.int64")
-    w.store(node, 0, scope, None)
+    worst = _loop_body(w, node, keep_dims=False, store_mask=None)
     body = w.lines
     r = len(group.domain)
     head = row_walk(w, [f"best = tl.full((), {worst}, tl.float32)",
@@ -95,12 +96,7 @@ def _tiled_arg_reduction(group: Group, part: Partition, sym_code: Any, name: str
     assert rd is not None
     r = len(group.domain)
     w = _TiledWriter(group, part, sym_code)
-    scope = _Scope()
-    w.indent = 2
-    worst = _compare_block(w, node, scope, keep_dims=True)
-    w.indent = 1
-    scope.values[("val", node)] = Operand("best_i", "tl.int64")
-    w.store(node, 0, scope, "imask")
+    worst = _loop_body(w, node, keep_dims=True, store_mask="imask")
     body = w.lines
     head = tile_head(group, w.coords_needed)
     head += [f"best = tl.full([1, BLOCK_C], {worst}, tl.float32)",
