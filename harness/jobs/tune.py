@@ -133,7 +133,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
                     with torch.no_grad():
                         return m(*inputs.args, **inputs.kwargs)
 
-                run_once(model)  # compiled in the first pass: loads from Triton's cache
+                run_once(model)  # the same kernels the first pass compiled: no JIT here
                 timed = timing.time_callable(fn, device=device, rotate=rotate,
                                              **(request.get("timing_options") or {}))
                 sample(model, f"trial-{i}")
