@@ -127,8 +127,32 @@ class OpRecorder(TorchDispatchMode):
             out.fill_(poison_value(out, self.poison))
         return out
 
+    def note(self, name: str, elements: int) -> None:
+        """A compute op that ran without being dispatched: one a CUDA graph captured, run again
+        by its replay (`LaunchCounter`'s graph hooks)."""
+        self.ops[name] += 1
+        self.elements[name] += elements
+        if self._sink is not None:
+            self._sink(name, elements)
+
     def compute_ops(self) -> list[str]:
         return sorted(op for op in self.ops if op not in NON_COMPUTE_OPS)
+
+
+class _CaptureLog(TorchDispatchMode):
+    """The compute ops dispatched while a CUDA graph captures (with or without the recorder
+    below it): what every replay of that graph runs again without dispatching anything."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name not in NON_COMPUTE_OPS:
+            self.ops.append((name, _most_elements(args, kwargs, out)))
+        return out
 
 
 def _most_elements(args: Any, kwargs: Any, out: Any) -> int:
@@ -162,6 +186,11 @@ class LaunchCounter:
     - Compiled (GPU): Triton's own launch hook (`knobs.runtime.launch_enter_hook`), which the
       compiled kernel's launcher calls with the grid and the stream it really launches on
       (not the stream Triton's driver object says is current).
+    - CUDA graphs (`torch.cuda.CUDAGraph`): a launch made while a graph captures does not run
+      then and is not counted; it is logged with the graph, with the aten compute ops
+      dispatched during the capture, and both are counted again at every `replay()`, on the
+      stream current at the replay (a replay on a side stream is a side-stream launch), the
+      ops noted into the op recorder active at the replay (`OpRecorder.note`).
     `JITFunction.run` / `InterpretedFunction.run` are wrapped too, only to name the kernel.
     The wrappers hold their state in closures, not in default arguments, and `sink(launch)`
     (a supervised job's link) receives every launch as it happens.
@@ -171,6 +200,8 @@ class LaunchCounter:
         self.launches: list[Launch] = []
         self._installed: list[tuple[Any, str, Any]] = []
         self._sink = sink
+        self._capturing: list[tuple[str, int]] | None = None
+        """Launches of the graph being captured (None while none is)."""
 
     def install(self) -> None:
         from triton.runtime import interpreter
@@ -206,6 +237,54 @@ class LaunchCounter:
                             (executor, "__call__", wrapped_call)]
         if os.environ.get("TRITON_INTERPRET", "0") != "1":  # "0" is compiled kernels too
             self._install_launch_hook()
+        self._install_graph_hooks()
+
+    def _install_graph_hooks(self) -> None:
+        """Wrap `torch.cuda.CUDAGraph`'s capture_begin / capture_end / replay (the methods
+        `torch.cuda.graph` calls; a candidate cannot reach the C class beneath: `static`)."""
+        import weakref
+
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        cls = torch.cuda.CUDAGraph
+        counter = self
+        logs: weakref.WeakKeyDictionary[Any, tuple[list[tuple[str, int]],
+                                                    list[tuple[str, int]]]] = (
+            weakref.WeakKeyDictionary())
+        capture = {"mode": None}
+        begin, end, replay = cls.capture_begin, cls.capture_end, cls.replay
+
+        def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = begin(self, *args, **kwargs)
+            counter._capturing = []
+            mode = _CaptureLog()
+            mode.__enter__()
+            capture["mode"] = mode
+            return out
+
+        def capture_end(self: Any, *args: Any, **kwargs: Any) -> Any:
+            mode, capture["mode"] = capture["mode"], None
+            if mode is not None:
+                mode.__exit__(None, None, None)
+            launches, counter._capturing = counter._capturing or [], None
+            logs[self] = (launches, mode.ops if mode is not None else [])
+            return end(self, *args, **kwargs)
+
+        def replay_(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = replay(self, *args, **kwargs)
+            launches, ops = logs.get(self, ([], []))
+            for kernel, programs in launches:
+                counter.record(kernel, programs)
+            recorder = _get_current_dispatch_mode()
+            if isinstance(recorder, OpRecorder):
+                for name, elements in ops:
+                    recorder.note(name, elements)
+            return out
+
+        for attr, fn in (("capture_begin", capture_begin), ("capture_end", capture_end),
+                         ("replay", replay_)):
+            setattr(cls, attr, fn)
+            self._installed.append((cls, attr, fn))
 
     def _install_launch_hook(self) -> None:
         """Compiled kernels: wrap the driver's launcher, the call that hands the grid and the
@@ -224,7 +303,10 @@ class LaunchCounter:
             if programs > 0:
                 meta = args[2] if len(args) > 2 else None
                 data = meta.get() if hasattr(meta, "get") else {}
-                counter.record(str(data.get("name", "?")), programs, int(stream))
+                if counter._capturing is not None:  # runs when the graph replays
+                    counter._capturing.append((str(data.get("name", "?")), programs))
+                else:
+                    counter.record(str(data.get("name", "?")), programs, int(stream))
             return original(self, grid_x, grid_y, grid_z, stream, *args, **kwargs)
 
         launcher_cls.__call__ = call  # type: ignore[method-assign]

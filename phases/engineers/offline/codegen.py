@@ -17,6 +17,7 @@ from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.fallback import torch_region
 from kopt.phases.engineers.offline.fusion import NHWC_CONV, Group, Partition
 from kopt.phases.engineers.offline.graph import Node, Sym
+from kopt.phases.engineers.offline.graph_replay import graph_constants, graph_runner
 from kopt.phases.engineers.offline.kernels import (
     ROW_BLOCK,
     ROW_TILE,
@@ -475,6 +476,8 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append("# There a program is Python over numpy: pointwise blocks and row tiles grow up to this many")
     src.append("# elements (never on a GPU).")
     src.append(f"INTERPRETER_TILE = {INTERPRETER_TILE}\n")
+    src += graph_constants(len(part.steps))
+    src.append("")
     for h in sorted(helpers):
         src.append("\n" + HELPERS[h])
     nhwc = any(n.op == NHWC_CONV for n in graph.nodes)
@@ -490,6 +493,7 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     if nhwc:
         src.append(_NHWC_KERNEL)
     src.append(_LAUNCH_CONFIG)
+    src.append(graph_runner())
     if nhwc:
         src.append(_NHWC_CONV)
     for g in part.groups:
@@ -581,11 +585,19 @@ def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], bod
         lines.append("        self._kopt_slots = [" + ", ".join(
             f'_submodule(self, "{path}")._{kind}s' if path else f"self._{kind}s"
             for kind, path in owners) + "]")
+    state = [f'_submodule(self, "{path}")._{kind}s' if path else f"self._{kind}s"
+             for kind, path in owners] + ["self._buffers"]
+    lines.append("        # what a captured CUDA graph depends on (`_graphed`): the weights' storage")
+    lines.append("        self._kopt_state = [" + ", ".join(dict.fromkeys(state)) + "]")
+    lines.append("        self._kopt_graphs = {}")
     fwd_args = ", ".join(a.key for a in args)
+    params = f"self{', ' + fwd_args if fwd_args else ''}"
     # Triton kernels compute no gradients: forward runs as inference under autograd too (a
     # library product into an `out=` buffer refuses weights that require grad otherwise).
     lines += ["", "    @torch.no_grad()",
-              f"    def forward(self{', ' + fwd_args if fwd_args else ''}):"]
+              f"    def forward({params}):",
+              f"        return _graphed(self, self._kopt_forward, ({fwd_args}{',' if args else ''}))",
+              "", f"    def _kopt_forward({params}):"]
     lines += [f"        {line}" for line in body]
     helper = ['', '', 'def _submodule(root, path):',
               '    """The (created on first use) submodule at a dotted state_dict path."""',

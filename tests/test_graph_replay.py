@@ -1,0 +1,126 @@
+"""A generated forward replayed as one CUDA graph (`phases/engineers/offline/graph_replay.py`)
+and the verifier's view of a replay (`guards.LaunchCounter`'s graph hooks).
+
+On the CPU: the candidate's graph key follows everything a captured graph depends on, the
+cost rule keeps large memory-bound forwards op by op, and the guard counts a graph's captured
+ops again at each replay. On a GPU (marked `gpu`): the replayed forward is the op-by-op
+forward after new weights and new input values, and the verifier accepts it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from kopt.harness.case import load_case
+from kopt.harness.data import agent_provide_inputs, build_model
+from kopt.harness.verification import guards
+from kopt.phases.engineers.offline import generate_candidate
+
+
+def _candidate(case_name: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    case = load_case(case_name)
+    file = tmp_path / f"{case_name}_candidate.py"
+    file.write_text(generate_candidate(case).source)
+    spec = importlib.util.spec_from_file_location(f"graph_{case_name}", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return case, file, module
+
+
+def test_graph_key_follows_weights_shapes_and_regions_not_values(tmp_path: Path) -> None:
+    case, _, mod = _candidate("conv2d_relu_bias", tmp_path)
+    model = build_model(case, "smoke", cls=mod.ModelNew)
+    x = agent_provide_inputs(case, "smoke").args[0]
+    key = mod._graph_key(model, (x,))
+    x.copy_(torch.randn_like(x))
+    assert mod._graph_key(model, (x,)) == key, "new values in the same input: the same graph"
+    assert mod._graph_key(model, (x.clone(),)) == key, "inputs are copied in: storage is free"
+    assert mod._graph_key(model, (x[:1].clone(),)) != key, "another leading size"
+    model.load_state_dict({k: v + 1 for k, v in model.state_dict().items()})
+    reloaded = mod._graph_key(model, (x,))
+    assert reloaded != key, "weights written in place (a channels_last copy is derived)"
+    model.conv.weight = torch.nn.Parameter(model.conv.weight.detach().clone())
+    assert mod._graph_key(model, (x,)) != reloaded, "a weight replaced by another tensor"
+    region = next(iter(mod.KOPT_REGIONS))
+    before = mod._graph_key(model, (x,))
+    mod.KOPT_REGIONS[region] = "torch"
+    assert mod._graph_key(model, (x,)) != before, "a region switched to PyTorch"
+
+
+def test_graph_only_where_the_copies_cost_less_than_the_host_time_saved(tmp_path: Path) -> None:
+    _, _, mod = _candidate("softmax", tmp_path)
+    mod.FORWARD_STEPS = 40
+    assert mod._graph_pays(64 * 1024, 2), "a network of small layers"
+    assert not mod._graph_pays(1 << 30, 2), "a 1 GB softmax gains nothing from a graph"
+    mod.FORWARD_STEPS = 3
+    assert not mod._graph_pays(1024, 2), "one kernel: the replay's own launches cost as much"
+
+
+def test_cpu_forward_runs_op_by_op(tmp_path: Path) -> None:
+    case, _, mod = _candidate("softmax", tmp_path)
+    model = build_model(case, "smoke", cls=mod.ModelNew)
+    x = agent_provide_inputs(case, "smoke").args[0]
+    model(x)
+    assert model._kopt_graphs == {}, "no graph without a GPU"
+
+
+def test_a_graphs_captured_ops_are_counted_at_each_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capture hooks on a stand-in for the driver's capture: ops dispatched between
+    capture_begin and capture_end are noted into the recorder active at every replay."""
+    cls = torch.cuda.CUDAGraph
+    for attr in ("capture_begin", "capture_end", "replay"):
+        monkeypatch.setattr(cls, attr, lambda self, *a, **k: None)
+    counter = guards.LaunchCounter()
+    counter._install_graph_hooks()
+
+    class Graph:  # weak-referenceable, like torch.cuda.CUDAGraph
+        pass
+
+    graph = Graph()
+    x = torch.randn(64)
+    cls.capture_begin(graph)
+    torch.exp(x)
+    cls.capture_end(graph)
+    seen: list[tuple[str, int]] = []
+    for replays in (1, 2):
+        with guards.OpRecorder(sink=lambda name, n: seen.append((name, n))) as recorder:
+            cls.replay(graph)
+        assert recorder.compute_ops() == ["exp"] and seen == [("exp", 64)] * replays
+    assert counter.intact() == []
+
+
+@pytest.mark.gpu
+def test_replayed_forward_matches_op_by_op_after_new_weights_and_values(tmp_path: Path) -> None:
+    case, _, mod = _candidate("conv2d_relu_bias", tmp_path)
+    model = build_model(case, "smoke", device="cuda", cls=mod.ModelNew)
+    x = agent_provide_inputs(case, "smoke", device="cuda").args[0]
+    first = model(x)
+    assert len(model._kopt_graphs) == 1 and next(iter(model._kopt_graphs.values())) is not None
+    again = model(x)
+    assert again.data_ptr() != first.data_ptr(), "each call returns its own output"
+    x.copy_(torch.randn_like(x))
+    model.load_state_dict({k: v * 0.5 for k, v in model.state_dict().items()})
+    replayed = model(x)
+    mod.KOPT_GRAPH = False
+    try:
+        plain = model(x)
+    finally:
+        mod.KOPT_GRAPH = True
+    torch.testing.assert_close(replayed, plain)
+    assert not torch.equal(replayed, first)
+
+
+@pytest.mark.gpu
+def test_verifier_accepts_a_replayed_forward_and_counts_its_launches(tmp_path: Path) -> None:
+    from kopt.harness.verify import verify_candidate
+
+    _, file, _ = _candidate("layernorm_gelu", tmp_path)
+    # every forward of the verification replays a graph (each input set, each draw)
+    file.write_text(file.read_text().replace("FORWARD_STEPS = ", "FORWARD_STEPS = 10**6 + "))
+    report = verify_candidate("layernorm_gelu", file, device="cuda")
+    assert report.accepted, [(c.name, c.detail) for c in report.checks if not c.passed]
+    assert "(0-" not in report.check("triton_launched").detail
