@@ -164,6 +164,8 @@ def _timed_row(name: str, label: str, verified: bool, resp: dict[str, Any], key:
         row["note"] = "refused: " + "; ".join(refusals)
         return row
     row.update(median_ms=median, p20_ms=float(t["p20_ms"]), p80_ms=float(t["p80_ms"]))
+    if result.get("graphs"):  # an offline-engineer candidate: replayed from CUDA graphs or not
+        row["graphs"] = result["graphs"]
     nbytes, flops = roof.get("bytes"), roof.get("flops")
     if nbytes:
         row["gbps"] = nbytes / (median * 1e-3) / 1e9

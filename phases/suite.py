@@ -375,6 +375,10 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
                     row.status, row.detail = "failed", f"timing: {r.get('note') or 'no time'}"[:300]
                 if key == "kopt" and r["pct_of_floor"]:
                     pct.append(r["pct_of_floor"])
+                graphs = r.get("graphs") or {}
+                if key == "kopt" and graphs.get("op_by_op") and not row.detail:
+                    row.detail = ("timed op by op (no CUDA graph): "
+                                  + "; ".join(graphs["op_by_op"]))[:300]
     except KoptError as err:
         row.status, row.detail = "failed", f"timing: {err.one_line()}"[:300]
     finally:

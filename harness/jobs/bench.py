@@ -232,6 +232,7 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
                 continue
             results[variant] = {
                 "ok": True,
+                "graphs": graph_report(model) if variant == "candidate" else None,
                 "timing": timed.to_dict(),
                 "deferred_work": timed.deferred_work_suspected(),
                 "launches_first_call": launches,
@@ -253,3 +254,14 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
         except Exception as err:  # no ceilings here: the table shows no % of floor
             response["roofline_error"] = f"{type(err).__name__}: {err}"[:500]
     return response
+
+
+def graph_report(model: object) -> dict[str, object] | None:
+    """How an offline-engineer candidate's forward ran: CUDA graphs replayed, and why any input
+    key ran op by op (`phases/engineers/offline/graph_replay.py` keeps a graph or the reason
+    in `_kopt_graphs`); None for a model without one."""
+    graphs = getattr(model, "_kopt_graphs", None)
+    if not isinstance(graphs, dict):
+        return None
+    reasons = sorted({v[:300] for v in graphs.values() if isinstance(v, str)})[:5]
+    return {"replayed": sum(isinstance(v, tuple) for v in graphs.values()), "op_by_op": reasons}

@@ -3,9 +3,11 @@
 A network of many small layers (MobileNet, ResNet-101 at batch 10, a transformer block at a
 short sequence) spends its forward on the host: every Triton launch costs ~17 us of Python
 and driver work on an H200 (an aten op ~8 us), far more than the kernel itself. Measured on
-one H200 (torch 2.11, triton 3.6, `benchmarks/launch_gpu.py`, 2026-11-27): ResNet-101's
-generated forward took 13.98 ms launched op by op and **3.19 ms replayed from a graph**
-(eager 8.72 ms, eager replayed 3.67 ms, torch.compile 8.84 ms).
+one H200 (torch 2.11, triton 3.6, `benchmarks/launch_gpu.py`, 2026-11-27, torch's default
+precision: cuDNN convolutions in TF32): ResNet-101's generated forward took 13.98 ms launched
+op by op and **3.19 ms replayed from a graph** (eager 8.72 ms, eager replayed 3.67 ms,
+torch.compile 8.84 ms). At the harness's `strict` precision (no TF32) its convolutions make it
+GPU-bound: 7.84 ms replayed, against eager's 8.76 ms (`kopt suite`'s timer, same day).
 
 The candidate's `forward` calls `_graphed(self, self._kopt_forward, args)`, which captures the
 forward once per key (input shapes, strides and dtypes, the storage of every weight it
@@ -23,6 +25,8 @@ It runs op by op instead where a graph cannot help or cannot hold:
   graph and would pay two extra passes (`_GRAPH_PAYS`);
 - when capture fails (an op that synchronises with the host): that key runs op by op from
   then on.
+Why a key runs op by op is kept in its place in `_kopt_graphs` (a string); `graph_report`
+reads it for the bench job's row.
 `KOPT_GRAPH = False` in the file turns it off. The verifier sees a replay's work: the Triton
 launches and the aten ops captured are counted again at every replay
 (`harness.verification.guards.GraphWatch`).
@@ -87,20 +91,20 @@ def _out_bytes(out):
 
 
 def _capture(fn, args):
-    """(graph, static inputs, static outputs) of fn over copies of args, or None where a
-    graph would not pay or cannot be captured."""
+    """(graph, static inputs, static outputs) of fn over copies of args, or why not (a
+    string: the graph would not pay, or capture failed)."""
     static = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     fn(*static)  # on the caller's stream: Triton compiles, cuDNN and cuBLAS initialise here
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = fn(*static)
-    except Exception:  # noqa: BLE001 (an op that synchronises with the host cannot be captured)
-        return None
+    except Exception as err:  # noqa: BLE001 (an op that syncs with the host cannot be captured)
+        return f"capture failed: {type(err).__name__}: {err}"[:300]
     ins = [a for a in static if isinstance(a, torch.Tensor)]
     in_bytes = sum(a.numel() * a.element_size() for a in ins)
     if not _graph_pays(in_bytes + _out_bytes(out), len(ins) + _outs(out)):
-        return None
+        return "copies cost more than the host time saved"
     return graph, static, out
 
 
@@ -118,7 +122,7 @@ def _graphed(module, fn, args):
             graphs.pop(next(iter(graphs)))
         graphs[key] = _capture(fn, args)
     entry = graphs[key]
-    if entry is None:
+    if isinstance(entry, str):  # op by op, and why (`graph_report` reads it)
         return fn(*args)
     graph, static, out = entry
     for s, a in zip(static, args):
