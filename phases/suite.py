@@ -288,21 +288,30 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
     is timed. The file to time: the candidate itself when every region is faster in Triton
     (or the changed choice fails verification).
 
-    One `harness.tune` job (output-checked trials) times the candidate and each region alone
-    switched to PyTorch, side by side; the regions are separate kernels, so their gains add,
-    and a choice of two regions or more is timed once more against the candidate (the joint
-    check of `phases.search`) before it counts. 2026-11-26, H100: a search of one job per
-    region cost 22-34 s of exclusive GPU time per problem of two or more regions."""
-    from kopt.harness import gpu_gate
+    One `harness.tune` job (output-checked trials) times, side by side: the candidate; each
+    family of regions (the same kind of kernel: every matmul, every row reduction) switched
+    to PyTorch together; every matmul on cuBLAS's product with its epilogue kept in Triton
+    (`BACKEND_KEY`); each region alone switched to PyTorch. The families and the backend come
+    first (many small gains, each under the noise alone, add up over it; a trial budget
+    that runs out cuts the single regions). The regions are separate kernels, so their gains
+    add, and a choice of two changes or more is timed once more against the candidate (the
+    joint check of `phases.search`) before it counts. 2026-11-26, H100: a search of one job
+    per region cost 22-34 s of exclusive GPU time per problem of two or more regions."""
     from kopt.harness.device import default_input_set
     from kopt.harness.tune import time_trials
-    from kopt.harness.verify import verify_candidate
-    from kopt.phases.engineers.offline.regions import apply_region_choices, region_of, region_space
+    from kopt.phases.engineers.offline.regions import (
+        BACKEND_KEY,
+        apply_choices,
+        cublas_kernels,
+        region_families,
+        region_space,
+    )
     from kopt.phases.search import CoordinateSearch, time_files
 
     source = candidate.read_text()
     space = region_space(source)
-    if not space:
+    backend = bool(cublas_kernels(source))
+    if not space and not backend:
         return candidate
     t0 = time.perf_counter()
     input_set = default_input_set(case, device)
@@ -311,7 +320,7 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
     def file_of(config: dict[str, Any]) -> Path:
         key = json.dumps(config, sort_keys=True)
         if key not in files:
-            text = apply_region_choices(source, config)  # raises for every region in PyTorch
+            text = apply_choices(source, config)  # raises for every region in PyTorch
             files[key] = candidate.with_name(f"{candidate.stem}-regions{len(files)}.py")
             files[key].write_text(text)
         return files[key]
@@ -322,29 +331,48 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
             timeout=_gated(timeout), budget_s=30.0))[0]
 
     try:
-        search = CoordinateSearch(space, time_configs, max_trials=len(space) + 3)
-        default = {k: v[0] for k, v in space.items()}
-        flips = {k: {**default, k: v[1]} for k, v in space.items()}
-        base, *alone = search.retime([default, *flips.values()], "each region alone in PyTorch")
-        winners = [k for k, r in zip(flips, alone, strict=True) if search.gains(r, base)]
+        default: dict[str, Any] = {k: v[0] for k, v in space.items()}
+        changes: dict[str, dict[str, Any]] = {
+            f"{family} regions": {k: space[k][1] for k in keys}
+            for family, keys in region_families(source).items()}
+        if backend:
+            changes["matmul on cuBLAS"] = {BACKEND_KEY: "cublas"}
+        changes.update({k: {k: v[1]} for k, v in space.items()})
+        search = CoordinateSearch(space, time_configs, max_trials=len(changes) + 4)
+        base, *alone = search.retime([default, *({**default, **c} for c in changes.values())],
+                                     "each change alone: families, backend, regions")
+        winners = [name for name, r in zip(changes, alone, strict=True) if search.gains(r, base)]
         if not winners:
             return candidate
-        keep = {**default, **{k: space[k][1] for k in winners}}
+        keep = dict(default)
+        for name in winners:
+            keep.update(changes[name])
         if len(winners) > 1:
             keep, _ = search.joint_check(default, keep)
             if keep == default:
                 return candidate
-        chosen = file_of(keep)
-        with gpu_gate.shared_window():
-            report = verify_candidate(case, chosen, device=device, timeout=timeout)
-        if not report.accepted:
-            row.detail = ("the region choice " + json.dumps(keep) + " failed verification ("
-                          + ", ".join(report.failed()) + "): every region timed in Triton")[:300]
-            return candidate
-        row.regions = {region_of(k): str(v) for k, v in keep.items()}
-        return chosen
+        return _verified_choice(row, case, candidate, file_of(keep), keep, device=device,
+                                timeout=timeout)
     finally:
         row.seconds["regions"] = time.perf_counter() - t0
+
+
+def _verified_choice(row: SuiteRow, case: Any, candidate: Path, chosen: Path,
+                     keep: dict[str, Any], *, device: str, timeout: float) -> Path:
+    """`chosen` once verified in full (the row records the choice), else the candidate."""
+    from kopt.harness import gpu_gate
+    from kopt.harness.verify import verify_candidate
+    from kopt.phases.engineers.offline.regions import is_region_key, region_of
+
+    with gpu_gate.shared_window():
+        report = verify_candidate(case, chosen, device=device, timeout=timeout)
+    if not report.accepted:
+        row.detail = ("the region choice " + json.dumps(keep) + " failed verification ("
+                      + ", ".join(report.failed()) + "): every region timed in Triton")[:300]
+        return candidate
+    row.regions = {(region_of(k) if is_region_key(k) else k.rpartition("/")[2]): str(v)
+                   for k, v in keep.items()}
+    return chosen
 
 
 def _out_of_memory(report: Any) -> bool:

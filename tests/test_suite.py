@@ -282,6 +282,63 @@ def test_regions_slower_in_triton_are_kept_in_pytorch_and_verified(
         assert "failed verification (correct)" in row.detail
 
 
+def test_small_gains_of_one_kind_of_region_count_together_and_products_may_go_to_cublas(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three matmul regions each 1% faster in PyTorch (under the 2% noise floor alone, over it
+    together) go to PyTorch as a family; cuBLAS's product gains 5% and is kept; both are
+    timed before the single regions, checked together, verified, and named in the row."""
+    from types import SimpleNamespace
+
+    import kopt.harness.tune as tune
+    import kopt.harness.verify as verify_mod
+    import kopt.phases.suite as suite
+    from kopt.harness.case import load_case_dir
+    from kopt.phases.engineers.offline import generate_candidate
+    from kopt.phases.engineers.offline.regions import (
+        cublas_kernels,
+        region_families,
+        regions,
+    )
+    from kopt.phases.source_edit import literal
+    from tests.test_offline import _write_case
+
+    body = ["a = torch.relu(x @ y)", "b = torch.sigmoid(a @ y)", "c = torch.tanh(b @ y)",
+            "return torch.softmax(c, dim=0) + x.mean(dim=1, keepdim=True)"]
+    case = load_case_dir(_write_case(tmp_path, body, [[17, 29], [29, 29]], "float32"))
+    candidate = tmp_path / "cand.py"
+    candidate.write_text(generate_candidate(case).source)
+    matmuls = [region_of.rpartition("/")[2] for region_of in
+               region_families(candidate.read_text())["matmul"]]
+    assert len(matmuls) == 3 and cublas_kernels(candidate.read_text())
+
+    timed: list[str] = []
+
+    def fake_trials(case, paths, **kw):  # type: ignore[no-untyped-def]
+        rows = []
+        for p in paths:
+            text = Path(p).read_text()
+            choice = {r.name: r.choice for r in regions(text)}
+            on_cublas = any(v.get("BACKEND") == "cublas" for v in literal(text, "KOPT_CONFIG").values())
+            timed.append(f"{sorted(g for g, c in choice.items() if c == 'torch')} {on_cublas}")
+            ms = 10.0 * (1 - 0.01 * sum(choice[g] == "torch" for g in matmuls)
+                         - (0.05 if on_cublas else 0.0))
+            rows.append({"ok": True, "checked": True, "median_ms": ms, "p20_ms": ms * 0.995,
+                         "p80_ms": ms * 1.005, "detail": "output matches"})
+        return rows
+
+    monkeypatch.setattr(tune, "time_trials", fake_trials)
+    monkeypatch.setattr(verify_mod, "verify_candidate", lambda case, path, **kw: SimpleNamespace(
+        accepted=True, failed=lambda: []))
+    row = suite.SuiteRow("p", "level2", "p.py", "verified")
+    chosen = suite.choose_regions(row, case, candidate, device="cuda")
+    assert timed[1:3] == [f"{sorted(matmuls)} False", "[] True"], "families and backend first"
+    assert {g for g, c in row.regions.items() if c == "torch"} == set(matmuls)
+    assert row.regions["BACKEND"] == "cublas"
+    assert timed[-1] == f"{sorted(matmuls)} True", "the joint check of both changes"
+    assert {r.name: r.choice for r in regions(chosen.read_text())} == {
+        k: v for k, v in row.regions.items() if k != "BACKEND"}
+
+
 def test_a_candidate_not_faster_than_eager_is_kept_as_pytorch_in_the_summary() -> None:
     rows = [_row("a", "level2", 2.0, 1.0), _row("b", "level2", 0.5, 0.4)]
     rows[0].outcome, rows[1].outcome = "keep-compile", "keep-pytorch"

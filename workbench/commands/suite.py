@@ -82,9 +82,11 @@ def _line(row: SuiteRow) -> str:
             what += f" {_x(row.speedup_vs_eager)} eager, {_x(row.speedup_vs_compile)} compile"
         if row.outcome == KEEP_PYTORCH:
             what += " (no speedup: keep PyTorch)"
-        if row.regions:
-            torch_regions = [g for g, c in row.regions.items() if c == "torch"]
+        torch_regions = [g for g, c in row.regions.items() if c == "torch"]
+        if torch_regions:
             what += f", {', '.join(torch_regions)} kept in PyTorch (faster there)"
+        if row.regions.get("BACKEND") == "cublas":
+            what += ", products on cuBLAS (faster there)"
     else:
         what = f"[red]{escape(row.status)}[/red]: {escape(row.detail[:100])}"
     if row.scaled:
