@@ -64,6 +64,29 @@ def test_cublas_is_the_default_for_large_products_only(workspace: Path) -> None:
     assert {tiny.KOPT_CONFIG[k]["BACKEND"] for k in _matmul_kernels(tiny)} == {"triton"}
 
 
+@pytest.mark.parametrize(("dtype", "backend"), [("float32", "cublas"), ("bfloat16", "triton")])
+def test_a_small_strict_float32_product_defaults_to_cublas(workspace: Path, dtype: str,
+                                                          backend: str) -> None:
+    """At strict precision Triton's float32 template has no tensor cores (`ieee`), and lost to
+    cuBLAS on every lone level-1 product: a small fp32 product with an epilogue takes cuBLAS's
+    product by default; a small bf16 one keeps the one fused kernel."""
+    d = workspace / f"small_{dtype}"
+    d.mkdir()
+    (d / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, a, b):\n        return torch.relu(a @ b)\n")
+    (d / "manifest.yaml").write_text(
+        f"name: small_{dtype}\nmodel: {{}}\ninputs:\n  args:\n"
+        f"    - {{shape: [33, 40], dtype: {dtype}}}\n    - {{shape: [40, 17], dtype: {dtype}}}\n"
+        "device: cpu\ntolerance: {atol: 3.0e-2, rtol: 3.0e-2, rel: 1.0e-2}\n")
+    case = load_case_dir(d)
+    assert case.manifest.precision == "strict"
+    module = _load_candidate(generate_candidate(case).source, workspace, f"small_{dtype}")
+    (k,) = _matmul_kernels(module)
+    assert module.KOPT_CONFIG[k]["BACKEND"] == backend
+    _check_case(case, module, "main")
+
+
 def test_bare_single_product_never_goes_to_torch(workspace: Path) -> None:
     d = workspace / "bare"
     d.mkdir()

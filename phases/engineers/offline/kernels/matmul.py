@@ -197,7 +197,7 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
         call.append(f"%{group.epi_view.name}")
     call += [f"!{code}" for _, code in w.scalar_args]
     half = a.dtype in (torch.float16, torch.bfloat16)
-    config = {"BACKEND": matmul_backend(group, part), "BLOCK_M": 128, "BLOCK_N": 256 if half else 128,
+    config = {"BACKEND": matmul_backend(group, part, precision), "BLOCK_M": 128, "BLOCK_N": 256 if half else 128,
               "BLOCK_K": 64 if half else 32, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
     # BACKEND first: the accelerator always tries both where cublas is allowed
     tunables = {"BACKEND": ["triton", "cublas"] if _cublas_allowed(group, part) else ["triton"],
@@ -224,17 +224,28 @@ def _cublas_allowed(group: Group, part: Partition) -> bool:
     return _has_epilogue(group) or len(part.groups) > 1
 
 
-def matmul_backend(group: Group, part: Partition) -> str:
+def matmul_backend(group: Group, part: Partition, precision: str = "strict") -> str:
     """The default BACKEND of a matmul group: `cublas` (torch product + Triton epilogue kernel)
-    for a large product, else `triton` (one fused kernel).
+    for a large product or any float32 product at `strict` precision, else `triton` (one fused
+    kernel).
 
     H100, 2026-11-22 (benchmarks/offline_gpu.py): linear_bias_gelu 1.734 ms cublas vs 1.893
-    triton; gated_mlp 3.395 vs 4.100; matmul_scale_residual (tf32) 0.888 vs 1.296. The
-    accelerator still measures both on the user's GPU."""
+    triton; gated_mlp 3.395 vs 4.100; matmul_scale_residual (tf32) 0.888 vs 1.296. Strict
+    float32 (no TF32: `tl.dot(..., input_precision="ieee")`): Triton's template lost to cuBLAS
+    on every lone product of KernelBench level 1 (4x H100, 2026-11-27: 0.84-0.92x of cuBLAS on
+    square shapes, 0.38-0.57x on irregular and transposed-B ones), and ViT's 25 small fp32
+    linears left its forward at 0.42x of eager (H200, 2026-11-27). The extra pass of the
+    epilogue kernel over the product is cheap beside that, and with the forward replayed as a
+    CUDA graph its launch costs nothing on the host. The accelerator still measures both on
+    the user's GPU."""
     mm = group.anchor
     a = mm.args[0]
+    if not _cublas_allowed(group, part):
+        return "triton"
+    if a.dtype == torch.float32 and precision == "strict":
+        return "cublas"
     work = 1
     for s in mm.shape:
         work *= s
     work *= a.shape[-1]
-    return "cublas" if work >= CUBLAS_MIN_WORK and _cublas_allowed(group, part) else "triton"
+    return "cublas" if work >= CUBLAS_MIN_WORK else "triton"
