@@ -66,6 +66,7 @@ CHEATS: dict[str, tuple[str, str]] = {
     "c10_writes_its_own_record.py": ("softmax_small", "loads"),
     "c16_lazy_tensor_subclass.py": ("softmax_small", "correct"),
     "c17_same_output_every_call.py": ("softmax_small", "no_aliasing"),
+    "c18_fallback_replayed_from_a_graph.py": ("softmax_small", "no_pytorch_fallback"),
     # issue 21: weights that do not follow the state_dict
     "weights_snapshot_first_call.py": ("rmsnorm_small", "depends_on_weights"),
     "weights_from_case_seed.py": ("rmsnorm_small", "depends_on_weights"),
