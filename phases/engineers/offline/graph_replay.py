@@ -44,7 +44,7 @@ COPY_BYTES_PER_US = 1.5e6
 H100's bandwidth: small copies do not reach peak)."""
 
 MAX_GRAPHS = 4
-"""Graphs kept per module (each holds its own memory pool); the oldest goes first."""
+"""Graphs kept per module (they share one memory pool); the oldest goes first."""
 
 _RUNNER = '''
 def _graph_pays(copy_bytes, copies):
@@ -90,14 +90,18 @@ def _out_bytes(out):
     return sum(_out_bytes(o) for o in out)
 
 
-def _capture(fn, args):
+def _capture(module, fn, args):
     """(graph, static inputs, static outputs) of fn over copies of args, or why not (a
-    string: the graph would not pay, or capture failed)."""
+    string: the graph would not pay, or capture failed). A module's graphs share one memory
+    pool: each replay writes its intermediates before reading them and its outputs are cloned
+    at once, so the pool holds about one forward's memory however many shapes were seen."""
     static = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     fn(*static)  # on the caller's stream: Triton compiles, cuDNN and cuBLAS initialise here
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        if module._kopt_pool is None:
+            module._kopt_pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=module._kopt_pool, capture_error_mode="thread_local"):
             out = fn(*static)
     except Exception as err:  # noqa: BLE001 (an op that syncs with the host cannot be captured)
         return f"capture failed: {type(err).__name__}: {err}"[:300]
@@ -120,7 +124,7 @@ def _graphed(module, fn, args):
     if key not in graphs:
         if len(graphs) >= MAX_GRAPHS:
             graphs.pop(next(iter(graphs)))
-        graphs[key] = _capture(fn, args)
+        graphs[key] = _capture(module, fn, args)
     entry = graphs[key]
     if isinstance(entry, str):  # op by op, and why (`graph_report` reads it)
         return fn(*args)
