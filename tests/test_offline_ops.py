@@ -127,6 +127,31 @@ def test_a_pointwise_producer_is_the_scans_prologue(tmp_path: Path, body: list[s
     assert [k["kind"] for k in result.kernels] == ["scan"], result.kernels
 
 
+@pytest.mark.parametrize("body, shape", [
+    # KernelBench level-1 92: the scan of all but the last column, after a column of zeros
+    (["c = torch.cumsum(x.narrow(1, 0, x.size(1) - 1), dim=1)",
+      "return torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), c), dim=1)"], [5, 3000]),
+    (["c = torch.cumsum(x[:-2], dim=0)",  # along a strided dim, two rows of zeros
+      "return torch.cat((torch.zeros_like(x[:1]), torch.zeros_like(x[:1]), c), dim=0)"], [37, 5]),
+    (["c = torch.cumprod(x[:, :-1], dim=1)",  # a product after a column of ones
+      "return torch.cat((torch.ones_like(x[:, :1]), c), dim=1)"], [5, 12]),
+])
+def test_an_exclusive_scan_written_as_a_cat_is_one_scan_kernel(tmp_path: Path, body: list[str],
+                                                               shape: list[int]) -> None:
+    """`cat([identity fill, scan(y)])` along the scan's dim is the scan of `cat([fill, y])`:
+    one kernel that reads each element and writes each element once."""
+    result, _ = _generate(tmp_path, body, [shape, [1]])
+    assert [k["kind"] for k in result.kernels] == ["scan"], result.kernels
+
+
+def test_a_cat_after_a_scan_with_another_fill_keeps_both(tmp_path: Path) -> None:
+    """A fill that is not the scan's identity (or a scan read elsewhere) is not folded."""
+    body = ["c = torch.cumsum(x[:, :-1], dim=1)",
+            "return torch.cat((torch.ones_like(x[:, :1]), c), dim=1), c"]
+    result, _ = _generate(tmp_path, body, [[5, 37], [1]])
+    assert len(result.kernels) == 2, result.kernels
+
+
 def test_a_flip_read_elsewhere_is_not_folded_into_the_scan(tmp_path: Path) -> None:
     result, _ = _generate(tmp_path, ["return torch.cumsum(x.flip(1), dim=1).flip(1) + x.flip(1)"],
                           [[5, 40], [1]])

@@ -50,6 +50,7 @@ from kopt.phases.engineers.offline.graph import (
     lower_window_pool,
     norm_dim,
     normalize,
+    scan_after_fill,
 )
 from kopt.phases.engineers.offline.layout import constructor_ints
 from kopt.phases.engineers.offline.split_k import lower_split_k
@@ -619,8 +620,15 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
     if packet == "cat" and isinstance(args[0], (list, tuple)) and args[0] and \
             len(args[0]) <= MAX_CAT_PARTS and \
             all(isinstance(x, Node) for x in args[0]) and len(shape) >= 1:
-        return lower_cat(b, list(args[0]), args[1] if len(args) > 1 else kwargs.get("dim", 0),
-                         shape, dtype, name, name)
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        scan = scan_after_fill(list(args[0]), dim, len(shape))
+        fx_parts = fx.args[0] if fx.args and isinstance(fx.args[0], (list, tuple)) else []
+        if scan is not None and fx_parts and len(getattr(fx_parts[-1], "users", ())) == 1:
+            x = scan.args[0]  # the scan reads the cat of the fills and its own input instead
+            inner = lower_cat(b, [*args[0][:-1], x], dim, shape, x.dtype, f"{name}_in", name)
+            return b.add(Node(name, scan.op, [inner], {"dim": scan.kwargs["dim"]}, shape, sym,
+                              dtype, origin=name))
+        return lower_cat(b, list(args[0]), dim, shape, dtype, name, name)
     if packet == "gather":
         x, d, idx = args[0], norm_dim(args[1], args[0].rank), args[2]
         if isinstance(idx, Node) and idx.rank == x.rank and idx.shape[d] == 1 and \

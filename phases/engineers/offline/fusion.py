@@ -425,13 +425,14 @@ class _Partitioner:
     def _place_scan(self, n: Node) -> None:
         """A scan is its own kernel; a pointwise group over the scan's whole domain that
         computes the scanned value becomes its prologue (`cumsum(x * mask)`: one kernel that
-        loads x and mask), its other outputs stored from the same loop."""
+        loads x and mask), its other outputs stored from the same loop. Window taps load at
+        their own shifted, masked coordinates in the row loop too (a concatenation before
+        the scan: the exclusive cumsum of `scan_after_fill`)."""
         x, ident = n.args[0], tuple(range(n.rank))
         g = self.owner.get(x)
         if not (g is not None and g.kind == "pointwise" and self.policy.reduction_prologue
                 and x.shape == g.domain == n.shape and self._acyclic(n, g)
-                and all(dm == ident for dm in g.dmaps.values())
-                and not any(m.op == WINDOW_TAP for m in g.nodes)):
+                and all(dm == ident for dm in g.dmaps.values())):
             g = self._new("scan", n, n.shape, n.sym)
         g.kind, g.rdim = "scan", n.kwargs["dim"]
         self._add(g, n, ident)

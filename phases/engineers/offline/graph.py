@@ -582,6 +582,29 @@ every part's range, so DenseNet201's cats of up to 48 parts cost 48 masked loads
 Inductor draws the line at the same 8 (`max_pointwise_cat_inputs`)."""
 
 
+SCAN_IDENTITY = {"cumsum": 0, "cumprod": 1}
+
+
+def scan_after_fill(xs: list[Any], dim: int, rank: int) -> Node | None:
+    """The scan of `cat([fill, ..., scan(y, dim)], dim)` when every part before it fills with
+    the scan's identity (0 for cumsum, 1 for cumprod) and the scan walks forward along the
+    cat's dim: an exclusive cumulative sum, as PyTorch code writes it (KernelBench level-1
+    92). That cat is the scan of `cat([fill, ..., y])` (prefix sums over identities stay the
+    identity, then continue from the first element of y), and the inner cat is a pointwise
+    prologue the scan's kernel takes in: one kernel, each element read and written once,
+    where the scan's result written and copied again took two passes."""
+    d = norm_dim(dim, rank)
+    scan = xs[-1] if xs else None
+    if not (len(xs) >= 2 and isinstance(scan, Node) and scan.op in SCAN_IDENTITY
+            and scan.kwargs.get("dim") == d and not scan.kwargs.get("reverse")):
+        return None
+    fill = SCAN_IDENTITY[scan.op]
+    if all(isinstance(x, Node) and x.op == "full" and x.args and x.args[0] == fill
+           for x in xs[:-1]):
+        return scan
+    return None
+
+
 def lower_cat(b: Builder, xs: list[Node], dim: int, shape: tuple[int, ...], dtype: torch.dtype,
               name: str, origin: str) -> Node:
     """Concatenation along `dim`: one `window_tap` per input, a masked load of that input at
