@@ -19,6 +19,7 @@ the host (a channels_last copy kept between calls) is made anew.
 
 It runs op by op instead where a graph cannot help or cannot hold:
 - without a GPU (Triton's interpreter), under `torch.compile` (dynamo traces the forward),
+  for inputs on a GPU other than the current one (a graph captures on the current device),
   for an input whose memory overlaps itself (an expanded view cannot be copied into);
 - when copying the inputs and outputs would cost more than the host time the graph saves:
   a memory-bound forward over a large tensor (a softmax over 1 GB) gains nothing from a
@@ -116,7 +117,9 @@ def _graphed(module, fn, args):
     """fn(*args), replayed from a CUDA graph where one pays and can be captured."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if (not KOPT_GRAPH or _INTERPRETED or torch.compiler.is_compiling() or not tensors
-            or tensors[0].device.type != "cuda" or not all(_dense(t) for t in tensors)
+            or tensors[0].device.type != "cuda"
+            or tensors[0].device.index not in (None, torch.cuda.current_device())
+            or not all(_dense(t) for t in tensors)
             or not _graph_pays(sum(t.numel() * t.element_size() for t in tensors), len(tensors))):
         return fn(*args)
     graphs = module._kopt_graphs
