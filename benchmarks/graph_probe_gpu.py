@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 import tempfile
-import time
 import traceback
 from pathlib import Path
 
@@ -23,13 +22,11 @@ import torch
 
 
 def _ms(fn, reps: int = 20) -> float:  # type: ignore[no-untyped-def]
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / reps * 1e3
+    """Milliseconds per call, host and device (launch_gpu's loop: the device synchronised at
+    the end)."""
+    from launch_gpu import _per_call_us  # the script's own folder is on sys.path
+
+    return _per_call_us(fn, reps) / 1e3
 
 
 def probe(file: Path, root: Path) -> None:
