@@ -61,6 +61,15 @@ def test_graph_only_where_the_copies_cost_less_than_the_host_time_saved(tmp_path
     assert not mod._graph_pays(1024, 2), "one kernel: the replay's own launches cost as much"
 
 
+def test_outputs_are_cloned_through_tuples_and_other_values_kept(tmp_path: Path) -> None:
+    _, _, mod = _candidate("softmax", tmp_path)
+    a, b = torch.randn(3), torch.randn(2, 2)
+    out = mod._clone_out((a, [b, None], 7))
+    assert out[0] is not a and torch.equal(out[0], a) and torch.equal(out[1][0], b)
+    assert out[1][1] is None and out[2] == 7
+    assert [t.shape for t in mod._out_tensors((a, [b, None], 7))] == [a.shape, b.shape]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path (Triton's interpreter)")
 def test_cpu_forward_runs_op_by_op(tmp_path: Path) -> None:
     case, _, mod = _candidate("softmax", tmp_path)

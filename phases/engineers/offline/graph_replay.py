@@ -76,19 +76,20 @@ def _graph_key(module, args):
 
 
 def _clone_out(out):
+    """The outputs with each tensor cloned (a value that is not a tensor is the same)."""
     if isinstance(out, torch.Tensor):
         return out.clone()
-    return type(out)(_clone_out(o) for o in out)
+    if isinstance(out, (list, tuple)):
+        return type(out)(_clone_out(o) for o in out)
+    return out
 
 
-def _outs(out):
-    return 1 if isinstance(out, torch.Tensor) else sum(_outs(o) for o in out)
-
-
-def _out_bytes(out):
+def _out_tensors(out):
     if isinstance(out, torch.Tensor):
-        return out.numel() * out.element_size()
-    return sum(_out_bytes(o) for o in out)
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _out_tensors(o)]
+    return []
 
 
 def _capture(module, fn, args):
@@ -106,9 +107,8 @@ def _capture(module, fn, args):
             out = fn(*static)
     except Exception as err:  # noqa: BLE001 (an op that syncs with the host cannot be captured)
         return f"capture failed: {type(err).__name__}: {err}"[:300]
-    ins = [a for a in static if isinstance(a, torch.Tensor)]
-    in_bytes = sum(a.numel() * a.element_size() for a in ins)
-    if not _graph_pays(in_bytes + _out_bytes(out), len(ins) + _outs(out)):
+    copied = [a for a in static if isinstance(a, torch.Tensor)] + _out_tensors(out)
+    if not _graph_pays(sum(t.numel() * t.element_size() for t in copied), len(copied)):
         return "copies cost more than the host time saved"
     return graph, static, out
 
