@@ -94,8 +94,12 @@ def test_a_graphs_captured_ops_are_counted_at_each_replay(monkeypatch: pytest.Mo
     graph = Graph()
     x = torch.randn(64)
     cls.capture_begin(graph)
-    torch.exp(x)
+    monkeypatch.setattr(guards, "_capturing", lambda: True)  # the stream captures: nothing runs
+    with guards.OpRecorder() as during:
+        torch.exp(x)
+    monkeypatch.setattr(guards, "_capturing", lambda: False)
     cls.capture_end(graph)
+    assert during.compute_ops() == ["exp"] and not during.elements, "named, not counted"
     seen: list[tuple[str, int]] = []
     for replays in (1, 2):
         with guards.OpRecorder(sink=lambda name, n: seen.append((name, n))) as recorder:
@@ -110,10 +114,11 @@ def test_replayed_forward_matches_op_by_op_after_new_weights_and_values(tmp_path
     model = build_model(case, "smoke", device="cuda", cls=mod.ModelNew)
     x = agent_provide_inputs(case, "smoke", device="cuda").args[0]
     mod.FORWARD_STEPS = 100  # a graph pays at this size (the case itself has 3 steps)
-    first = model(x)
+    first = model(x)  # op by op, then captured
     assert graph_report(model) == {"replayed": 1, "op_by_op": []}
-    again = model(x)
+    again = model(x)  # replayed
     assert again.data_ptr() != first.data_ptr(), "each call returns its own output"
+    torch.testing.assert_close(again, first)
     x.copy_(torch.randn_like(x))
     model.load_state_dict({k: v * 0.5 for k, v in model.state_dict().items()})
     replayed = model(x)

@@ -103,7 +103,9 @@ class OpRecorder(TorchDispatchMode):
     leaves unwritten keeps the poison, so two runs with different patterns disagree there.
     `sink(name, elements)` is called at once for every compute op (not in `NON_COMPUTE_OPS`)
     with the most elements any of its tensors holds: in a supervised job it sends the fact
-    to the supervisor as it happens, so emptying `ops` afterwards erases nothing.
+    to the supervisor as it happens, so emptying `ops` afterwards erases nothing. An op
+    dispatched while a CUDA graph captures does not run then: its name is kept (it is no
+    hidden op), its work is counted when the graph replays (`LaunchCounter`'s graph hooks).
     """
 
     def __init__(self, poison: str | None = None,
@@ -116,9 +118,10 @@ class OpRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = func.overloadpacket.__name__
-        self.ops[name] += 1
+        captured = _capturing()
+        self.ops[name] += 0 if captured else 1
         out = func(*args, **(kwargs or {}))
-        if name not in NON_COMPUTE_OPS:
+        if name not in NON_COMPUTE_OPS and not captured:
             n = _most_elements(args, kwargs, out)
             self.elements[name] += n
             if self._sink is not None:
@@ -137,6 +140,11 @@ class OpRecorder(TorchDispatchMode):
 
     def compute_ops(self) -> list[str]:
         return sorted(op for op in self.ops if op not in NON_COMPUTE_OPS)
+
+
+def _capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph (its work does not run now)."""
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
 class _CaptureLog(TorchDispatchMode):
