@@ -163,3 +163,17 @@ def test_a_device_that_fails_falls_back_to_the_cpus_figures(monkeypatch) -> None
     assert (fell_back.ok, fell_back.mismatches, fell_back.first_bad, fell_back.max_abs_err) == \
         (on_cpu.ok, on_cpu.mismatches, on_cpu.first_bad, on_cpu.max_abs_err)
     assert not on_cpu.ok and on_cpu.mismatches > 0
+
+
+def test_every_element_within_bounds_but_a_cancelling_norm_goes_to_the_float64_truth() -> None:
+    """A 2-element output near zero, each element 2e-6 off (inside atol), misses only the
+    whole-tensor relative bound: the verifier asks the float64 baseline (`within_elementwise`).
+    An element outside the bound, or a shape that differs, does not go there."""
+    tol = {torch.float32: Tolerance(atol=1e-4, rtol=1e-4, rel=1e-5)}
+    ref = [torch.tensor([0.05, 0.0])]
+    near = compare_outputs([torch.tensor([0.05 + 2e-6, 2e-6])], ref, tol)
+    assert not near.ok and near.within_elementwise()
+    far = compare_outputs([torch.tensor([0.05, 0.5])], ref, tol)
+    assert not far.ok and not far.within_elementwise()
+    shaped = compare_outputs([torch.zeros(3)], ref, tol)
+    assert not shaped.ok and not shaped.within_elementwise()
