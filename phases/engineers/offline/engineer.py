@@ -20,6 +20,7 @@ from kopt.phases.engineers.offline.codegen import build_kernels, write_module
 from kopt.phases.engineers.offline.fusion import FusionPolicy, partition
 from kopt.phases.engineers.offline.layout import build_constructor
 from kopt.phases.engineers.offline.regions import SWITCH, regions
+from kopt.phases.engineers.offline.rewrites import apply_rewrites
 from kopt.phases.events import LOG, Event, EventSink, null_sink
 
 # Policies tried in order: each later one fuses less (what a failure report backs off to).
@@ -55,14 +56,16 @@ class OfflineResult:
 
 
 def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPolicy | None = None,
-                       policy_name: str = "") -> OfflineResult:
+                       policy_name: str = "", rewrites: bool = True) -> OfflineResult:
     """Capture `case` on `input_set` and write a fused Triton candidate for it. Sizes tied to
     the constructor are read at run time where their source can be traced (a forward
     argument, a parameter, a library call's weight), so the candidate also builds and runs at
-    the smoke set's constructor; the rest are fixed at their traced values."""
+    the smoke set's constructor; the rest are fixed at their traced values. `rewrites`:
+    the algebraic rewrites of `rewrites.py` (exact for every input and weight) first."""
     t0 = time.perf_counter()
     policy = policy or POLICIES[0][1]
     captured = capture(case, input_set)
+    rewritten = apply_rewrites(captured.graph) if rewrites else []
     part = partition(captured.graph, policy)
     kernels = build_kernels(part, case.manifest.precision)
     if not kernels:
@@ -74,6 +77,7 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
                                 "pointwise ops, reductions, pooling, scans and matmuls")
     ctor = build_constructor(case, captured.model, input_set)
     source, notes = write_module(case, part, ctor, kernels, part.unfused)
+    notes = [f"rewrite: {r}" for r in rewritten] + notes
     if captured.fixed_lead is not None:
         notes.insert(0, f"{FIXED_LEAD_NOTE} {captured.fixed_lead} (a static export, or a size "
                         "derived from it through int(), a Python loop or a branch): the "
@@ -127,7 +131,8 @@ class OfflineEngineer:
             first = feedback.splitlines()[0][:160]
             log(f"previous candidate failed verification ({first}); backing off to: {name}")
         log(f"capturing {request.case.name} with torch.export and fusing ({name})")
-        result = generate_candidate(request.case, policy=policy, policy_name=name)
+        rewrites = request.options.get("rewrites", True) is not False
+        result = generate_candidate(request.case, policy=policy, policy_name=name, rewrites=rewrites)
         overrides = request.options.get("kopt_config")
         if isinstance(overrides, dict) and overrides:  # phases.strategy: a launch hypothesis
             from kopt.phases.strategy import apply_kopt_config

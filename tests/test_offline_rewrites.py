@@ -1,0 +1,148 @@
+"""The offline engineer's algebraic rewrites (issue 18, item 4), each on odd sizes: the
+candidate against eager in the Triton interpreter, on its smoke set (other constructor sizes)
+and after the weights change, and the rewrite's note (it fired) or its absence (it must not).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kopt.harness.data import agent_provide_inputs, build_model
+from kopt.phases.engineers.offline import generate_candidate
+from tests.test_offline import _load_candidate
+from tests.test_offline_fusion import _accepted_on_cpu, _constructor_case
+
+
+def _outputs_match(case, module, input_set: str, *, perturb: bool) -> None:
+    """ModelNew with the reference's weights gives the reference's outputs; with `perturb`,
+    again after every weight of both is changed in place (what a training step does) and
+    after a fresh state_dict is loaded into both."""
+    ref = build_model(case, input_set)
+    new = build_model(case, input_set, cls=module.ModelNew)
+    new.load_state_dict(ref.state_dict())
+    inputs = agent_provide_inputs(case, input_set, 3)
+
+    def check(what: str) -> None:
+        with torch.no_grad():
+            want = ref(*inputs.args)
+            got = new(*inputs.args)
+        assert got.shape == want.shape, what
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3 * float(want.abs().max()),
+                                   msg=lambda m: f"{what}: {m}")
+
+    check("loaded weights")
+    if not perturb:
+        return
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.mul_(-1.7).add_(0.3)
+        for p in new.parameters():
+            p.mul_(-1.7).add_(0.3)
+    check("weights changed in place")
+    fresh = {k: torch.randn_like(v) for k, v in ref.state_dict().items()}
+    ref.load_state_dict(fresh)
+    new.load_state_dict(fresh)
+    check("another state_dict")
+
+
+SUM_CASES = {
+    # KernelBench level-2 14's shape of problem: product, a divisor, a sum, a scale after
+    "divide_sum": (["self.weight = nn.Parameter(torch.randn(hidden, features))"],
+                   ["y = torch.matmul(x, self.weight.T) / 2", "return torch.sum(y, dim=1, keepdim=True) * 1.5"]),
+    # a linear layer's bias, a per-feature scale and a shift, then a mean without keepdim
+    "bias_scale_mean": (["self.fc = nn.Linear(features, hidden)",
+                         "self.scale = nn.Parameter(torch.rand(hidden) + 0.5)"],
+                        ["y = (self.fc(x) * self.scale - 0.25) / 3.0", "return -y.mean(dim=-1)"]),
+    # the shift read from the rows themselves (a per-row term), and a reversed subtraction
+    "row_shift": (["self.fc = nn.Linear(features, hidden)"],
+                  ["y = 2.0 - self.fc(x)", "y = y + x[:, :1]", "return y.sum(dim=1)"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUM_CASES))
+def test_sum_over_product_features_is_a_product_with_summed_weights(tmp_path: Path, name: str) -> None:
+    layers, forward = SUM_CASES[name]
+    case = _constructor_case(tmp_path, name, "features, hidden", layers, forward,
+                             "features: 67, hidden: 45", [13, 67],
+                             "features: 19, hidden: 11", [5, 19])
+    result = generate_candidate(case)
+    assert any(n.startswith("rewrite: ") and "output features" in n for n in result.notes), result.notes
+    fused = [f for k in result.kernels for f in k["fuses"]]
+    assert not any(f.startswith(("mm", "addmm", "linear")) for f in fused), result.kernels
+    module = _load_candidate(result.source, tmp_path, name)
+    _outputs_match(case, module, "main", perturb=True)
+    _outputs_match(case, module, "smoke", perturb=True)
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+CONV_CASES = {
+    # a 2-D convolution, a per-channel scale, the mean over the channels, a bias after it
+    "conv2d_scale_mean": (["self.conv = nn.Conv2d(3, hidden, 3, padding=1)",
+                           "self.scale = nn.Parameter(torch.rand(hidden, 1, 1) + 0.5)",
+                           "self.bias = nn.Parameter(torch.randn(1, 1, 1, 1))"],
+                          ["y = self.conv(x) * self.scale", "return y.mean(dim=1, keepdim=True) + self.bias"],
+                          [2, 3, 9, 11], [1, 3, 5, 6]),
+    # a transposed 3-D convolution (its weight's dim 1 is the output channels), a shift
+    "conv_transpose3d_sum": (["self.conv = nn.ConvTranspose3d(4, hidden, 3, stride=2, padding=1)"],
+                             ["return (self.conv(x) - 0.5).sum(dim=1)"],
+                             [2, 4, 3, 4, 5], [1, 4, 2, 3, 2]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONV_CASES))
+def test_sum_over_convolution_channels_is_one_channel(tmp_path: Path, name: str) -> None:
+    layers, forward, main, smoke = CONV_CASES[name]
+    case = _constructor_case(tmp_path, name, "hidden", layers, forward,
+                             "hidden: 13", main, "hidden: 5", smoke)
+    result = generate_candidate(case)
+    assert any(n.startswith("rewrite: ") and "output channels" in n for n in result.notes), result.notes
+    module = _load_candidate(result.source, tmp_path, name)
+    _outputs_match(case, module, "main", perturb=True)
+    _outputs_match(case, module, "smoke", perturb=True)
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+NOT_REWRITTEN = {
+    # the scale varies along the rows: sum_n s_mn y_mn does not factor through the weights
+    "row_scale": (["self.fc = nn.Linear(features, hidden)"],
+                  ["y = self.fc(x) * x[:, :1]", "return y.sum(dim=1)"]),
+    # a non-affine map between the product and the sum
+    "sigmoid_between": (["self.fc = nn.Linear(features, hidden)"],
+                        ["return torch.sigmoid(self.fc(x)).sum(dim=1)"]),
+    # the product is also returned: it must be computed anyway
+    "product_also_read": (["self.fc = nn.Linear(features, hidden)"],
+                          ["y = self.fc(x)", "return y.sum(dim=1) + y[:, 0]"]),
+    # a sum over the rows, not over the output features
+    "sum_over_rows": (["self.fc = nn.Linear(features, hidden)"],
+                      ["return self.fc(x).sum(dim=0)"]),
+    # a grouped convolution: each output channel reads only its group's inputs
+    "grouped_conv": (["self.conv = nn.Conv1d(features * 2, hidden * 2, 3, groups=2)"],
+                     ["y = torch.cat([x, x], 1).unsqueeze(-1).expand(-1, -1, 5)",
+                      "return self.conv(y).sum(dim=1)"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_REWRITTEN))
+def test_sum_rewrite_leaves_what_does_not_factor(tmp_path: Path, name: str) -> None:
+    layers, forward = NOT_REWRITTEN[name]
+    case = _constructor_case(tmp_path, name, "features, hidden", layers, forward,
+                             "features: 67, hidden: 45", [13, 67],
+                             "features: 19, hidden: 11", [5, 19])
+    result = generate_candidate(case)
+    assert not any(n.startswith("rewrite: ") for n in result.notes), result.notes
+    module = _load_candidate(result.source, tmp_path, name)
+    _outputs_match(case, module, "main", perturb=False)
+
+
+def test_rewrites_off_keeps_the_full_product(tmp_path: Path) -> None:
+    layers, forward = SUM_CASES["divide_sum"]
+    case = _constructor_case(tmp_path, "rewrites_off", "features, hidden", layers, forward,
+                             "features: 67, hidden: 45", [13, 67],
+                             "features: 19, hidden: 11", [5, 19])
+    on, off = generate_candidate(case), generate_candidate(case, rewrites=False)
+    assert any(n.startswith("rewrite: ") for n in on.notes)
+    assert not any(n.startswith("rewrite: ") for n in off.notes)
+    assert on.source != off.source
