@@ -115,6 +115,7 @@ def main() -> int:
     args = parser.parse_args()
 
     home = Path(os.environ.get("KOPT_HOME") or tempfile.mkdtemp(prefix="kopt-pipeline-gpu-"))
+    home.mkdir(parents=True, exist_ok=True)
     os.environ["KOPT_HOME"] = str(home)
     os.environ.pop("TRITON_INTERPRET", None)
     os.chdir(home)
