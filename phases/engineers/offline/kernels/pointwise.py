@@ -13,7 +13,7 @@ from typing import Any
 from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition
 from kopt.phases.engineers.offline.kernels.writer import (
     KernelSource,
-    _decompose,
+    _decompose_direct,
     _finish_simple,
     _identity,
     _Scope,
@@ -46,7 +46,7 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
             "    pid = tl.program_id(0)",
             "offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
             "mask = offs < n_elements"]
-    head += _decompose("offs", sorted(w.coords_needed), r, "c")
+    head += _decompose_direct("offs", sorted(w.coords_needed), r, "c")
     if group.nhwc:
         # a channels_last convolution's epilogue: a (BLOCK_HW, BLOCK_C) tile per program reads
         # the NHWC input along channels and writes the NCHW output along hw (a fused transpose;
