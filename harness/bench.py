@@ -5,7 +5,8 @@ is timed in its own worker; eager and compile share one worker that never sees c
 code. Fresh input values are written in place between timed calls; after timing, one output
 sample on known values is compared here with the baseline's. A row is refused when that
 sample is wrong, a clock or torch object was replaced, work was left on a side stream or
-after the timed call, or the time beats the roofline floor (impossible).
+after the timed call, or the time beats the time it takes to move the bytes the case must
+read and write (impossible).
 """
 
 from __future__ import annotations
@@ -32,8 +33,13 @@ from kopt.harness.verify import DEFAULT_TIMEOUT_S, verify_candidates
 POOL = 4
 """Input value sets rotated through the timed calls (each written in place)."""
 FLOOR_SLACK = 1.10
-"""A time under floor_ms / 1.10 is refused as impossible. The copy ceiling is itself a
-measured figure (~90% of the datasheet peak), which a kernel can tie but not beat by 10%."""
+"""A time under the memory floor / 1.10 is refused as impossible. The copy ceiling is itself
+a measured figure (~90% of the datasheet peak), which a kernel can tie but not beat by 10%.
+Only the memory part of the roofline floor bounds every correct candidate: its FLOP part is
+the model's own algorithm, and a rewrite that holds for every input may do fewer (a sum over
+a product's columns as a matrix-vector product with summed weights: KernelBench level-2 14 at
+0.476 ms against a 2.684 ms FLOP floor on an H200, 2026-11-27). % of floor stays measured
+against the model's floor, so such a candidate shows over 100%."""
 BASELINES = ("eager", "compile")
 
 ROW_KEYS = ("variant", "median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "pct_of_floor",
@@ -156,9 +162,12 @@ def _timed_row(name: str, label: str, verified: bool, resp: dict[str, Any], key:
     t = result["timing"]
     median = float(t["median_ms"])
     floor = roof.get("floor_ms")
-    if floor and median < floor / FLOOR_SLACK:
-        refusals.append(f"impossible: {median:.4f} ms is faster than the roofline floor "
-                        f"{floor:.4f} ms")
+    copy_gbps = (roof.get("ceilings") or {}).get("copy_gbps")
+    moved = roof.get("bytes") / (copy_gbps * 1e9) * 1e3 if roof.get("bytes") and copy_gbps else None
+    if moved and median < moved / FLOOR_SLACK:
+        refusals.append(f"impossible: {median:.4f} ms is faster than moving the case's "
+                        f"{roof['bytes'] / 1e6:.1f} MB at the measured copy bandwidth "
+                        f"({moved:.4f} ms)")
     if refusals:
         row["verified"] = False
         row["note"] = "refused: " + "; ".join(refusals)

@@ -94,7 +94,7 @@ def test_history_dispatches_to_autobench(workspace: Path, monkeypatch: pytest.Mo
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["history"][0]["run_id"] == "r1"
 
 
-def _sample_row(out: Any, ref: Any) -> dict[str, Any]:
+def _sample_row(out: Any, ref: Any, roof: dict[str, Any] | None = None) -> dict[str, Any]:
     import torch  # noqa: F401
 
     from kopt.harness.bench import _timed_row
@@ -102,8 +102,25 @@ def _sample_row(out: Any, ref: Any) -> dict[str, Any]:
 
     resp = {"variants": {"candidate": {"ok": True, "launches_timed": 3, "timing": {
         "median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1}}}}
-    return _timed_row("cand", "cuda-events", True, resp, "candidate", {}, ([out], [ref]),
-                      load_case(CASE))
+    return _timed_row("cand", "cuda-events", True, resp, "candidate", roof or {},
+                      ([out], [ref]), load_case(CASE))
+
+
+def test_only_the_bytes_bound_a_candidate_from_below() -> None:
+    """A rewrite may do fewer FLOPs than the model (a product's column sum from summed
+    weights): a time under the FLOP floor is timed, one under the time to move the case's
+    bytes at the measured copy bandwidth is refused as impossible."""
+    import torch
+
+    ref = torch.randn(64, 1)
+    flop_bound = {"bytes": 1e9, "flops": 1e15, "floor_ms": 20.0,
+                  "ceilings": {"copy_gbps": 2000.0}}  # moving the bytes: 0.5 ms
+    row = _sample_row(ref.clone(), ref, flop_bound)
+    assert row["median_ms"] == 1.0, row["note"]
+    assert row["pct_of_floor"] == 2000.0  # against the model's own floor
+    too_fast = {**flop_bound, "bytes": 4e9}  # moving them takes 2 ms: 1 ms is impossible
+    row = _sample_row(ref.clone(), ref, too_fast)
+    assert row["median_ms"] is None and "impossible" in row["note"] and "4000.0 MB" in row["note"]
 
 
 def test_sample_check_allows_a_sum_reassociated_at_near_zero_elements() -> None:

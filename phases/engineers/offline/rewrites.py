@@ -75,6 +75,9 @@ class _Product:
     dim: int
     weight: Node
     wdim: int
+    back: list[int] | None = None
+    """A permutation of the summed weight before the product reads it: a linear layer's
+    B is `W.t()`, summed along W's dim 0 (coalesced column tiles; B's rows are strided)."""
 
 
 def _product(n: Node) -> _Product | None:
@@ -82,7 +85,11 @@ def _product(n: Node) -> _Product | None:
         return None
     if n.op == "mm" and n.rank == 2 and len(n.args) >= 2 and \
             all(isinstance(x, Node) and x.rank == 2 and x.dtype == torch.float32 for x in n.args[:2]):
-        return _Product(n, 1, n.args[1], 1)
+        b = n.args[1]
+        if b.op == "permute" and isinstance(b.args[0], Node) and b.args[0].rank == 2 and \
+                list(b.args[1]) == [1, 0]:
+            return _Product(n, 1, b.args[0], 0, [1, 0])
+        return _Product(n, 1, b, 1)
     if n.op == "fallback" and "convolution" in str(n.target) and len(n.args) == 9 and n.rank >= 3:
         x, w, b, _s, _p, _d, transposed, _o, groups = n.args
         if groups == 1 and isinstance(x, Node) and isinstance(w, Node) and w.rank == n.rank and \
@@ -244,6 +251,9 @@ def _fold_one(graph: Graph, p: _Product, chain: list[Node], total: Node, mean: N
     weights = e.node("summed_w", "sum", [scaled], kept, kept_sym, dim=wdim, keepdim=True)
     if mean is not None:
         weights = e.node("mean_w", "div", [weights, ("numel", wdim)], weights.shape, weights.sym)
+    if p.back is not None:
+        weights = e.node("summed_w_t", "permute", [weights, p.back],
+                         tuple(weights.shape[j] for j in p.back), tuple(weights.sym[j] for j in p.back))
     shape = tuple(1 if j == dim else s for j, s in enumerate(y.shape))
     sym = tuple(1 if j == dim else s for j, s in enumerate(y.sym))
     if y.op == "mm":
