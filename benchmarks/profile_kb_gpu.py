@@ -1,7 +1,10 @@
 """Where the time goes, kernel by kernel: eager, torch.compile and kopt's offline candidate of
 KernelBench problems, under the case's precision (fp32: TF32 off, as the harness times it).
 
-    python benchmarks/profile_kb_gpu.py FILE.py ...
+    python benchmarks/profile_kb_gpu.py FILE.py|CASE ... [--top N]
+
+FILE.py: a KernelBench problem file (imported as `kopt import-kernelbench` does); CASE: a
+bundled case or case directory (`gpt2_block`).
 
 Per problem: each variant's median forward (CUDA events, 50 after 10 warm-ups), then the CUDA
 kernels of 10 forwards of each by total time (torch.profiler).
@@ -35,17 +38,26 @@ def kernels(fn, top: int = 6) -> list[str]:
 
 
 def main() -> None:
-    from kopt.harness.case import load_case_dir
+    from kopt.harness.case import load_case, load_case_dir
     from kopt.harness.data import agent_provide_inputs, build_model
     from kopt.harness.kernelbench import import_kernelbench
     from kopt.harness.verification.guards import set_precision
     from kopt.phases.engineers.offline import generate_candidate
 
     work = Path(tempfile.mkdtemp())
-    for f in sys.argv[1:]:
+    argv = sys.argv[1:]
+    top = 6
+    if "--top" in argv:
+        at = argv.index("--top")
+        top = int(argv[at + 1])
+        del argv[at:at + 2]
+    for f in argv:
         p = Path(f)
-        case = load_case_dir(import_kernelbench(p, name=f"p{p.stem.split('_')[0]}",
-                                                out=work / p.stem))
+        if p.suffix == ".py":
+            case = load_case_dir(import_kernelbench(p, name=f"p{p.stem.split('_')[0]}",
+                                                    out=work / p.stem))
+        else:
+            case = load_case(f)
         set_precision(case.manifest.precision)
         source = generate_candidate(case).source
         cand = work / f"{p.stem}_kopt.py"
@@ -64,7 +76,7 @@ def main() -> None:
             print(f"=== {p.stem} ({case.manifest.precision})", flush=True)
             for name, fn in variants.items():
                 print(f"{name}: {ms(fn):.3f} ms", flush=True)
-                for line in kernels(fn):
+                for line in kernels(fn, top):
                     print("    " + line)
         torch._dynamo.reset()
 
