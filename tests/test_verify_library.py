@@ -113,3 +113,23 @@ def test_every_library_call_beside_a_decoy_kernel_is_a_fallback(tmp_path: Path) 
     report = verify_candidate(case, file, device="cpu")
     assert not report.accepted
     assert not report.check("no_pytorch_fallback").passed, report.to_text()
+
+
+def test_a_query_op_below_the_recorder_is_not_a_hidden_op() -> None:
+    """An LSTM asks `cudnn_is_acceptable` before it dispatches: the profiler records that
+    query, the dispatch-mode recorder never sees it, and it computes nothing (level-3 38 was
+    rejected as hiding PyTorch work for it); a compute op the recorder missed still counts."""
+    from kopt.harness.jobs.candidate import _Trace
+    from kopt.harness.verification.guards import OpRecorder
+
+    x = torch.randn(4, 4)
+    trace = _Trace("cpu")
+    trace.start()
+    with OpRecorder() as recorder:
+        torch.cudnn_is_acceptable(x)
+        x.exp()
+    trace.stop()
+    assert trace.events is not None, "the profiler did not start"
+    assert any("cudnn_is_acceptable" in str(e.name) for e in trace.events)
+    assert trace.hidden_ops(set(recorder.ops)) == []
+    assert trace.hidden_ops(set()) == ["exp"]
