@@ -218,3 +218,29 @@ def test_the_interpreter_runs_fewer_wider_programs_of_the_same_kernels(
                 wide = module._launch_config(kernel, "tiled", 1395, 12)
                 assert wide["BLOCK_HW"] * wide["BLOCK_C"] <= module.INTERPRETER_TILE
                 assert math.ceil(1395 / wide["BLOCK_HW"]) >= 2
+
+
+def test_a_bias_only_epilogue_is_cublas_own_on_that_backend(workspace: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT-2's QKV projection (a product plus its bias, nothing else) on the cuBLAS backend is
+    one `torch.addmm`: no second pass over the product. Its output matches the model's, and
+    the other kernels of the block still launch."""
+    case = load_case("gpt2_block")
+    source = generate_candidate(case).source
+    assert "torch.addmm(bias, a, b, out=y0)" in source
+    module = _load_candidate(source, workspace, "gpt2_bias")
+    kernels = _matmul_kernels(module)
+    for k in kernels:
+        module.KOPT_CONFIG[k]["BACKEND"] = "cublas"
+    addmms: list[tuple[int, ...]] = []
+    real = torch.addmm
+
+    def counting_addmm(bias, a, b, *args, **kwargs):
+        addmms.append(tuple(bias.shape))
+        return real(bias, a, b, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "addmm", counting_addmm)
+    _check_case(case, module, "smoke")
+    # four products carry a bias; c_proj's and the MLP's second also add the residual, the
+    # MLP's first a GELU: only c_attn's bias is its whole epilogue (one forward ran)
+    assert len(addmms) == 1, addmms
