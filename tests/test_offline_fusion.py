@@ -389,3 +389,23 @@ def test_pooling_follows_the_smoke_sets_sizes(tmp_path: Path) -> None:
     result = generate_candidate(case)
     assert not result.unfused or all("convolution" in u["op"] for u in result.unfused), result.unfused
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_bare_copy_of_a_layout_change_is_torch_contiguous(tmp_path: Path) -> None:
+    """`.t().contiguous()` between two products (attention's output transposed back to
+    (B, S, H, D)) launches no copy kernel: torch's contiguous() copies only when needed."""
+    body = ["z = (x @ y.t()).t().contiguous()", "return torch.relu(z @ x)"]
+    result, module = _generate(tmp_path, body, [[13, 7], [9, 7]])
+    assert [k["kind"] for k in result.kernels] == ["matmul", "matmul"], result.kernels
+    assert ".contiguous()  # clone" in result.source
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_rotary_half_rotation_with_a_negated_part_is_one_kernel(tmp_path: Path, dtype: str) -> None:
+    """RoPE's `cat((-x2, x1))`: the concatenation negates its part as it copies it, so no
+    kernel writes `-x2` first (LLaMA's block had one such kernel for q and one for k)."""
+    body = ["h = x.shape[-1] // 2",
+            "rot = torch.cat((-x[..., h:], x[..., :h].abs()), dim=-1)",
+            "return x * torch.cos(y) + rot * torch.sin(y)"]
+    result, _ = _generate(tmp_path, body, [[3, 5, 18], [3, 5, 18]], dtype)
+    assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels

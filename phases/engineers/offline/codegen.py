@@ -288,6 +288,8 @@ class ForwardWriter:
             code = f"{x}.reshape({self.view_shape(n)})"
         elif n.op == "flatten":
             code = f"{x}.flatten({n.args[1]}, {n.args[2]})"
+        elif n.op == "contiguous":  # a copy only where the layout needs one (fusion._copies_to_torch)
+            code = f"{x}.contiguous()"
         elif n.op == "unsqueeze":
             code = f"{x}.unsqueeze({n.args[1]})"
         elif n.op == "squeeze":

@@ -542,6 +542,7 @@ def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
             g.nodes = [n]
     _inline_row_values(p, graph, users, outputs)
     _sink_matmul_epilogues(p, users, outputs)
+    _copies_to_torch(p, outputs)
     generated = {n for n in p.gen if n not in p.owner}
     for g in p.groups:
         g.nodes.sort(key=graph.nodes.index)
@@ -595,6 +596,29 @@ def _inline_row_values(p: _Partitioner, graph: Graph, users: dict[Node, list[Nod
             del p.owner[m]
         p.gen |= inlined
         p.groups.remove(g)
+    for i, g in enumerate(p.groups):
+        g.index = i
+
+
+def _copies_to_torch(p: _Partitioner, outputs: set[Node]) -> None:
+    """A kernel that would only copy a library call's result (`attn.transpose(1, 2)
+    .contiguous()` after attention, which export writes as a `clone`) becomes PyTorch's
+    `contiguous()`: no copy at all when the result is already laid out so (cuDNN's and flash
+    attention's outputs are, for a query made from a (B, S, H, D) view: torch.compile copies
+    nothing there, kopt's copy kernel cost GPT-2's block 0.006 ms on an H200), torch's copy
+    when not. Only for a value that is not returned and not a forward input, and while
+    another kernel remains."""
+    for g in list(p.groups):
+        if len(p.groups) < 2 or g.kind != "pointwise" or len(g.nodes) != 1:
+            continue
+        (n,) = g.nodes
+        x = n.args[0] if n.op == "identity" and n.args else None
+        if not isinstance(x, Node) or x.op == "input" or x in p.gen or x in p.owner or \
+                n in outputs or x.dtype != n.dtype or x.shape != n.shape:
+            continue
+        del p.owner[n]
+        p.groups.remove(g)
+        n.op = "contiguous"
     for i, g in enumerate(p.groups):
         g.index = i
 

@@ -605,6 +605,11 @@ def scan_after_fill(xs: list[Any], dim: int, rank: int) -> Node | None:
     return None
 
 
+CAT_PART_MAPS = {"neg", "abs", "relu"}
+"""Maps a concatenation applies to a part as it copies it: exact in every dtype, and 0 where
+the part's masked load reads nothing (the parts are summed)."""
+
+
 def lower_cat(b: Builder, xs: list[Node], dim: int, shape: tuple[int, ...], dtype: torch.dtype,
               name: str, origin: str) -> Node:
     """Concatenation along `dim`: one `window_tap` per input, a masked load of that input at
@@ -628,9 +633,16 @@ def lower_cat(b: Builder, xs: list[Node], dim: int, shape: tuple[int, ...], dtyp
     acc: Node | None = None
     for k, (x, size) in enumerate(zip(parts, sizes, strict=True)):
         pad = offset if isinstance(offset, int) else Sym(offset, hint)
-        v = b.add(Node(f"{name}_part{k}", WINDOW_TAP, [x],
+        # a part that is an exact map with f(0) = 0 of another value (rotary embedding's
+        # `cat((-x2, x1))`) taps that value and maps it here: no kernel writes the part first
+        f = x.op if x.op in CAT_PART_MAPS and x.args and isinstance(x.args[0], Node) and \
+            x.args[0].shape == x.shape and x.args[0].dtype == x.dtype else None
+        src = x.args[0] if f else x
+        v = b.add(Node(f"{name}_part{k}", WINDOW_TAP, [src],
                        {"taps": [(d, 1, 1, pad, 0, 1, size)], "fill": 0.0, "clip": True},
                        like.shape, like.sym, x.dtype, origin=origin))
+        if f:
+            v = b.op(f"{name}_part{k}_{f}", f, [v], v, origin=origin)
         if x.dtype != like.dtype:
             v = b.op(f"{name}_part{k}_cast", "cast", [v], v, dtype=like.dtype, origin=origin)
         if acc is None:
