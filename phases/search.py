@@ -7,7 +7,9 @@ step at a time, and stops the dimension as soon as a step gains under the timer'
 a dimension of unordered values (a matmul's `BACKEND`) is timed whole. After a pass over
 every kernel and dimension, a second pass runs when the first moved anything (the kernels
 share the forward's timing). Finally the joint check times the winners together against
-the start in one job: they must beat it beyond noise, else the start is kept.
+the start in one job: they must beat it beyond noise, else the start is kept. The first
+step of every dimension is timed up front in one job (`sweep`): a job costs seconds of
+fixed work on a GPU, and most dimensions stop at their first step.
 
 Three kernels with 5 block sizes and 4 warp counts each take about 3 x (2 + 2) trials,
 where the joint product has 8000 points.
@@ -23,6 +25,8 @@ from kopt.harness.errors import KoptError
 from kopt.harness.speedup import NOISE_FLOOR
 
 SEP = "/"
+SWEEP_RESERVE = 8
+"""Trials the first sweep leaves for the walks along the dimensions that gained."""
 TimeConfigs = Callable[[list[dict[str, Any]], str], list[dict[str, Any]]]
 """time_configs(configs, what) -> one row per config: {"median_ms", "p20_ms", "p80_ms",
 "checked", "detail"} (`what` names the step for progress lines)."""
@@ -202,16 +206,67 @@ class CoordinateSearch:
         self.steps.append(step)
         return current, row
 
+    def _first_steps(self, current: dict[str, Any], key: str) -> list[dict[str, Any]]:
+        """The configurations a dimension's first step times: both neighbours of an ordered
+        value, every other value of an unordered one."""
+        values = self.space[key]
+        if len(values) < 2:
+            return []
+        if not _ordered(values) or current.get(key) not in values:
+            return [{**current, key: v} for v in values if v != current.get(key)]
+        order = sorted(values)
+        i = order.index(current[key])
+        return [{**current, key: order[j]} for j in (i + 1, i - 1) if 0 <= j < len(order)]
+
+    def sweep(self, current: dict[str, Any], reserve: int = SWEEP_RESERVE
+              ) -> dict[str, list[dict[str, Any]]]:
+        """The first step of every dimension from `current` timed in one job: {key: its
+        rows}. A dimension none of whose first steps gains over `current` is then done
+        without a job of its own (a job is a worker start, a reference forward and the
+        compiles: seconds each on a GPU, where one job per dimension made the accelerator of
+        a seven-kernel block run past two minutes). Only what fits the trial budget less
+        `reserve` (the walks that follow) is swept; a dimension left out is tuned as before."""
+        picked: dict[str, list[dict[str, Any]]] = {}
+        room = max(0, self.max_trials - len(self.trials) - reserve)
+        count = 0
+        for _kernel, keys in dimensions(self.space):
+            for key in keys:
+                configs = self._first_steps(current, key)
+                if configs and count + len(configs) <= room:
+                    picked[key] = configs
+                    count += len(configs)
+        flat = [c for cs in picked.values() for c in cs]
+        if not flat:
+            return {}
+        self.log(f"sweep: the first step of {len(picked)} dimension(s), {len(flat)} trial(s) "
+                 "in one job")
+        rows = iter(self._time(flat, "sweep"))
+        return {key: [next(rows) for _ in cs] for key, cs in picked.items()}
+
+    def _unmoved(self, current: dict[str, Any], row: dict[str, Any], key: str,
+                 rows: list[dict[str, Any]]) -> None:
+        kernel, param = (key.split(SEP, 1) if SEP in key else ("", key))
+        self.steps.append({"kernel": kernel or None, "param": param, "from": current.get(key),
+                           "tried": [r["config"][key] for r in rows], "to": current.get(key),
+                           "stopped": "no first step gains over the timer's noise (sweep)",
+                           "median_ms": row.get("median_ms")})
+
     def run(self, current: dict[str, Any], row: dict[str, Any], *, max_passes: int = 2
             ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Coordinate passes from `current` (timed as `row`); the best configuration found."""
+        """Coordinate passes from `current` (timed as `row`), each after a `sweep` of every
+        dimension's first step; the best configuration found."""
         for n in range(1, max_passes + 1):
-            before = dict(current)
+            before, base = dict(current), row
+            first = self.sweep(current)
             for _kernel, keys in dimensions(self.space):
                 for key in keys:
                     if len(self.trials) >= self.max_trials:
                         self.log("trial budget spent: the search stops here")
                         return current, row
+                    swept = first.get(key)
+                    if swept is not None and not any(self.gains(r, base) for r in swept):
+                        self._unmoved(current, row, key, swept)
+                        continue
                     current, row = self.tune_dimension(current, row, key)
             if current == before:
                 break

@@ -49,6 +49,34 @@ def test_each_kernel_is_tuned_on_its_own_and_the_search_finds_every_best() -> No
     assert calls[-1] == ("joint check", 2)
 
 
+def test_first_steps_of_every_dimension_share_one_job() -> None:
+    """Six dimensions already at their best: one sweep job times every first step and the
+    pass costs no further job; where one dimension gains, only its walk adds jobs."""
+    best = {k: v for k, v in zip(("_k0", "_k1", "_k2"), ((512, 4), (512, 4), (512, 4)), strict=True)}
+
+    def at(config: dict[str, Any], better: dict[str, Any]) -> float:
+        return sum(1.0 + 0.2 * abs(math.log2(config[f"{k}/BLOCK_SIZE"] / b))
+                   + 0.1 * abs(math.log2(config[f"{k}/num_warps"] / w)) for k, (b, w) in better.items())
+
+    # one dimension gains: its walk times 2048 and 4096 in a job each (1024 was swept), and
+    # the second pass (the first moved) is one more sweep that finds nothing
+    for target, jobs in ((best, 2), ({**best, "_k1": (2048, 4)}, 5)):
+        calls: list[tuple[str, int]] = []
+
+        def timer(configs: list[dict[str, Any]], what: str, calls=calls, target=target):
+            calls.append((what, len(configs)))
+            return [{"checked": True, "median_ms": at(c, target), "p20_ms": at(c, target),
+                     "p80_ms": at(c, target)} for c in configs]
+
+        search = CoordinateSearch(SPACE, timer, max_trials=40)
+        start = {f"{k}/BLOCK_SIZE": 512 for k in BEST} | {f"{k}/num_warps": 4 for k in BEST}
+        first, row = search.start([("default", start)])
+        found, _ = search.run(first, row)
+        assert calls[1] == ("sweep", 12)  # two neighbours of each of six dimensions
+        assert len(calls) == jobs, calls
+        assert (found["_k1/BLOCK_SIZE"], found["_k1/num_warps"]) == target["_k1"]
+
+
 def test_a_dimension_stops_when_a_step_gains_under_the_noise() -> None:
     space = {"BLOCK": [1, 2, 4, 8, 16]}
     ms = {1: 1.0, 2: 0.8, 4: 0.795, 8: 0.5, 16: 0.4}  # 2 -> 4 gains 0.6%: under the 2% noise
