@@ -53,6 +53,7 @@ from kopt.phases.engineers.offline.graph import (
     scan_after_fill,
 )
 from kopt.phases.engineers.offline.layout import constructor_ints
+from kopt.phases.engineers.offline.recurrent import aten_target, whole_recurrent_layers
 from kopt.phases.engineers.offline.split_k import lower_split_k
 from kopt.phases.engineers.offline.split_k import slices as split_k_slices
 
@@ -258,7 +259,8 @@ def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any],
                 # torch's own deprecation inside export's copy of the input spec: nothing a
                 # user can act on, and it was the one stray line in `kopt run`'s output
                 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-                ep = torch.export.export(model, tuple(a), kw, dynamic_shapes=ds)
+                with whole_recurrent_layers():
+                    ep = torch.export.export(model, tuple(a), kw, dynamic_shapes=ds)
                 return ep.run_decompositions(_decomposition_table()), dynamic
         except Exception as err:  # noqa: BLE001 - any export failure: try static, then report
             errors.append(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
@@ -1040,7 +1042,7 @@ def _only_values_used(fx: torch.fx.Node) -> bool:
 
 def _fallback(b: Builder, fx: torch.fx.Node, args: list[Any], kwargs: dict[str, Any],
               shape: tuple[int, ...], sym: tuple[Any, ...], dtype: torch.dtype) -> Node:
-    n = b.add(Node(fx.name, "fallback", args, kwargs, shape, sym, dtype, target=fx.target,
-                   origin=fx.name))
+    n = b.add(Node(fx.name, "fallback", args, kwargs, shape, sym, dtype,
+                   target=aten_target(fx.target), origin=fx.name))
     n.multi = isinstance(_val(fx), (list, tuple))
     return n
