@@ -409,3 +409,31 @@ def test_rotary_half_rotation_with_a_negated_part_is_one_kernel(tmp_path: Path, 
             "return x * torch.cos(y) + rot * torch.sin(y)"]
     result, _ = _generate(tmp_path, body, [[3, 5, 18], [3, 5, 18]], dtype)
     assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
+
+
+@pytest.mark.parametrize("block", [16, 32])
+@pytest.mark.parametrize("shape", [[3, 5, 37], [2, 3, 7, 19], [40, 9]])
+def test_coordinates_without_division_match_at_small_blocks(tmp_path: Path, block: int,
+                                                            shape: list[int]) -> None:
+    """A coordinate whose span reaches a block is picked from two per-program scalars; one
+    whose span does not divides per element. Small blocks put both paths and every wrap in
+    play (the interpreter otherwise widens blocks past every span)."""
+    import torch
+
+    from kopt.harness.case import load_case_dir
+    from tests.test_offline import _write_case
+
+    ones = [1] * (len(shape) - 2)
+    body = ["return torch.sigmoid(x) * y + x"]
+    case = load_case_dir(_write_case(tmp_path, body, [shape, [shape[0], shape[1], *ones]],
+                                     "float32"))
+    result = generate_candidate(case)
+    module = _load_candidate(result.source, tmp_path, f"blocks_{block}_{len(shape)}")
+    assert "if span0 >= BLOCK_SIZE:" in result.source
+    module.INTERPRETER_TILE = block
+    for k in module.KOPT_CONFIG:
+        module.KOPT_CONFIG[k]["BLOCK_SIZE"] = block
+    x = torch.randn(shape)
+    y = torch.randn(shape[0], shape[1], *ones)
+    got = module.ModelNew()(x, y)
+    torch.testing.assert_close(got, torch.sigmoid(x) * y + x)

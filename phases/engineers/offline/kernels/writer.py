@@ -418,26 +418,43 @@ def _decompose(flat: str, needed: list[int], rank: int, prefix: str, skip: int |
 
 
 def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str) -> list[str]:
-    """Each coordinate in `needed` straight from a flat row-major index: `(flat // span_k) %
-    D_k`, span_k the product of the sizes after dim k (a scalar, once per program). A
+    """Each coordinate in `needed` straight from a flat row-major index (`pid * BLOCK_SIZE +
+    lane`), with no division per element where the block allows: a coordinate whose span
+    (the product of the sizes after it) is at least BLOCK_SIZE changes at most once inside a
+    block, so it is one of two scalars computed per program, picked per element by whether
+    the lane passed the block's wrap (`tl.where`); the last dim of at least BLOCK_SIZE
+    elements likewise. A smaller span divides per element, `(flat // span_k) % D_k`. A
     coordinate nothing reads after specialisation (an operand loaded contiguously at the flat
-    index) then costs nothing at all, where `_decompose`'s chain divides once per dim down to
-    the lowest dim needed: a per-channel operand of a 3-D convolution's epilogue cost three
-    divisions and a remainder per element, about twenty instructions each by a run-time size,
+    index) costs nothing at all.
+
+    Why: an integer division by a run-time size is about twenty instructions; a per-channel
+    operand of a 3-D convolution's epilogue cost three divisions and a remainder per element,
     which made a memory-bound epilogue compute-bound (KernelBench level-2 48 on the H100:
     0.430 ms against torch.compile's 0.294 ms, whose divisors are compile-time constants).
     The spans are 64-bit with the 64-bit index (a span can pass 2**31 when the tensor does)."""
     lines: list[str] = []
+    if needed:
+        lines += ["base = pid * BLOCK_SIZE  # the block's first flat index (offs = base + lane)",
+                  "lane = tl.arange(0, BLOCK_SIZE)"]
     for k in needed:
         after = [f"D{j}" for j in range(k + 1, rank)]
-        if after:
-            wide = " * ".join([f"tl.cast({after[0]}, tl.int64)", *after[1:]])
-            lines += ["if INDEX_64:", f"    span{k} = {wide}", "else:",
-                      f"    span{k} = {' * '.join(after)}"]
-            q = f"({flat} // span{k})"
-        else:
-            q = flat
-        lines.append(f"{prefix}{k} = {q}" if k == 0 else f"{prefix}{k} = {q} % D{k}")
+        c = f"{prefix}{k}"
+        if not after:  # the last dim: offs % D_k
+            lines += [f"if D{k} >= BLOCK_SIZE:  # rows of a block's width or more: at most one wrap",
+                      f"    {c} = base - (base // D{k}) * D{k} + lane",
+                      f"    {c} = tl.where({c} >= D{k}, {c} - D{k}, {c})",
+                      "else:",
+                      f"    {c} = {flat} % D{k}"]
+            continue
+        wide = " * ".join([f"tl.cast({after[0]}, tl.int64)", *after[1:]])
+        lines += ["if INDEX_64:", f"    span{k} = {wide}", "else:",
+                  f"    span{k} = {' * '.join(after)}"]
+        q0, q1 = f"(base // span{k})", f"(base // span{k} + 1)"
+        a, b = (q0, q1) if k == 0 else (f"{q0} % D{k}", f"{q1} % D{k}")
+        lines += [f"if span{k} >= BLOCK_SIZE:  # one value, or two across one wrap, per block",
+                  f"    {c} = tl.where(base - (base // span{k}) * span{k} + lane >= span{k}, {b}, {a})",
+                  "else:",
+                  f"    {c} = ({flat} // span{k})" + ("" if k == 0 else f" % D{k}")]
     return lines
 
 
