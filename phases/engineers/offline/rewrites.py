@@ -219,7 +219,7 @@ def _fold_one(graph: Graph, p: _Product, chain: list[Node], total: Node, mean: N
         elif u.op == "neg":
             alpha, beta = e.binary("mul", alpha, -1.0), e.binary("mul", beta, -1.0)
         elif u.op in ("mul", "div"):
-            if not _only_along(c, rank, dim) or (u.op == "div" and i != 0):
+            if not _only_along(c, rank, dim) or (u.op == "div" and (i != 0 or _number(c) and c == 0)):
                 return None
             alpha, beta = e.binary(u.op, alpha, c), e.binary(u.op, beta, c)
         elif u.op == "add":
