@@ -43,7 +43,17 @@ def test_a_recurrent_layer_is_one_library_call_of_the_candidate(tmp_path: Path, 
     _check_case(case, module, "smoke")
 
 
-def test_the_routing_ends_with_the_export() -> None:
+def test_the_routing_gives_torch_results_packed_or_not_and_ends_with_the_export() -> None:
+    torch.manual_seed(0)
+    lstm, gru = torch.nn.LSTM(4, 6, 2, bidirectional=True), torch.nn.GRU(4, 6, batch_first=True)
+    x = torch.randn(5, 3, 4)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, [5, 4, 2])
+    with torch.no_grad():
+        want = [lstm(x)[0], gru(x)[0], lstm(packed)[0].data]
+        with whole_recurrent_layers():
+            got = [lstm(x)[0], gru(x)[0], lstm(packed)[0].data]  # the last: torch's own path
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
     before = torch._VF.lstm
     with pytest.raises(RuntimeError), whole_recurrent_layers():
         assert torch._VF.lstm is not before

@@ -613,9 +613,14 @@ def _copies_to_torch(p: _Partitioner, outputs: set[Node]) -> None:
             continue
         (n,) = g.nodes
         x = n.args[0] if n.op == "identity" and n.args else None
-        if not isinstance(x, Node) or x.op == "input" or x in p.gen or x in p.owner or \
+        if not isinstance(x, Node) or x in p.gen or x in p.owner or \
                 n in outputs or x.dtype != n.dtype or x.shape != n.shape:
             continue
+        src = x
+        while src.op in LAYOUT and src.args and isinstance(src.args[0], Node):
+            src = src.args[0]
+        if src.op == "input":
+            continue  # contiguous() of a view of an input may be that input: keep the copy
         del p.owner[n]
         p.groups.remove(g)
         n.op = "contiguous"

@@ -88,8 +88,11 @@ def whole_recurrent_layers() -> Iterator[None]:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             # (input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
-            # batch_first); the packed overload has batch_sizes second and no batch_first
-            if kwargs or len(args) != 9 or not isinstance(args[8], bool):
+            # batch_first); the packed overload has the integer batch_sizes second (hx is
+            # a float tensor, or LSTM's (h, c) pair)
+            packed = isinstance(args[1], torch.Tensor) and not args[1].is_floating_point() \
+                if len(args) > 1 else True
+            if kwargs or len(args) != 9 or packed:
                 return original(*args, **kwargs)
             x, hx, params, *rest = args
             hx = list(hx) if kind == "lstm" else hx
