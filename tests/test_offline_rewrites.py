@@ -49,6 +49,13 @@ def _outputs_match(case, module, input_set: str, *, perturb: bool) -> None:
     check("another state_dict")
 
 
+def _linear_case(tmp: Path, name: str, layers: list[str], forward: list[str]):  # type: ignore[no-untyped-def]
+    """A case sized by (features, hidden), whose smoke set shrinks both."""
+    return _constructor_case(tmp, name, "features, hidden", layers, forward,
+                             "features: 67, hidden: 45", [13, 67],
+                             "features: 19, hidden: 11", [5, 19])
+
+
 SUM_CASES = {
     # KernelBench level-2 14's shape of problem: product, a divisor, a sum, a scale after
     "divide_sum": (["self.weight = nn.Parameter(torch.randn(hidden, features))"],
@@ -66,9 +73,7 @@ SUM_CASES = {
 @pytest.mark.parametrize("name", sorted(SUM_CASES))
 def test_sum_over_product_features_is_a_product_with_summed_weights(tmp_path: Path, name: str) -> None:
     layers, forward = SUM_CASES[name]
-    case = _constructor_case(tmp_path, name, "features, hidden", layers, forward,
-                             "features: 67, hidden: 45", [13, 67],
-                             "features: 19, hidden: 11", [5, 19])
+    case = _linear_case(tmp_path, name, layers, forward)
     result = generate_candidate(case)
     assert any(n.startswith("rewrite: ") and "output features" in n for n in result.notes), result.notes
     fused = [f for k in result.kernels for f in k["fuses"]]
@@ -132,9 +137,7 @@ NOT_REWRITTEN = {
 @pytest.mark.parametrize("name", sorted(NOT_REWRITTEN))
 def test_sum_rewrite_leaves_what_does_not_factor(tmp_path: Path, name: str) -> None:
     layers, forward = NOT_REWRITTEN[name]
-    case = _constructor_case(tmp_path, name, "features, hidden", layers, forward,
-                             "features: 67, hidden: 45", [13, 67],
-                             "features: 19, hidden: 11", [5, 19])
+    case = _linear_case(tmp_path, name, layers, forward)
     result = generate_candidate(case)
     assert not any(n.startswith("rewrite: ") for n in result.notes), result.notes
     module = _load_candidate(result.source, tmp_path, name)
@@ -143,9 +146,7 @@ def test_sum_rewrite_leaves_what_does_not_factor(tmp_path: Path, name: str) -> N
 
 def test_rewrites_off_keeps_the_full_product(tmp_path: Path) -> None:
     layers, forward = SUM_CASES["divide_sum"]
-    case = _constructor_case(tmp_path, "rewrites_off", "features, hidden", layers, forward,
-                             "features: 67, hidden: 45", [13, 67],
-                             "features: 19, hidden: 11", [5, 19])
+    case = _linear_case(tmp_path, "rewrites_off", layers, forward)
     on, off = generate_candidate(case), generate_candidate(case, rewrites=False)
     assert any(n.startswith("rewrite: ") for n in on.notes)
     assert not any(n.startswith("rewrite: ") for n in off.notes)

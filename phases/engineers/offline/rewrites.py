@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from kopt.phases.engineers.offline.graph import Graph, Node, _size_step
+from kopt.phases.engineers.offline.graph import Graph, Node, _replace, _size_step
 
 _AFFINE = {"mul", "div", "add", "sub", "neg", "identity"}
 
@@ -287,16 +287,6 @@ def _fold_one(graph: Graph, p: _Product, chain: list[Node], total: Node, mean: N
     return out
 
 
-def _swap(v: Any, old: Node, new: Node) -> Any:
-    if v is old:
-        return new
-    if isinstance(v, list):
-        return [_swap(x, old, new) for x in v]
-    if isinstance(v, tuple):
-        return tuple(_swap(x, old, new) for x in v)
-    return v
-
-
 def fold_product_sums(graph: Graph) -> list[str]:
     """Sums (and means) over a product's output features (a 2-D matmul's columns, a
     convolution's output channels), through affine maps whose scale varies along the features
@@ -315,10 +305,11 @@ def fold_product_sums(graph: Graph) -> list[str]:
         out = _fold_one(graph, p, chain, total, mean)
         if out is None:
             continue
+        swap = {target: out}
         for m in graph.nodes:
-            m.args = _swap(m.args, target, out)
-            m.kwargs = {k: _swap(v, target, out) for k, v in m.kwargs.items()}
-        graph.outputs = [_swap(o, target, out) for o in graph.outputs]
+            m.args = _replace(m.args, swap)
+            m.kwargs = {k: _replace(v, swap) for k, v in m.kwargs.items()}
+        graph.outputs = [_replace(o, swap) for o in graph.outputs]
         what = "mean" if mean is not None else "sum"
         kind = "product" if n.op == "mm" else "convolution"
         features = "output features" if n.op == "mm" else "output channels"
