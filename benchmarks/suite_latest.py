@@ -1,0 +1,83 @@
+"""The latest GPU row of every KernelBench problem over all recorded suite runs, by level.
+
+    python benchmarks/suite_latest.py [--level level2] [--results benchmarks/results]
+
+Reads every `*suite*.json` under the results folder except CPU runs, orders the files by
+date, session and call (`2026-11-27-s10-call3-suite.json`; `2026-11-26-call4-...` counts as
+session 0), and keeps each problem's last row. A row that failed because of the run itself
+(a reused `--keep` folder: "already holds a case") does not replace an earlier one. Prints,
+per level: problems with a row, verified, timed, the candidates' geomean speedup vs eager
+and vs torch.compile, and how many candidates are slower than eager by over 2%; with
+`--level`, that level's rows first. Rows of different sessions may come from different
+cards (H100, H200): each speedup is a ratio on its own card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from pathlib import Path
+
+RUN_FAULTS = ("already holds a case",)
+
+
+def _order(path: Path) -> tuple[str, int, int]:
+    m = re.search(r"(\d{4}-\d\d-\d\d)-s(\d+)-call(\d+)", path.name)
+    if m:
+        return m.group(1), int(m.group(2)), int(m.group(3))
+    m = re.search(r"(\d{4}-\d\d-\d\d)-call(\d+)", path.name)
+    return (m.group(1), 0, int(m.group(2))) if m else ("0", 0, 0)
+
+
+def latest_rows(results: Path) -> dict[tuple[str, str], tuple[str, dict]]:
+    rows: dict[tuple[str, str], tuple[str, dict]] = {}
+    for path in sorted(results.glob("*suite*.json"), key=_order):
+        if "cpu" in path.name:
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for row in (data.get("rows") if isinstance(data, dict) else data) or []:
+            if any(f in (row.get("detail") or "") for f in RUN_FAULTS):
+                continue
+            rows[(row["level"], row["problem"])] = (path.name, row)
+    return rows
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def _number(problem: str) -> int:
+    m = re.match(r"level\d+_(\d+)_", problem)
+    return int(m.group(1)) if m else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("--level", help="also list this level's rows (level1, level2, level3)")
+    args = ap.parse_args()
+    rows = latest_rows(Path(args.results))
+    for level in sorted({lvl for lvl, _ in rows}):
+        mine = sorted(((k, v) for k, v in rows.items() if k[0] == level),
+                      key=lambda kv: _number(kv[0][1]))
+        if level == args.level:
+            for (_, problem), (file, r) in mine:
+                se, sc = r.get("speedup_vs_eager"), r.get("speedup_vs_compile")
+                print(f"{problem:<60} {r['status'][:12]:<12} {se or 0:6.2f} {sc or 0:6.2f} "
+                      f"{r.get('outcome') or '-':<13} {file}")
+        timed = [r for _, (_f, r) in mine if r.get("speedup_vs_eager")]
+        eager = _geomean([r["speedup_vs_eager"] for r in timed])
+        comp = _geomean([r["speedup_vs_compile"] for r in timed if r.get("speedup_vs_compile")])
+        print(f"{level}: {len(mine)} problems, {sum(bool(r.get('verified')) for _, (_f, r) in mine)} "
+              f"verified, {len(timed)} timed, geomean {eager or 0:.3f}x eager, {comp or 0:.3f}x "
+              f"torch.compile, {sum(r['speedup_vs_eager'] < 0.98 for r in timed)} slower than eager")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
