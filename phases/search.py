@@ -158,10 +158,11 @@ class CoordinateSearch:
         what = f"{kernel + ' ' if kernel else ''}{param}"
         step: dict[str, Any] = {"kernel": kernel or None, "param": param,
                                 "from": current.get(key), "tried": []}
-        if len(values) < 2:
+        configs = self._first_steps(current, key)
+        if not configs:
             return current, row
         if not _ordered(values) or current.get(key) not in values:
-            others = [{**current, key: v} for v in values if v != current.get(key)]
+            others = configs
             self.log(f"tuning {what}: {len(others)} value(s), the others at their best")
             rows = self._time(others, f"tune {what}")
             step["tried"] = [c[key] for c in others]
@@ -173,13 +174,12 @@ class CoordinateSearch:
             return current, row
         order = sorted(values)
         i = order.index(current[key])
-        neighbours = [j for j in (i + 1, i - 1) if 0 <= j < len(order)]
+        neighbours = [order.index(c[key]) for c in configs]
         self.log(f"tuning {what}: from {current[key]}, trying "
-                 + " and ".join(str(order[j]) for j in neighbours)
+                 + " and ".join(str(c[key]) for c in configs)
                  + " (the other parameters at their best)")
-        configs = [{**current, key: order[j]} for j in neighbours]
         rows = self._time(configs, f"tune {what}")
-        step["tried"] += [order[j] for j in neighbours]
+        step["tried"] += [c[key] for c in configs]
         direction = 0
         for j, c, r in zip(neighbours, configs, rows, strict=True):
             if self.gains(r, row):

@@ -425,8 +425,8 @@ def test_coordinates_without_division_match_at_small_blocks(tmp_path: Path, bloc
 
     ones = [1] * (len(shape) - 2)
     body = ["return torch.sigmoid(x) * y + x"]
-    case = load_case_dir(_write_case(tmp_path, body, [shape, [shape[0], shape[1], *ones]],
-                                     "float32"))
+    # y broadcasts along every dim but the first: its coordinate's span is the rest
+    case = load_case_dir(_write_case(tmp_path, body, [shape, [shape[0], 1, *ones]], "float32"))
     result = generate_candidate(case)
     module = _load_candidate(result.source, tmp_path, f"blocks_{block}_{len(shape)}")
     assert "if span0 >= BLOCK_SIZE:" in result.source
@@ -434,6 +434,6 @@ def test_coordinates_without_division_match_at_small_blocks(tmp_path: Path, bloc
     for k in module.KOPT_CONFIG:
         module.KOPT_CONFIG[k]["BLOCK_SIZE"] = block
     x = torch.randn(shape)
-    y = torch.randn(shape[0], shape[1], *ones)
+    y = torch.randn(shape[0], 1, *ones)
     got = module.ModelNew()(x, y)
     torch.testing.assert_close(got, torch.sigmoid(x) * y + x)

@@ -25,8 +25,7 @@ _KINDS = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 _OPS: dict[str, Any] = {}
 
 
-def _out_shapes(x: torch.Tensor, hx: torch.Tensor, bidirectional: bool, batch_first: bool
-                ) -> tuple[int, ...]:
+def _out_shapes(x: torch.Tensor, hx: torch.Tensor, bidirectional: bool) -> tuple[int, ...]:
     """The output's shape: the input's with its feature dim the hidden size times the
     directions (an LSTM with a projection has the projected size in hx)."""
     width = hx.shape[-1] * (2 if bidirectional else 1)
@@ -49,7 +48,7 @@ def _register() -> dict[str, Any]:
 
     @lstm.register_fake
     def _(x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):  # noqa: ANN001, ANN202
-        out = x.new_empty(_out_shapes(x, hx[0], bidirectional, batch_first))
+        out = x.new_empty(_out_shapes(x, hx[0], bidirectional))
         return out, hx[0].new_empty(hx[0].shape), hx[1].new_empty(hx[1].shape)
 
     _OPS["lstm"] = lstm
@@ -67,7 +66,7 @@ def _register() -> dict[str, Any]:
 
             @op.register_fake
             def _(x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):  # noqa: ANN001, ANN202
-                return x.new_empty(_out_shapes(x, hx, bidirectional, batch_first)), hx.new_empty(hx.shape)
+                return x.new_empty(_out_shapes(x, hx, bidirectional)), hx.new_empty(hx.shape)
 
             return op
 
