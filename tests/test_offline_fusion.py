@@ -400,6 +400,22 @@ def test_a_bare_copy_of_a_layout_change_is_torch_contiguous(tmp_path: Path) -> N
     assert ".contiguous()  # clone" in result.source
 
 
+@pytest.mark.parametrize("shape", [[3, 5, 37], [15, 37]])  # through the product's view; 2-D
+def test_a_residual_add_after_a_library_product_runs_in_the_layer_norm(tmp_path: Path,
+                                                                        shape: list[int]) -> None:
+    """`layer_norm(x + h)` with h a product cuBLAS computes (float32, strict): the add (and
+    the other use of the sum) run in the norm's kernel, the product stays bare: no epilogue
+    kernel writes the sum for the norm to read back."""
+    body = ["h = (x.reshape(-1, x.shape[-1]) @ y * 0.5).reshape(x.shape)", "s = x + h",
+            "return F.layer_norm(s, (s.shape[-1],)), s * 2.0"]
+    result, _ = _generate(tmp_path, body, [shape, [37, 37]])
+    kinds = {k["kind"]: k["fuses"] for k in result.kernels}
+    assert sorted(kinds) == ["matmul", "reduction"], result.kernels
+    assert not any(f.startswith("add") for f in kinds["matmul"]), kinds  # (the scale may stay)
+    assert any(f.startswith("add") for f in kinds["reduction"]), kinds
+    assert any(f.startswith("mul") for f in kinds["reduction"]), kinds  # s * 2.0
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_rotary_half_rotation_with_a_negated_part_is_one_kernel(tmp_path: Path, dtype: str) -> None:
     """RoPE's `cat((-x2, x1))`: the concatenation negates its part as it copies it, so no

@@ -66,7 +66,7 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
     policy = policy or POLICIES[0][1]
     captured = capture(case, input_set)
     rewritten = apply_rewrites(captured.graph) if rewrites else []
-    part = partition(captured.graph, policy)
+    part = partition(captured.graph, policy, case.manifest.precision)
     kernels = build_kernels(part, case.manifest.precision)
     if not kernels:
         left = "; ".join(dict.fromkeys(f"{u['op'].removeprefix('aten.')}: {u['reason']}"

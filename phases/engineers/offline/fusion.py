@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from kopt.phases.engineers.offline.graph import (
     ARG_REDUCTIONS,
     GENERATORS,
@@ -524,8 +526,11 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
     return adds
 
 
-def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
-    """Cut `graph` into fusion groups and PyTorch steps."""
+def partition(graph: Graph, policy: FusionPolicy | None = None,
+              precision: str = "strict") -> Partition:
+    """Cut `graph` into fusion groups and PyTorch steps. `precision` (the case's) says which
+    products default to cuBLAS (`library_product`): their epilogues may move
+    into the row reduction that reads them."""
     fold_flipped_scans(graph)
     simplify(graph)
     p = _Partitioner(graph, policy or FusionPolicy())
@@ -542,6 +547,7 @@ def partition(graph: Graph, policy: FusionPolicy | None = None) -> Partition:
             g.nodes = [n]
     _inline_row_values(p, graph, users, outputs)
     _sink_matmul_epilogues(p, users, outputs)
+    _epilogues_into_rows(p, users, outputs, precision)
     _copies_to_torch(p, outputs)
     generated = {n for n in p.gen if n not in p.owner}
     for g in p.groups:
@@ -655,6 +661,67 @@ def _sink_matmul_epilogues(p: _Partitioner, users: dict[Node, list[Node]],
             g.nodes.remove(m)
             del g.dmaps[m]
             p._add(h, m, tuple(range(len(h.domain))))
+
+
+CUBLAS_MIN_WORK = 2 ** 30
+"""M*N*K (times batch) from which a bf16/fp16 product defaults to cuBLAS: there Triton's
+non-persistent template reaches ~70% of an H100's peak and cuBLAS ~80%."""
+
+
+def library_product(mm: Node, precision: str = "strict") -> bool:
+    """Whether product `mm` defaults to cuBLAS (see `matmul_backend`): float32 at `strict`
+    precision, or M*N*K (times batch) of at least CUBLAS_MIN_WORK."""
+    a = mm.args[0]
+    if a.dtype == torch.float32 and precision == "strict":
+        return True
+    work = 1
+    for s in mm.shape:
+        work *= s
+    return work * a.shape[-1] >= CUBLAS_MIN_WORK
+
+
+def _epilogues_into_rows(p: _Partitioner, users: dict[Node, list[Node]], outputs: set[Node],
+                         precision: str) -> None:
+    """A product that cuBLAS computes (`library_product`) hands its pointwise
+    epilogue to the row reduction that reads it over the same domain: a transformer's
+    `layer_norm(x + (h @ W + b))` is then cuBLAS's bare product and ONE kernel that adds the
+    bias and the residual, stores the sum (the next residual reads it) and normalises it,
+    where the epilogue kernel would write the sum and the norm read it back (one launch and
+    two passes over the activations fewer; torch.compile fuses the same way). What moves is
+    the epilogue over the reduction's domain (after the product's view to (B, S, N), when
+    there is one); at most one op stays (the bias add, which `torch.addmm` takes). Only when
+    one reduction over that domain reads it, the reduction's members all walk the domain in
+    order, and the group graph stays acyclic."""
+    for g in list(p.groups):
+        if g.kind != "matmul" or not library_product(g.anchor, precision) or g.anchor in outputs:
+            continue
+        view = g.epi_view
+        after = p.graph.nodes.index(view) if view is not None else -1
+        moved = [m for m in g.nodes if m is not g.anchor and m is not view
+                 and p.graph.nodes.index(m) > after]
+        kept = [m for m in g.nodes if m is not g.anchor and m is not view and m not in moved]
+        if not moved or len(kept) > 1 or any(m in outputs for m in kept):
+            continue  # (what stays is at most the bias add cuBLAS's addmm takes)
+        domain = view.shape if view is not None else g.domain
+        if any(m.shape != domain or m.op not in POINTWISE for m in moved):
+            continue
+        readers = {p.owner.get(u) for m in moved for u in users[m] if p.owner.get(u) is not g}
+        rows = [h for h in readers if h is not None and h.kind == "reduction"
+                and h.domain == domain and h.domain_sym == tuple(moved[-1].sym)]
+        ident = tuple(range(len(domain)))
+        if len(rows) != 1 or any(len(dm) == len(domain) and m.shape == domain and dm != ident
+                                 for m, dm in rows[0].dmaps.items()):
+            continue
+        h = rows[0]
+        for m in moved:
+            g.nodes.remove(m)
+            del g.dmaps[m]
+            p._add(h, m, ident)
+        if any(p._reaches(d, h) for d in p._deps(h) if d is not h):
+            for m in moved:  # a cycle: put everything back
+                h.nodes.remove(m)
+                del h.dmaps[m]
+                p._add(g, m, ident)
 
 
 def _schedule(p: _Partitioner, graph: Graph, generated: set[Node]) -> list[Group | Node]:

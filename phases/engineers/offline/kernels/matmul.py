@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition
+from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition, library_product
 from kopt.phases.engineers.offline.graph import LAYOUT, Node
 from kopt.phases.engineers.offline.kernels.writer import (
     KernelSource,
@@ -215,11 +215,6 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
                         config, w.helpers)
 
 
-CUBLAS_MIN_WORK = 2 ** 30
-"""M*N*K (times batch) from which a bf16/fp16 product defaults to cuBLAS: there Triton's
-non-persistent template reaches ~70% of an H100's peak and cuBLAS ~80%."""
-
-
 def _has_epilogue(group: Group) -> bool:
     return any(n is not group.anchor and n.op not in LAYOUT for n in group.nodes)
 
@@ -264,14 +259,7 @@ def matmul_backend(group: Group, part: Partition, precision: str = "strict") -> 
     epilogue kernel over the product is cheap beside that, and with the forward replayed as a
     CUDA graph its launch costs nothing on the host. The accelerator still measures both on
     the user's GPU."""
-    mm = group.anchor
-    a = mm.args[0]
     if not _cublas_allowed(group, part):
         return "triton"
-    if a.dtype == torch.float32 and precision == "strict":
-        return "cublas"
-    work = 1
-    for s in mm.shape:
-        work *= s
-    work *= a.shape[-1]
-    return "cublas" if work >= CUBLAS_MIN_WORK else "triton"
+    return "cublas" if library_product(group.anchor, precision) else "triton"
+
