@@ -168,10 +168,11 @@ def source_fingerprint(case: Case) -> str:
 def verify_candidate(case: Case | str, candidate: Path | str, *, device: str | None = None,
                      target: Target | str | None = None, timeout: float | None = None,
                      on_line: LineSink | None = None, draws: int = DRAWS,
-                     keep_jobs: bool = False) -> VerificationReport:
+                     keep_jobs: bool = False, min_timeout: float = 0.0) -> VerificationReport:
     """Verify one candidate file against its case (see the module docstring)."""
     return verify_candidates(case, [candidate], device=device, target=target, timeout=timeout,
-                             on_line=on_line, draws=draws, keep_jobs=keep_jobs)[0]
+                             on_line=on_line, draws=draws, keep_jobs=keep_jobs,
+                             min_timeout=min_timeout)[0]
 
 
 def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
@@ -179,10 +180,11 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
                       timeout: float | None = None, on_line: LineSink | None = None,
                       draws: int = DRAWS, max_parallel: int = 1,
                       timeouts: dict[str, float] | None = None,
-                      keep_jobs: bool = False) -> list[VerificationReport]:
+                      keep_jobs: bool = False, min_timeout: float = 0.0) -> list[VerificationReport]:
     """Verify several candidates of one case on the same fresh draws, with one reference run
     before any candidate's process starts. `timeout` per candidate job (None: fitted to the
-    case, `fitted_timeout`); `timeouts` overrides it per candidate path (as given)."""
+    case, `fitted_timeout`, and never under `min_timeout`); `timeouts` overrides it per
+    candidate path (as given)."""
     start = time.monotonic()
     case = case if isinstance(case, Case) else load_case(case)
     all_paths = candidate_files(candidates)
@@ -231,7 +233,7 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
     finally:
         if not keep_jobs:
             cleanup(ref_dir)
-    fitted = timeout or fitted_timeout(ref.elapsed_s, dev)
+    fitted = timeout or max(min_timeout, fitted_timeout(ref.elapsed_s, dev))
     steps["reference"] = time.monotonic() - start - steps["draws"]
 
     def run_candidate(path: Path) -> tuple[Path, WorkerOutcome, float]:

@@ -344,3 +344,19 @@ def test_extra_sets_stay_within_the_first_sets_size(tmp_path: Path, lead: int,
         if lead == 1:
             assert strided.views["arg0"]["step0"] == 1 and "step" not in strided.note
             assert len(plan.item("x-lead").draws) == 2
+
+
+def test_a_minimum_timeout_lifts_a_fitted_one_but_an_explicit_one_holds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kopt suite` verifies with `min_timeout`: the candidate's job gets the fitted limit
+    (20x the reference job) or the suite's own, whichever is longer. Here the fitted limit is
+    made too short to start a worker: alone it times the candidate out, with a minimum the
+    honest candidate passes."""
+    from kopt.harness import verify
+
+    monkeypatch.setattr(verify, "fitted_timeout", lambda *_args: 0.5)
+    case, candidate = CORPUS / "cases" / "rmsnorm_small", CORPUS / "honest" / "rmsnorm.py"
+    short = verify.verify_candidate(case, candidate, device="cpu")
+    assert not short.accepted and "timed out" in short.to_text(), short.to_text()
+    lifted = verify.verify_candidate(case, candidate, device="cpu", min_timeout=300.0)
+    assert lifted.accepted, lifted.to_text()

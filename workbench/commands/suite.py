@@ -52,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--full-timing", action="store_true",
                    help="the timer's default stopping rule (1%% error) instead of the quick one")
     p.add_argument("--timeout", type=float, default=PROBLEM_TIMEOUT_S,
-                   help=f"seconds per worker job of one problem (default {PROBLEM_TIMEOUT_S:g})")
+                   help=f"seconds per worker job of one problem (default {PROBLEM_TIMEOUT_S:g}; a "
+                        "verification gets 20x its reference job's time where that is more)")
     p.add_argument("--max-elements", type=int, default=DEFAULT_MAX_ELEMENTS, metavar="N",
                    help="GPU: a problem whose largest input or output tensor holds more than N "
                         "elements runs on fewer rows (its leading size halved until it fits; "
