@@ -132,6 +132,29 @@ def test_replayed_forward_matches_op_by_op_after_new_weights_and_values(tmp_path
 
 
 @pytest.mark.gpu
+def test_inputs_at_the_same_addresses_replay_over_their_own_memory(tmp_path: Path) -> None:
+    case, _, mod = _candidate("conv2d_relu_bias", tmp_path)
+    model = build_model(case, "smoke", device="cuda", cls=mod.ModelNew)
+    x = agent_provide_inputs(case, "smoke", device="cuda").args[0]
+    mod.FORWARD_STEPS = 100
+    for _ in range(3):  # op by op and captured; copied in; the same address again
+        model(x)
+    (entry,) = model._kopt_graphs.values()
+    assert entry[3] is not None and entry[3][0] == (x.data_ptr(),), "a graph over x itself"
+    x.copy_(torch.randn_like(x))  # new values where the graph reads them
+    direct = model(x)
+    other = torch.randn_like(x)  # another address: the copying graph
+    copied = model(other)
+    mod.KOPT_GRAPH = False
+    try:
+        torch.testing.assert_close(direct, model(x))
+        torch.testing.assert_close(copied, model(other))
+    finally:
+        mod.KOPT_GRAPH = True
+    assert direct.data_ptr() != model(x).data_ptr(), "each call returns its own output"
+
+
+@pytest.mark.gpu
 def test_verifier_accepts_a_replayed_forward_and_counts_its_launches(tmp_path: Path) -> None:
     from kopt.harness.verify import verify_candidate
 

@@ -593,6 +593,7 @@ def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], bod
     lines.append("        self._kopt_state = [" + ", ".join(dict.fromkeys(state)) + "]")
     lines.append("        self._kopt_graphs = {}")
     lines.append("        self._kopt_pool = None  # the graphs' shared memory pool, made at the first capture")
+    lines.append("        self._kopt_last_inputs = None  # the last call's input addresses (graph_replay)")
     fwd_args = ", ".join(a.key for a in args)
     params = f"self{', ' + fwd_args if fwd_args else ''}"
     # Triton kernels compute no gradients: forward runs as inference under autograd too (a

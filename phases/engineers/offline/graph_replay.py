@@ -14,6 +14,11 @@ forward once per key (input shapes, strides and dtypes, the storage of every wei
 reads, the region switches) and replays it from the next call on (the first runs op by op,
 then captures): inputs are copied into the graph's own buffers, outputs cloned out of them,
 so every call reads the values it was given, and a result stays valid after the next call.
+Inputs that come at the same addresses on two calls in a row (a serving loop's buffers, a
+timer that refills its inputs in place) get a second graph of that key captured over their
+memory itself: its replays read the inputs where they are, with no copy in (GPT-2's block
+at 8x1024x768 bf16: 12.6 MB, about 6 us of its 0.32 ms on an H200). Other addresses still
+take the copying graph.
 Each call runs one forward's work, which is what the verifier counts. A weight replaced, moved or written in place (`load_state_dict`)
 changes the key, so the next call captures again: what the forward derives from a weight on
 the host (a channels_last copy kept between calls) is made anew.
@@ -113,7 +118,21 @@ def _capture(module, fn, args):
     copied = [a for a in static if isinstance(a, torch.Tensor)] + _out_tensors(out)
     if not _graph_pays(sum(t.numel() * t.element_size() for t in copied), len(copied)):
         return first, "copies cost more than the host time saved"
-    return first, (graph, static, out)
+    return first, (graph, static, out, None)
+
+
+def _capture_direct(module, fn, args):
+    """fn captured over args themselves (not copies): (graph, outputs), or None where capture
+    fails. Its replay reads whatever the inputs' memory holds then, so it serves any later
+    call whose inputs have the same addresses, shapes and strides (the memory is the caller's
+    and alive while the caller passes it)."""
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, pool=module._kopt_pool, capture_error_mode="thread_local"):
+            out = fn(*args)
+    except Exception:  # noqa: BLE001 (the copying graph still serves these inputs)
+        return None
+    return graph, out
 
 
 def _graphed(module, fn, args):
@@ -135,7 +154,20 @@ def _graphed(module, fn, args):
     entry = graphs[key]
     if isinstance(entry, str):  # op by op, and why (`graph_report` reads it)
         return fn(*args)
-    graph, static, out = entry
+    graph, static, out, direct = entry
+    ptrs = tuple(t.data_ptr() for t in tensors)
+    if direct is not None and direct[0] == ptrs:
+        direct[1].replay()  # reads the inputs where they are: nothing copied in
+        return _clone_out(direct[2])
+    if ptrs == module._kopt_last_inputs:
+        # the same input memory twice in a row (a serving loop's buffers, a timer refilling
+        # its inputs in place): a graph over that memory itself saves the copy in
+        made = _capture_direct(module, fn, args)
+        if made is not None:
+            graphs[key] = (graph, static, out, (ptrs, *made))
+            made[0].replay()
+            return _clone_out(made[1])
+    module._kopt_last_inputs = ptrs
     for s, a in zip(static, args):
         if isinstance(s, torch.Tensor):
             s.copy_(a)
