@@ -193,6 +193,20 @@ def test_group_norm_is_lowered_to_reductions(tmp_path: Path, shape: list[int], g
     assert "group_norm" not in " ".join(u.get("op", "") for u in result.unfused), result.unfused
 
 
+@pytest.mark.parametrize("shape", [[3, 12, 7, 5], [2, 256, 8, 8]])  # one stage; two stages
+def test_what_follows_a_group_norm_runs_in_its_map_kernel(tmp_path: Path, shape: list[int]) -> None:
+    """The map of a group norm walks x's own (N, C, *S) domain from per-channel statistics,
+    so pointwise ops after it and a reduction over the channels are one kernel with it (level-2
+    92's tanh, residual add and logsumexp): the statistics' kernel and that one, nothing
+    written in the grouped layout and read back."""
+    body = ["z = torch.tanh(F.group_norm(x, 4)) + x * y",
+            "return torch.logsumexp(z, dim=1, keepdim=True)"]
+    result, _ = _generate(tmp_path, body, [shape, [1, shape[1], 1, 1]])
+    assert len(result.kernels) == (2 if shape[0] == 3 else 3), result.kernels
+    assert "logsumexp" in result.kernels[-1]["name"] or \
+        any(f.startswith("logsumexp") or "amax" in f for f in result.kernels[-1]["fuses"]), result.kernels
+
+
 @pytest.mark.parametrize(("main", "split"), [([2, 256, 5, 7], True), ([40, 256, 5, 7], False)])
 def test_a_group_norm_of_few_long_rows_takes_its_statistics_in_two_stages(
         tmp_path: Path, main: list[int], split: bool) -> None:

@@ -38,6 +38,7 @@ from kopt.phases.engineers.offline.graph import (
     InputInfo,
     Node,
     Sym,
+    group_norm_map,
     lower_cat,
     lower_group_norm,
     lower_layer_norm,
@@ -817,23 +818,9 @@ def _split_group_norm(b: Builder, x: Node, weight: Node | None, bias: Node | Non
     var, mean = _two_stage_var(b, x4, [2, 3], name)
     ve = b.op(f"{name}_var_eps", "add", [var, float(eps)], var, dtype=torch.float32, origin=name)
     rstd = b.op(f"{name}_rstd", "rsqrt", [ve], ve, origin=name)
-    # the output from x itself (the deviations stay inside the variance's kernel), the affine
-    # map in the grouped layout: one kernel reads x and writes the output, no view between
-    centered = b.op(f"{name}_centered", "sub", [x4, mean], x4, dtype=torch.float32, origin=name)
-    y = b.op(f"{name}_normed", "mul", [centered, rstd], centered, origin=name)
-
-    def per_channel(v: Node, what: str) -> Node:
-        return b.op(f"{name}_{what}_g", "view", [v, [g, -1, 1]], v, shape=(count, cpg, 1),
-                    sym=(g, v.sym[0] // g, 1), origin=name)
-
-    if weight is not None:
-        y = b.op(f"{name}_scaled", "mul", [y, per_channel(weight, "weight")], y,
-                 dtype=torch.float32, origin=name)
-    if bias is not None:
-        y = b.op(f"{name}_shifted", "add", [y, per_channel(bias, "bias")], y,
-                 dtype=torch.float32, origin=name)
-    y = b.op(f"{name}_out4", "identity", [y], y, dtype=x.dtype, origin=name)
-    out = b.op(name, "view", [y, [x.sym[0], -1, *x.sym[2:]]], x, dtype=x.dtype, origin=name)
+    # the output from x itself, on x's own domain (`group_norm_map`): one kernel reads x and
+    # writes the output, with what follows the norm fused in
+    out = group_norm_map(b, x, mean, rstd, count, g, weight, bias, name, name)
     stats, stats_sym = (n, count), (x.sym[0], g)
     mean_out = b.op(f"{name}_mean_out", "squeeze", [mean, [2, 3]], mean, shape=stats,
                     sym=stats_sym, dtype=x.dtype, origin=name)

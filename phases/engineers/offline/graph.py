@@ -431,9 +431,9 @@ def normalize(b: Builder, x: Node, mean: Node, var: Node, weight: Node | None,
 def lower_group_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None, groups: int,
                      eps: float, name: str, origin: str) -> tuple[Node, Node, Node]:
     """(out, mean, rstd) of a group norm: x (N, C, *S) viewed as (N, groups, -1), a layer
-    norm's statistics over the last dim, viewed back, then a per-channel affine map. Only the
-    group count is a fixed size (the module's own); C and S are read from x at run time."""
-    tail = (1,) * (x.rank - 2)
+    norm's statistics over the last dim, then the map of `group_norm_map` on x itself (x
+    without spatial dims: the map in the grouped layout, viewed back). Only the group count
+    is a fixed size (the module's own); C and S are read from x at run time."""
     count = groups
     groups = b.ctor_size(groups)
     m = math.prod(x.shape[1:]) // count
@@ -446,20 +446,21 @@ def lower_group_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None
     var = b.op(f"{name}_varf", "cast", [var], var, dtype=torch.float32, origin=origin)
     ve = b.op(f"{name}_var_eps", "add", [var, float(eps)], var, dtype=torch.float32, origin=origin)
     rstd = b.op(f"{name}_rstd", "rsqrt", [ve], ve, origin=origin)
-    dev = b.op(f"{name}_centered", "sub", [xg, mean], xg, dtype=torch.float32, origin=origin)
-    y = b.op(f"{name}_normed", "mul", [dev, rstd], dev, origin=origin)
-    y = b.op(f"{name}_ungrouped", "view", [y, [x.sym[0], -1, *x.sym[2:]]], x,
-             dtype=torch.float32, origin=origin)
-
-    def per_channel(v: Node, what: str) -> Node:
-        return b.op(f"{name}_{what}_c", "view", [v, [-1, *tail]], v, shape=(v.shape[0], *tail),
-                    sym=(v.sym[0], *tail), origin=origin)
-
-    if weight is not None:
-        y = b.op(f"{name}_scaled", "mul", [y, per_channel(weight, "weight")], y, origin=origin)
-    if bias is not None:
-        y = b.op(f"{name}_shifted", "add", [y, per_channel(bias, "bias")], y, origin=origin)
-    out = b.op(name, "identity", [y], y, dtype=x.dtype, origin=origin)
+    if math.prod(x.shape[2:]) >= 2:
+        out = group_norm_map(b, x, mean, rstd, count, groups, weight, bias, name, origin)
+    else:  # (N, C): per-channel statistics would be as large as x: the map in groups
+        dev = b.op(f"{name}_centered", "sub", [xg, mean], xg, dtype=torch.float32, origin=origin)
+        y = b.op(f"{name}_normed", "mul", [dev, rstd], dev, origin=origin)
+        y = b.op(f"{name}_ungrouped", "view", [y, [x.sym[0], -1, *x.sym[2:]]], x,
+                 dtype=torch.float32, origin=origin)
+        tail = (1,) * (x.rank - 2)
+        for what, v, op in (("weight", weight, "mul"), ("bias", bias, "add")):
+            if v is not None:
+                c = b.op(f"{name}_{what}_c", "view", [v, [-1, *tail]], v,
+                         shape=(v.shape[0], *tail), sym=(v.sym[0], *tail), origin=origin)
+                y = b.op(f"{name}_{'scaled' if op == 'mul' else 'shifted'}", op, [y, c], y,
+                         origin=origin)
+        out = b.op(name, "identity", [y], y, dtype=x.dtype, origin=origin)
     stats = (x.shape[0], count)
     stats_sym = (x.sym[0], groups)
     mean_out = b.op(f"{name}_mean_out", "squeeze", [mean, [2]], mean, shape=stats, sym=stats_sym,
@@ -467,6 +468,45 @@ def lower_group_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None
     rstd_out = b.op(f"{name}_rstd_out", "squeeze", [rstd, [2]], rstd, shape=stats, sym=stats_sym,
                     dtype=x.dtype, origin=origin)
     return out, mean_out, rstd_out
+
+
+def group_norm_map(b: Builder, x: Node, mean: Node, rstd: Node, count: int, groups: Any,
+                   weight: Node | None, bias: Node | None, name: str, origin: str) -> Node:
+    """`(x - mean) * rstd * weight + bias` of a group norm over x (N, C, *S) itself, from the
+    (N, groups, 1, ...) statistics repeated per channel ((N, C, 1, ...): N * C values, a copy
+    PyTorch makes in a few microseconds). The map then walks x's own domain, so it is one
+    kernel with whatever pointwise ops and reductions follow the norm (level-2 92's tanh,
+    hardswish, residual add and logsumexp over the channels), and the statistics' kernel
+    writes only the statistics: x is read twice and the output written once, where the
+    normalised values in the grouped layout were written and read back by the affine map."""
+    from torch.utils._sympy.functions import FloorDiv
+
+    tail = (1,) * (x.rank - 2)
+    n, c, cpg = x.shape[0], x.shape[1], x.shape[1] // count
+    channels = b.runtime_size(x, 1)  # (a convolution's output channels: its weight's)
+    both_ints = isinstance(channels, int) and isinstance(groups, int)
+    cpg_sym = channels // groups if both_ints else FloorDiv(channels, groups)
+
+    def per_channel(v: Node, what: str) -> Node:
+        v3 = b.op(f"{name}_{what}_g", "view", [v, [x.sym[0], groups, 1]], v,
+                  shape=(n, count, 1), sym=(x.sym[0], groups, 1), origin=origin)
+        e = b.op(f"{name}_{what}_e", "expand", [v3, [x.sym[0], groups, cpg_sym]], v3,
+                 shape=(n, count, cpg), sym=(x.sym[0], groups, cpg_sym), origin=origin)
+        return b.op(f"{name}_{what}_c", "view", [e, [x.sym[0], -1, *tail]], e,
+                    shape=(n, c, *tail), sym=(x.sym[0], channels, *tail), origin=origin)
+
+    def affine(v: Node, what: str) -> Node:
+        return b.op(f"{name}_{what}_c", "view", [v, [-1, *tail]], v, shape=(v.shape[0], *tail),
+                    sym=(v.sym[0], *tail), origin=origin)
+
+    dev = b.op(f"{name}_centered", "sub", [x, per_channel(mean, "mean")], x, dtype=torch.float32,
+               origin=origin)
+    y = b.op(f"{name}_normed", "mul", [dev, per_channel(rstd, "rstd")], dev, origin=origin)
+    if weight is not None:
+        y = b.op(f"{name}_scaled", "mul", [y, affine(weight, "weight")], y, origin=origin)
+    if bias is not None:
+        y = b.op(f"{name}_shifted", "add", [y, affine(bias, "bias")], y, origin=origin)
+    return b.op(name, "identity", [y], y, dtype=x.dtype, origin=origin)
 
 
 MAX_WINDOW_TAPS = 64
