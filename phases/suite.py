@@ -370,8 +370,9 @@ def _verified_choice(row: SuiteRow, case: Any, candidate: Path, chosen: Path,
     with gpu_gate.shared_window():
         report = verify_candidate(case, chosen, device=device, min_timeout=timeout)
     if not report.accepted:
-        row.detail = ("the region choice " + json.dumps(keep) + " failed verification ("
-                      + ", ".join(report.failed()) + "): every region timed in Triton")[:300]
+        row.detail = ("the region choice failed verification (" + ", ".join(report.failed())
+                      + "): every region timed in Triton; the choice was "
+                      + json.dumps(keep))[:300]  # (the reason first: the choice is long)
         return candidate
     row.regions = {(region_of(k) if is_region_key(k) else k.rpartition("/")[2]): str(v)
                    for k, v in keep.items()}
