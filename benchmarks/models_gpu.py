@@ -6,7 +6,8 @@
 For each model at full size (main inputs): the offline engineer's candidate is generated,
 verified (the real verifier: fresh draws, every `shapes` entry, poisoned outputs, isolated
 reference) and timed side by side with eager and torch.compile by `harness.bench.bench_case`
-(CUDA events, L2 flushed, rotated buffers). `--regions` also prints the architect's region
+(CUDA events, L2 flushed, rotated buffers), and the same candidate with its forward launched
+op by op instead of replayed as a CUDA graph (`kopt op by op ms`). `--regions` also prints the architect's region
 table (per-op eager times, floors from this GPU's ceilings). Prints a markdown table last
 (for BENCHMARKS.md). `--smoke` runs the same path on the CPU on the smoke inputs (Triton
 interpreter; eager only, no torch.compile): a check that the script works, not figures.
@@ -64,11 +65,18 @@ def run_model(name: str, *, smoke: bool, verify: bool, regions: bool, out: Path)
         from kopt.phases.regions import profile_regions, profile_text
 
         print(profile_text(profile_regions(case, input_set, device)), flush=True)
-    rows = bench_case(case, [file], device=device, unverified=True, input_set=input_set,
+    # the same kernels launched op by op (KOPT_GRAPH = False): what the suite's region choice
+    # times against the graph's replay, which pays input and output copies
+    from kopt.phases.source_edit import replace_value
+
+    plain = out / f"{name}_op_by_op.py"
+    plain.write_text(replace_value(result.source, "KOPT_GRAPH", False))
+    rows = bench_case(case, [file, plain], device=device, unverified=True, input_set=input_set,
                       baselines=("eager",) if smoke else ("eager", "compile"))
     by = {r["variant"]: r for r in rows}
     eager, compiled = by.get("eager", {}), by.get("compile", {})
-    mine = rows[-1]
+    mine, op_by_op = rows[-2], rows[-1]
+    row["op_by_op_ms"] = op_by_op.get("median_ms")
     row.update({"eager_ms": eager.get("median_ms"), "compile_ms": compiled.get("median_ms"),
                 "kopt_ms": mine.get("median_ms"), "vs_eager": mine.get("speedup_vs_eager"),
                 "vs_compile": mine.get("speedup_vs_compile"),
@@ -104,15 +112,16 @@ def main() -> int:
     label = next((r.get("label") for r in rows if r.get("label")), "-")
     print(f"\nwhole models end to end, median ms ({label}):\n")
     print("| model | eager ms | compile ms | kopt ms | vs eager | vs compile | % floor | "
-          "kernels | left to PyTorch | verified |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+          "kopt op by op ms | kernels | left to PyTorch | verified |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
     for r in rows:
         pct = r.get("pct_of_floor")
         ver = {True: "yes", False: f"NO ({r.get('why')})", None: "not checked"}[r.get("verified")] \
             if "kernels" in r else f"failed: {r.get('why')}"
         print(f"| {r['case']} | {_ms(r.get('eager_ms'))} | {_ms(r.get('compile_ms'))} | "
               f"{_ms(r.get('kopt_ms'))} | {_x(r.get('vs_eager'))} | {_x(r.get('vs_compile'))} | "
-              f"{'-' if pct is None else f'{pct:.0f}%'} | {r.get('kernels', '-')} | "
+              f"{'-' if pct is None else f'{pct:.0f}%'} | {_ms(r.get('op_by_op_ms'))} | "
+              f"{r.get('kernels', '-')} | "
               f"{', '.join(r.get('left', [])) or '-'} | {ver} |")
     return 0 if all(r.get("verified") in (True, None) and "kernels" in r for r in rows) else 1
 

@@ -294,7 +294,8 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
     One `harness.tune` job (output-checked trials) times, side by side: the candidate; each
     family of regions (the same kind of kernel: every matmul, every row reduction) switched
     to PyTorch together; every matmul on cuBLAS's product with its epilogue kept in Triton
-    (`BACKEND_KEY`); each region alone switched to PyTorch. The families and the backend come
+    (`BACKEND_KEY`); the forward op by op instead of replayed as a CUDA graph (`GRAPH_KEY`);
+    each region alone switched to PyTorch. The families and the backend come
     first (many small gains, each under the noise alone, add up over it; a trial budget
     that runs out cuts the single regions). The regions are separate kernels, so their gains
     add, and a choice of two changes or more is timed once more against the candidate (the
@@ -304,17 +305,20 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
     from kopt.harness.tune import time_trials
     from kopt.phases.engineers.offline.regions import (
         BACKEND_KEY,
+        GRAPH_KEY,
         apply_choices,
         cublas_kernels,
         region_families,
         region_space,
+        replays_graph,
     )
     from kopt.phases.search import CoordinateSearch, time_files
 
     source = candidate.read_text()
     space = region_space(source)
     backend = bool(cublas_kernels(source))
-    if not space and not backend:
+    graph = replays_graph(source)
+    if not space and not backend and not graph:
         return candidate
     t0 = time.perf_counter()
     input_set = default_input_set(case, device)
@@ -340,6 +344,8 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
             for family, keys in region_families(source).items()}
         if backend:
             changes["matmul on cuBLAS"] = {BACKEND_KEY: "cublas"}
+        if graph:
+            changes["forward op by op"] = {GRAPH_KEY: False}
         changes.update({k: {k: v[1]} for k, v in space.items()})
         search = CoordinateSearch(space, time_configs, max_trials=len(changes) + 4)
         base, *alone = search.retime([default, *({**default, **c} for c in changes.values())],

@@ -272,7 +272,8 @@ def test_regions_slower_in_triton_are_kept_in_pytorch_and_verified(
     chosen = suite.choose_regions(row, case, candidate, device="cuda")
     assert {slow: "torch"} in [{k: v for k, v in t.items() if v == "torch"} for t in timed]
     assert len(verified) == 1 and "regions" in row.seconds
-    assert jobs == [1 + len(names)]  # one job: the candidate and each region alone in PyTorch
+    # one job: the candidate, its forward op by op, and each region alone in PyTorch
+    assert jobs == [2 + len(names)]
     if accepted:
         assert chosen == verified[0] and chosen != candidate
         assert row.regions == {n: ("torch" if n == slow else "triton") for n in names}
@@ -338,6 +339,39 @@ def test_small_gains_of_one_kind_of_region_count_together_and_products_may_go_to
     assert timed[-1] == f"{sorted(matmuls)} True", "the joint check of both changes"
     assert {r.name: r.choice for r in regions(chosen.read_text())} == {
         k: v for k, v in row.regions.items() if k != "BACKEND"}
+
+
+def test_a_forward_faster_op_by_op_than_replayed_is_timed_and_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA-graph replay is a timed choice like a region: where the forward runs faster
+    op by op (a GPU-bound forward pays the replay's copies), the verified, timed file has
+    `KOPT_GRAPH = False` and the row says so."""
+    from types import SimpleNamespace
+
+    import kopt.harness.tune as tune
+    import kopt.harness.verify as verify_mod
+    import kopt.phases.suite as suite
+    from kopt.phases.engineers.offline.regions import replays_graph
+
+    case, candidate, _ = _two_region_candidate(tmp_path)
+    assert replays_graph(candidate.read_text())
+
+    def fake_trials(case, paths, **kw):  # type: ignore[no-untyped-def]
+        rows = []
+        for p in paths:
+            ms = 4.0 if replays_graph(Path(p).read_text()) else 3.0
+            rows.append({"ok": True, "checked": True, "median_ms": ms, "p20_ms": ms * 0.99,
+                         "p80_ms": ms * 1.01, "detail": "output matches"})
+        return rows
+
+    monkeypatch.setattr(tune, "time_trials", fake_trials)
+    monkeypatch.setattr(verify_mod, "verify_candidate", lambda case, path, **kw: SimpleNamespace(
+        accepted=True, failed=lambda: []))
+    row = suite.SuiteRow("p", "level2", "p.py", "verified")
+    chosen = suite.choose_regions(row, case, candidate, device="cuda")
+    assert chosen != candidate and not replays_graph(chosen.read_text())
+    assert row.regions["KOPT_GRAPH"] == "False"
+    assert all(v == "triton" for k, v in row.regions.items() if k != "KOPT_GRAPH")
 
 
 def test_a_candidate_not_faster_than_eager_is_kept_as_pytorch_in_the_summary() -> None:

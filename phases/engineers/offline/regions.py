@@ -155,10 +155,26 @@ def cublas_kernels(source: str) -> list[str]:
             and "cublas" in (tunables.get(k) or {}).get("BACKEND", [])]
 
 
+GRAPH_KEY = "KOPT_GRAPH"
+"""The search dimension that runs the forward op by op instead of replaying it as one CUDA
+graph (`graph_replay`). A replay copies the inputs in and the outputs out; a forward whose
+kernels keep the GPU busier than Python keeps the host gains nothing from the graph and
+still pays the copies (GPT-2's block: 0.013 ms of copies in 0.296 ms on an H200). Which
+holds depends on the GPU and the sizes, so it is timed."""
+
+
+def replays_graph(source: str) -> bool:
+    """Whether the candidate replays its forward as a CUDA graph (`KOPT_GRAPH = True`)."""
+    return literal(source, GRAPH_KEY) is True
+
+
 def apply_choices(source: str, config: dict[str, object]) -> str:
-    """`source` with the region keys of `config` applied and, with `BACKEND_KEY` set to
-    "cublas", every matmul kernel of `cublas_kernels` on cuBLAS's product."""
+    """`source` with the region keys of `config` applied; with `BACKEND_KEY` set to "cublas",
+    every matmul kernel of `cublas_kernels` on cuBLAS's product; with `GRAPH_KEY` False, the
+    forward op by op."""
     out = apply_region_choices(source, config)
+    if GRAPH_KEY in config:
+        out = replace_value(out, GRAPH_KEY, bool(config[GRAPH_KEY]))
     if config.get(BACKEND_KEY) == "cublas":
         kernel_config = literal(out, "KOPT_CONFIG")
         for k in cublas_kernels(out):
