@@ -430,6 +430,19 @@ def test_a_residual_add_after_a_library_product_runs_in_the_layer_norm(tmp_path:
     assert any(f.startswith("mul") for f in kinds["reduction"]), kinds  # s * 2.0
 
 
+def test_a_query_made_from_a_permuted_view_keeps_its_layout_for_attention(tmp_path: Path) -> None:
+    """A pointwise kernel on a (B, S, H, D) projection seen as (B, H, S, D) writes its output in
+    the projection's layout when only attention reads it: attention then returns (B, S, H, D)
+    memory and the transpose back is free. Its outputs match eager's."""
+    body = ["b, s = x.shape[0], x.shape[1]",
+            "q = (x @ y).view(b, s, 3, 8).transpose(1, 2)",
+            "q = q * torch.sigmoid(q) + 1.0",
+            "o = F.scaled_dot_product_attention(q, q, q)",
+            "return o.transpose(1, 2).reshape(b, s, 24)"]
+    result, module = _generate(tmp_path, body, [[2, 5, 24], [24, 24]])
+    assert "torch.empty_like(x0" in result.source and "laid out like" in result.source
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_rotary_half_rotation_with_a_negated_part_is_one_kernel(tmp_path: Path, dtype: str) -> None:
     """RoPE's `cat((-x2, x1))`: the concatenation negates its part as it copies it, so no

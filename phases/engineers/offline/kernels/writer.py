@@ -316,7 +316,8 @@ class _Writer:
         v = self.value(n, scope) if ("val", n) not in scope.values and scope.get(("val", n)) is None \
             else scope.get(("val", n))
         dm = self.g.dmaps[n]
-        flat = self.flat_offset(dm) if n.rank == len(self.g.domain) else None
+        flat = self.flat_offset(dm) if n.rank == len(self.g.domain) and n not in self.g.laid_like \
+            else None  # (an output laid out like a permuted input: at its own strides)
         terms = [f"{self.coord(d)} * y{o}_s{j}" for j, d in enumerate(dm) if d is not None]
         offset = flat if flat is not None and dm == tuple(range(len(self.g.domain))) else \
             (" + ".join(terms) if terms else "0")
@@ -507,6 +508,11 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
     for o, y in enumerate(group.outputs):
         dm = group.dmaps[y]
         shape = ", ".join("1" if d is None else f"D[{d}]" for d in dm)
+        like = group.laid_like.get(y)
+        if like is not None:  # the layout of a permuted input (fusion._outputs_in_input_layout)
+            lines.append(f"    y{o} = torch.empty_like(x{group.inputs.index(like)}, dtype={y.dtype})"
+                         f"  # {y.name}, laid out like {like.name}")
+            continue
         lines.append(f"    y{o} = torch.empty(({shape}{',' if len(dm) == 1 else ''}), device=device, "
                      f"dtype={y.dtype})  # {y.name}")
     outs = ", ".join(f"y{o}" for o in range(len(group.outputs)))
