@@ -93,7 +93,7 @@ def lower_depthwise_convolution(b: Builder, x: Node, weight: Node, bias: Node | 
                          tuple(shape), tuple(sym), x.dtype, origin=origin))
         w = b.add(Node(f"{name}_w{j}", WINDOW_TAP, [taps_of],
                        {"taps": [(1 + i, 1, 1, 0, t, k, k) for i, (t, k) in
-                                 enumerate(zip(taps, window))], "fill": 0.0},
+                                 enumerate(zip(taps, window, strict=True))], "fill": 0.0},
                        channels[0], channels[1], weight.dtype, origin=origin))
         term = b.op(f"{name}_mul{j}", "mul", [tap, w], tap, dtype=torch.float32, origin=origin)
         acc = term if acc is None else b.op(f"{name}_sum{j}", "add", [acc, term], term,

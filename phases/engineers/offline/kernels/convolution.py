@@ -172,12 +172,13 @@ def _launcher(group: Group, name: str, kind: str, dims: int, transposed: bool,
               output_padding: list[int], groups: int, has_bias: bool) -> str:
     sp = range(dims)
     rank = dims + 2
+    taps = [_scaled(f"(w.shape[{2 + d}] - 1)", dilation[d]) for d in sp]
     if transposed:  # (I - 1) * s - 2p + d * (k - 1) + output_padding + 1
-        sizes = [f"(x.shape[{2 + d}] - 1) * {stride[d]} - {2 * padding[d]} + {dilation[d]} * "
-                 f"(w.shape[{2 + d}] - 1) + {output_padding[d] + 1}" for d in sp]
+        sizes = [_shifted(f"{_scaled(f'(x.shape[{2 + d}] - 1)', stride[d])} + {taps[d]}",
+                          output_padding[d] + 1 - 2 * padding[d]) for d in sp]
     else:  # (I + 2p - d * (k - 1) - 1) // s + 1
-        sizes = [f"(x.shape[{2 + d}] + {2 * padding[d]} - {dilation[d]} * (w.shape[{2 + d}] - 1)"
-                 f" - 1) // {stride[d]} + 1" for d in sp]
+        sizes = [f"({_shifted(f'x.shape[{2 + d}] - {taps[d]}', 2 * padding[d] - 1)}) // "
+                 f"{stride[d]} + 1" for d in sp]
     params = "device, x, w, b" if has_bias else "device, x, w"
     lines = [
         f"def _launch_{group.name}({params}):",
@@ -212,7 +213,8 @@ def _launcher(group: Group, name: str, kind: str, dims: int, transposed: bool,
         "        return y,",
         f'    cfg = _launch_config("{name}", "conv", co_g, m, k_red)',
         f'    grid = (_cdiv(m, cfg["BLOCK_M"]), _cdiv(co_g, cfg["BLOCK_N"]), {groups})',
-        "    index_64 = max(_span(x), _span(w), y.numel() + m * cfg[\"BLOCK_N\"]) >= 2**31",
+        "    # the last row tile's masked rows address one batch entry past x and y",
+        "    index_64 = max(_span(x) + x.stride(0), _span(w), y.numel() + y.stride(0)) >= 2**31",
     ]
     b_args = " b, b.stride(0)," if has_bias else ""
     lines += [
