@@ -6,8 +6,13 @@ of one input element times one weight. That is a pointwise op over the window's 
 (`graph.WINDOW_TAP`, the masked loads pooling uses, zero outside the input), so the
 convolution, its bias and whatever follows it (an eval-mode BatchNorm, a ReLU6) are one kernel
 that reads the input once per tap from cache and writes the output once. cuDNN runs the
-convolution alone and the epilogue as a second pass. Other convolutions (a reduction over
-input channels: a GEMM) stay library calls.
+convolution alone and the epilogue as a second pass.
+
+Other convolutions reduce over input channels: a GEMM. One whose result no pointwise op or
+reduction reads (a model that is one convolution, or one a view or a library call reads) is a
+`conv` fusion group, the implicit-GEMM template of `kernels/convolution.py`
+(`conv_group_refusal`). One with a pointwise epilogue stays in cuDNN, its bias and epilogue
+fused into the kernel after it (`fusion.split_conv_bias`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,14 @@ from typing import Any
 
 import torch
 
-from kopt.phases.engineers.offline.graph import WINDOW_TAP, Builder, Node, pooled_size
+from kopt.phases.engineers.offline.graph import (
+    POINTWISE,
+    REDUCTIONS,
+    WINDOW_TAP,
+    Builder,
+    Node,
+    pooled_size,
+)
 
 MAX_CONV_TAPS = 64
 """The largest window (elements) generated as taps: 7x7 and 4x4x4 are; a larger one is a
@@ -81,7 +93,7 @@ def lower_depthwise_convolution(b: Builder, x: Node, weight: Node, bias: Node | 
                          tuple(shape), tuple(sym), x.dtype, origin=origin))
         w = b.add(Node(f"{name}_w{j}", WINDOW_TAP, [taps_of],
                        {"taps": [(1 + i, 1, 1, 0, t, k, k) for i, (t, k) in
-                                 enumerate(zip(taps, window))], "fill": 0.0},
+                                 enumerate(zip(taps, window, strict=True))], "fill": 0.0},
                        channels[0], channels[1], weight.dtype, origin=origin))
         term = b.op(f"{name}_mul{j}", "mul", [tap, w], tap, dtype=torch.float32, origin=origin)
         acc = term if acc is None else b.op(f"{name}_sum{j}", "add", [acc, term], term,
@@ -90,3 +102,35 @@ def lower_depthwise_convolution(b: Builder, x: Node, weight: Node, bias: Node | 
     if bias is not None:
         acc = b.op(f"{name}_biased", "add", [acc, per_channel(bias, "bias")], acc, origin=origin)
     return b.op(name, "identity", [acc], acc, dtype=x.dtype, origin=origin)
+
+
+CONV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""What the implicit-GEMM template reads and writes (accumulating in float32)."""
+
+
+def conv_group_refusal(n: Node, users: list[Node]) -> str | None:
+    """Why ATen convolution `n` stays a library call, or None when it becomes a `conv` group:
+    1-, 2- or 3-D, forward or transposed, integer stride, padding, dilation, output_padding
+    and groups, x, weight, bias and result of one floating dtype, and no pointwise op or
+    reduction reading the result (that epilogue is fused after cuDNN's convolution instead,
+    with the bias: `fusion.split_conv_bias`)."""
+    if len(n.args) != 9:
+        return "a convolution with extra arguments stays in cuDNN"
+    x, w, b, stride, padding, dilation, transposed, output_padding, groups = n.args
+    dims = n.rank - 2
+    if not isinstance(x, Node) or not isinstance(w, Node) or not 1 <= dims <= 3 or \
+            x.rank != n.rank or w.rank != n.rank:
+        return "a convolution that is not 1-, 2- or 3-D over batched input stays in cuDNN"
+    if not all(isinstance(p, (list, tuple)) and len(p) == dims and
+               all(isinstance(e, int) for e in p)
+               for p in (stride, padding, dilation, output_padding)) or \
+            not isinstance(groups, int) or groups < 1 or not isinstance(transposed, bool):
+        return "a convolution with run-time parameters stays in cuDNN"
+    if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+        return "a convolution with a non-positive stride or dilation stays in cuDNN"
+    if n.dtype not in CONV_DTYPES or x.dtype != n.dtype or w.dtype != n.dtype or \
+            (b is not None and (not isinstance(b, Node) or b.dtype != n.dtype or b.rank != 1)):
+        return "a convolution over mixed or non-float dtypes stays in cuDNN"
+    if any(u.op in POINTWISE or u.op in REDUCTIONS for u in users):
+        return "convolution stays in cuDNN; its pointwise epilogue is fused"
+    return None

@@ -74,7 +74,8 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
         raise EngineerError(f"{case.name}: no op of the model could be generated as a Triton "
                             f"kernel (left to PyTorch: {left})",
                             fix="keep PyTorch for this model; the offline engineer fuses "
-                                "pointwise ops, reductions, pooling, scans and matmuls")
+                                "pointwise ops, reductions, pooling, scans, matmuls and "
+                                "convolutions")
     ctor = build_constructor(case, captured.model, input_set)
     source, notes = write_module(case, part, ctor, kernels, part.unfused)
     notes = [f"rewrite: {r}" for r in rewritten] + notes

@@ -112,6 +112,8 @@ class TorchRegion:
             return f"torch.full(({sizes}), {value}, dtype={n.dtype}, device=device)"
         args = [self.count(n, a) if isinstance(a, tuple) and a and a[0] in ("numel", "numel_minus")
                 else self.operand(a) for a in n.args]
+        if self.g.kind == "conv" and n is self.g.anchor:
+            return self.convolution(n, args)
         if op in _BINARY:
             return f"({args[0]} {_BINARY[op]} {args[1]})"
         if op in ("truediv_floor", "truediv_trunc"):
@@ -179,6 +181,19 @@ class TorchRegion:
                 return f"torch.{op}({args[0]}.flip({d}), dim={d}).flip({d})"
             return f"torch.{op}({args[0]}, dim={d})"
         raise EngineerError(f"no PyTorch form for {op!r} in region {self.g.name}")
+
+    def convolution(self, n: Node, args: list[str]) -> str:
+        """A conv group's convolution as `torch.nn.functional.conv{d}d` (or its transpose) on
+        the operands (float32 for half inputs, as the kernel accumulates)."""
+        x, w, b = args[:3]
+        stride, padding, dilation, transposed, output_padding, groups = n.args[3:]
+        dims = n.rank - 2
+        if transposed:
+            return (f"torch.nn.functional.conv_transpose{dims}d({x}, {w}, {b}, stride={stride}, "
+                    f"padding={padding}, output_padding={output_padding}, groups={groups}, "
+                    f"dilation={dilation})")
+        return (f"torch.nn.functional.conv{dims}d({x}, {w}, {b}, stride={stride}, "
+                f"padding={padding}, dilation={dilation}, groups={groups})")
 
     def tap(self, n: Node, x: str) -> str:
         """x padded with the fill, then a strided slice per pooled dim."""

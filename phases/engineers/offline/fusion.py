@@ -10,7 +10,8 @@ is computed from them) are recomputed from the coordinates inside the kernel.
 
 Nodes join greedily in graph order: a pointwise node joins the group of a producer, a
 reduction joins the group that computes its input (the prologue), a matmul anchors its own
-group that takes its pointwise epilogue. A join is refused when it would make the group
+group that takes its pointwise epilogue, a convolution that no pointwise op or reduction
+reads anchors a `conv` group of its own (the implicit GEMM of `kernels/convolution.py`). A join is refused when it would make the group
 graph cyclic or the dim maps disagree; the node then starts a group or stays in PyTorch.
 Afterwards, a matmul epilogue that only feeds another matmul's epilogue moves into it (the
 gated MLP's SiLU of the gate product runs where it meets the up product).
@@ -24,6 +25,7 @@ from typing import Any
 
 import torch
 
+from kopt.phases.engineers.offline.convolution import conv_group_refusal
 from kopt.phases.engineers.offline.graph import (
     ARG_REDUCTIONS,
     GENERATORS,
@@ -60,7 +62,7 @@ class Group:
 
     index: int
     kind: str
-    """`pointwise`, `reduction` or `matmul`."""
+    """`pointwise`, `reduction`, `matmul`, `scan`, `arg_reduction` or `conv`."""
     domain: tuple[int, ...]
     domain_sym: tuple[Any, ...]
     nodes: list[Node] = field(default_factory=list)
@@ -68,7 +70,7 @@ class Group:
     rdim: int | None = None
     """The reduced domain dim (reduction groups)."""
     anchor: Node | None = None
-    """The mm/bmm node (matmul groups)."""
+    """The mm/bmm node (matmul groups) or ATen's convolution node (conv groups)."""
     epi_view: Node | None = None
     """A view of the matmul result that the epilogue continues on (matmul groups)."""
     nhwc: bool = False
@@ -252,7 +254,7 @@ class _Partitioner:
         return out
 
     def _try_pointwise(self, n: Node, g: Group) -> bool:
-        if g.kind in ("scan", "arg_reduction") or not self._acyclic(n, g):
+        if g.kind in ("scan", "arg_reduction", "conv") or not self._acyclic(n, g):
             return False
         if g.kind == "matmul":
             if not self.policy.matmul_epilogue:
@@ -381,6 +383,14 @@ class _Partitioner:
                     g.epi_view = n
                     self._add(g, n, tuple(range(n.rank)))
                     return
+        elif n.op == "fallback" and "convolution" in str(n.target):
+            reason = conv_group_refusal(n, self._users()[n])
+            if reason is None:  # the implicit-GEMM template computes it, bias included
+                g = self._new("conv", n, n.shape, n.sym)
+                g.anchor = n
+                self._add(g, n, tuple(range(n.rank)))
+            else:
+                self.unfused.append({"op": str(n.target), "node": n.origin, "reason": reason})
         elif n.op not in ("getitem", "split_item"):
             self.unfused.append({"op": str(n.target), "node": n.origin,
                                  "reason": _fallback_reason(n)})

@@ -1,0 +1,238 @@
+"""The convolution template: an implicit GEMM over (output positions) x (output channels).
+
+A convolution is a product: one row per output position (batch x output spatial, flattened),
+one column per output channel of a group, reduced over the group's input channels times the
+kernel's taps. No im2col buffer is written: each BLOCK_K chunk of (input channel, tap) pairs
+is loaded straight from x at the coordinates its tap gives, masked outside x (the zero
+padding), and multiplied into a float32 accumulator with `tl.dot`. Groups are the grid's
+third axis; the bias (when there is one) is added to the accumulator before the one store.
+
+Forward: output position o reads input position i = o * stride - padding + k * dilation for
+tap k. Transposed (the weight laid out (C_in, C_out / groups, *k)): output position o takes
+input position i = (o + padding - k * dilation) / stride where that divides exactly and lies
+inside x; the output_padding only lengthens the output. The index math is written for the
+convolution's number of spatial dims; stride, padding and dilation are the model's constants,
+every size (batch, channels, spatial, kernel) is read from the tensors at run time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from kopt.phases.engineers.offline.fusion import Group, Partition
+from kopt.phases.engineers.offline.kernels.writer import KernelSource, _origins, _store_type
+
+# Launch parameters, untimed on a GPU so far: the matmul template's tile shapes narrowed along
+# N (a group's output channels are often 64 or fewer) and along K for float32 (as matmul.py's).
+HALF_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
+FLOAT_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
+TUNABLES = {"BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [16, 32, 64],
+            "num_warps": [4, 8], "num_stages": [2, 3, 4]}
+
+
+def _scaled(var: str, factor: int) -> str:
+    return var if factor == 1 else f"{var} * {factor}"
+
+
+def _shifted(text: str, shift: int) -> str:
+    if shift == 0:
+        return text
+    return f"{text} + {shift}" if shift > 0 else f"{text} - {-shift}"
+
+
+def _input_coordinates(dims: int, transposed: bool, stride: list[int], padding: list[int],
+                       dilation: list[int]) -> tuple[list[str], list[str]]:
+    """Kernel lines computing i{d} (BLOCK_M, BLOCK_K), the input coordinate each (output
+    position, tap) pair reads along spatial dim d, and the conditions under which it lies
+    inside x (and, transposed, under which the stride divides exactly)."""
+    lines: list[str] = []
+    inside: list[str] = []
+    for d in range(dims):
+        s, p, dl = stride[d], padding[d], dilation[d]
+        o, t = f"o{d}[:, None]", f"t{d}[None, :]"
+        if not transposed:
+            lines.append(f"i{d} = {_shifted(f'{_scaled(o, s)} + {_scaled(t, dl)}', -p)}")
+            if p:  # with no padding every window lies inside x (the output's size says so)
+                inside.append(f"(i{d} >= 0) & (i{d} < I{d})")
+            continue
+        lines.append(f"u{d} = {_shifted(o, p)} - {_scaled(t, dl)}  # the stride times i{d}")
+        if s == 1:
+            lines.append(f"i{d} = u{d}")
+            inside.append(f"(u{d} >= 0) & (u{d} < I{d})")
+        else:
+            lines.append(f"i{d} = u{d} // {s}")
+            inside.append(f"(u{d} >= 0) & (u{d} % {s} == 0) & (i{d} < I{d})")
+    return lines, inside
+
+
+def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> KernelSource:
+    """The kernel and launcher of a `conv` group (its anchor: ATen's convolution node)."""
+    conv = group.anchor
+    assert conv is not None
+    x, w, bias, stride, padding, dilation, transposed, output_padding, groups = conv.args
+    dims = conv.rank - 2
+    sp = range(dims)
+    dtype = str(x.dtype).removeprefix("torch.")
+    kind = f"conv_transpose{dims}d" if transposed else f"conv{dims}d"
+    dot_kw = ""
+    if x.dtype == torch.float32:
+        dot_kw = ', input_precision="ieee"' if precision == "strict" else ', input_precision="tf32"'
+    helpers: set[str] = set()
+    if conv.dtype == torch.bfloat16:
+        helpers.add("_to_bf16")
+        stored = "_to_bf16(acc)"
+    else:
+        stored = f"acc.to({_store_type(conv.dtype)})"
+    coords, inside = _input_coordinates(dims, bool(transposed), list(stride), list(padding),
+                                        list(dilation))
+    ss = ", ".join
+    kernel = [
+        "@triton.jit",
+        f"def {name}(",
+        f"    x_ptr, x_sb, x_sc, {ss(f'x_s{d}' for d in sp)},  # (N, C_in, *in) {dtype}: {x.name}",
+        f"    w_ptr, w_sg, w_sco, w_sci, {ss(f'w_s{d}' for d in sp)},  "
+        f"# {'(C_in, C_out/groups, *k)' if transposed else '(C_out, C_in/groups, *k)'} {dtype}: "
+        "per group, output channel, input channel, tap",
+    ]
+    if bias is not None:
+        kernel.append(f"    b_ptr, b_s,  # (C_out,) {str(bias.dtype).removeprefix('torch.')}: "
+                      f"{bias.name}")
+    kernel += [
+        f"    y_ptr, y_sb, y_sc, {ss(f'y_s{d}' for d in sp)},  # (N, C_out, *out) {dtype}",
+        "    # run-time sizes: output positions, channels per group, (channel, tap) pairs,",
+        "    # input, output and kernel extents",
+        f"    M, CO_G, CI_G, K_RED, {ss(f'I{d}' for d in sp)}, {ss(f'O{d}' for d in sp)}, "
+        f"{ss(f'KS{d}' for d in sp)},",
+        "    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,",
+        "    UPCAST: tl.constexpr,  # True only under the CPU interpreter, whose bf16 tl.dot is wrong",
+        "    INDEX_64: tl.constexpr,",
+        "):",
+        f"    # {kind}, stride {list(stride)}, padding {list(padding)}, dilation {list(dilation)}, "
+        f"groups {groups}" + (f", output_padding {list(output_padding)}" if transposed else ""),
+        "    # FLOPs: 2*M*CO_G*K_RED*groups; bytes: x once per tap from cache, w per row tile, y once",
+        "    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # output positions",
+        "    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # output channels of the group",
+        "    grp = tl.program_id(2)",
+        "    if INDEX_64:",
+        "        rm = rm.to(tl.int64)",
+        "        grp = grp.to(tl.int64)",
+        "    m_ok = rm < M",
+        "    n_ok = rn < CO_G",
+        "    # each row's batch index and output coordinates (rm is row-major over (N, *out))",
+        "    rem = rm",
+    ]
+    for d in reversed(sp):
+        kernel += [f"    o{d} = rem % O{d}", f"    rem = rem // O{d}"]
+    kernel += [
+        "    nb = rem",
+        "    x_rows = nb * x_sb + grp * CI_G * x_sc",
+        "    w_cols = grp * w_sg + rn * w_sco",
+        "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        "    for k in range(0, tl.cdiv(K_RED, BLOCK_K)):",
+        "        rk = k * BLOCK_K + tl.arange(0, BLOCK_K)  # (input channel, tap) pairs, taps fastest",
+        "        k_ok = rk < K_RED",
+        "        rem_k = rk",
+    ]
+    for d in reversed(sp):
+        kernel += [f"        t{d} = rem_k % KS{d}", f"        rem_k = rem_k // KS{d}"]
+    kernel.append("        ci = rem_k")
+    kernel += [f"        {line}" for line in coords]
+    x_off = " + ".join(["x_rows[:, None]", "ci[None, :] * x_sc"] + [f"i{d} * x_s{d}" for d in sp])
+    w_off = " + ".join(["w_cols[None, :]", "ci[:, None] * w_sci"] +
+                       [f"t{d}[:, None] * w_s{d}" for d in sp])
+    kernel += [
+        f"        x_ok = {' & '.join(['m_ok[:, None] & k_ok[None, :]'] + inside)}",
+        f"        a = tl.load(x_ptr + {x_off}, mask=x_ok, other=0.0)",
+        f"        b = tl.load(w_ptr + {w_off}, mask=k_ok[:, None] & n_ok[None, :], other=0.0)",
+        "        if UPCAST:",
+        "            a = a.to(tl.float32)",
+        "            b = b.to(tl.float32)",
+        f"        acc = tl.dot(a, b, acc{dot_kw})",
+    ]
+    if bias is not None:
+        kernel.append("    acc += tl.load(b_ptr + (grp * CO_G + rn) * b_s, mask=n_ok, "
+                      "other=0.0).to(tl.float32)[None, :]")
+    y_off = " + ".join(["nb[:, None] * y_sb", "(grp * CO_G + rn)[None, :] * y_sc"] +
+                       [f"o{d}[:, None] * y_s{d}" for d in sp])
+    kernel.append(f"    tl.store(y_ptr + {y_off}, {stored}, mask=m_ok[:, None] & n_ok[None, :])")
+
+    launcher = _launcher(group, name, kind, dims, bool(transposed), list(stride), list(padding),
+                         list(dilation), list(output_padding), groups, bias is not None)
+    call = ["device", f"@{x.name}", f"@{w.name}"] + ([f"@{bias.name}"] if bias is not None else [])
+    config = dict(FLOAT_CONFIG if x.dtype == torch.float32 else HALF_CONFIG)
+    return KernelSource(name, f"_launch_{group.name}", "conv", "\n".join(kernel) + "\n",
+                        launcher, call, _origins(group), dict(TUNABLES), config, helpers)
+
+
+def _launcher(group: Group, name: str, kind: str, dims: int, transposed: bool,
+              stride: list[int], padding: list[int], dilation: list[int],
+              output_padding: list[int], groups: int, has_bias: bool) -> str:
+    sp = range(dims)
+    rank = dims + 2
+    taps = [_scaled(f"(w.shape[{2 + d}] - 1)", dilation[d]) for d in sp]
+    if transposed:  # (I - 1) * s - 2p + d * (k - 1) + output_padding + 1
+        sizes = [_shifted(f"{_scaled(f'(x.shape[{2 + d}] - 1)', stride[d])} + {taps[d]}",
+                          output_padding[d] + 1 - 2 * padding[d]) for d in sp]
+    else:  # (I + 2p - d * (k - 1) - 1) // s + 1
+        sizes = [f"({_shifted(f'x.shape[{2 + d}] - {taps[d]}', 2 * padding[d] - 1)}) // "
+                 f"{stride[d]} + 1" for d in sp]
+    params = "device, x, w, b" if has_bias else "device, x, w"
+    lines = [
+        f"def _launch_{group.name}({params}):",
+        f'    """Convolution kernel {name}: {kind} as an implicit GEMM, groups={groups}."""',
+        f"    if x.dim() != {rank} or w.dim() != {rank}:",
+        f'        raise ValueError(f"{name}: a {kind} needs {rank}-D x and weight, got '
+        '{tuple(x.shape)} and {tuple(w.shape)}")',
+        "    batch, c_in = x.shape[0], x.shape[1]",
+    ]
+    if transposed:
+        lines += [f"    c_out = w.shape[1] * {groups}",
+                  f"    fits = c_in % {groups} == 0 and w.shape[0] == c_in",
+                  f"    ci_g, co_g = c_in // {groups}, w.shape[1]",
+                  "    # weight (C_in, C_out/groups, *k): a group spans CI_G rows of it",
+                  "    w_sg, w_sco, w_sci = ci_g * w.stride(0), w.stride(1), w.stride(0)"]
+    else:
+        lines += ["    c_out = w.shape[0]",
+                  f"    fits = c_in % {groups} == 0 and c_out % {groups} == 0 and "
+                  f"w.shape[1] * {groups} == c_in",
+                  f"    ci_g, co_g = c_in // {groups}, c_out // {groups}",
+                  "    # weight (C_out, C_in/groups, *k): a group spans CO_G rows of it",
+                  "    w_sg, w_sco, w_sci = co_g * w.stride(0), w.stride(0), w.stride(1)"]
+    lines += [
+        "    if not fits:",
+        f'        raise ValueError(f"{name}: weight {{tuple(w.shape)}} does not fit x '
+        f'{{tuple(x.shape)}} with groups={groups}")',
+        f"    out = ({', '.join(sizes)}{',' if dims == 1 else ''})",
+        "    y = torch.empty((batch, c_out, *out), device=device, dtype=x.dtype)",
+        "    taps = tuple(w.shape[2:])",
+        "    m, k_red = batch * math.prod(out), ci_g * math.prod(taps)",
+        "    if y.numel() == 0:",
+        "        return y,",
+        f'    cfg = _launch_config("{name}", "conv", co_g, m, k_red)',
+        f'    grid = (_cdiv(m, cfg["BLOCK_M"]), _cdiv(co_g, cfg["BLOCK_N"]), {groups})',
+        "    # the last row tile's masked rows address one batch entry past x and y",
+        "    index_64 = max(_span(x) + x.stride(0), _span(w), y.numel() + y.stride(0)) >= 2**31",
+    ]
+    b_args = " b, b.stride(0)," if has_bias else ""
+    lines += [
+        f"    {name}[grid](",
+        f"        x, *x.stride(), w, w_sg, w_sco, w_sci, *w.stride()[2:],{b_args} y, *y.stride(),",
+        "        m, co_g, ci_g, k_red, *x.shape[2:], *out, *taps,",
+        '        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],',
+        "        UPCAST=_INTERPRETED and x.dtype != torch.float32, INDEX_64=index_64,",
+        '        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])',
+        "    return y,",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def conv_flops(conv: Any) -> int:
+    """The multiply-adds of `conv` times 2: each output element takes (input channels per
+    group x taps) of them; transposed, each input element gives (output channels per group x
+    taps) (the kernel's masked taps, stride**dims times more, are not counted)."""
+    x, w, transposed = conv.args[0], conv.args[1], conv.args[6]
+    fan = math.prod(w.shape[1:])  # (C_in/groups or C_out/groups) x taps
+    return 2 * fan * math.prod(x.shape if transposed else conv.shape)
