@@ -13,27 +13,12 @@ TFLOP/s. Not yet run on a GPU: the template's defaults (kernels/convolution.py) 
 from __future__ import annotations
 
 import importlib.util
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
-
-
-def ms(fn, iters: int = 50) -> float:
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+from conv_layout_gpu import ms  # beside this script: CUDA events, median after warm-ups
 
 
 def load(path: Path, name: str):

@@ -283,15 +283,32 @@ def test_regions_slower_in_triton_are_kept_in_pytorch_and_verified(
         assert "failed verification (correct)" in row.detail
 
 
+def _fake_gpu(monkeypatch: pytest.MonkeyPatch, ms_of) -> None:  # type: ignore[no-untyped-def]
+    """`choose_regions` on a faked GPU: each timed file takes `ms_of(its text)` ms (1% spread),
+    and every choice passes verification."""
+    from types import SimpleNamespace
+
+    import kopt.harness.tune as tune
+    import kopt.harness.verify as verify_mod
+
+    def fake_trials(case, paths, **kw):  # type: ignore[no-untyped-def]
+        rows = []
+        for p in paths:
+            ms = ms_of(Path(p).read_text())
+            rows.append({"ok": True, "checked": True, "median_ms": ms, "p20_ms": ms * 0.995,
+                         "p80_ms": ms * 1.005, "detail": "output matches"})
+        return rows
+
+    monkeypatch.setattr(tune, "time_trials", fake_trials)
+    monkeypatch.setattr(verify_mod, "verify_candidate", lambda case, path, **kw: SimpleNamespace(
+        accepted=True, failed=lambda: []))
+
+
 def test_small_gains_of_one_kind_of_region_count_together_and_products_may_go_to_cublas(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three matmul regions each 1% faster in PyTorch (under the 2% noise floor alone, over it
     together) go to PyTorch as a family; cuBLAS's product gains 5% and is kept; both are
     timed before the single regions, checked together, verified, and named in the row."""
-    from types import SimpleNamespace
-
-    import kopt.harness.tune as tune
-    import kopt.harness.verify as verify_mod
     import kopt.phases.suite as suite
     from kopt.harness.case import load_case_dir
     from kopt.phases.engineers.offline import generate_candidate
@@ -315,22 +332,14 @@ def test_small_gains_of_one_kind_of_region_count_together_and_products_may_go_to
 
     timed: list[str] = []
 
-    def fake_trials(case, paths, **kw):  # type: ignore[no-untyped-def]
-        rows = []
-        for p in paths:
-            text = Path(p).read_text()
-            choice = {r.name: r.choice for r in regions(text)}
-            on_cublas = any(v.get("BACKEND") == "cublas" for v in literal(text, "KOPT_CONFIG").values())
-            timed.append(f"{sorted(g for g, c in choice.items() if c == 'torch')} {on_cublas}")
-            ms = 10.0 * (1 - 0.01 * sum(choice[g] == "torch" for g in matmuls)
-                         - (0.05 if on_cublas else 0.0))
-            rows.append({"ok": True, "checked": True, "median_ms": ms, "p20_ms": ms * 0.995,
-                         "p80_ms": ms * 1.005, "detail": "output matches"})
-        return rows
+    def ms_of(text: str) -> float:
+        choice = {r.name: r.choice for r in regions(text)}
+        on_cublas = any(v.get("BACKEND") == "cublas" for v in literal(text, "KOPT_CONFIG").values())
+        timed.append(f"{sorted(g for g, c in choice.items() if c == 'torch')} {on_cublas}")
+        return 10.0 * (1 - 0.01 * sum(choice[g] == "torch" for g in matmuls)
+                       - (0.05 if on_cublas else 0.0))
 
-    monkeypatch.setattr(tune, "time_trials", fake_trials)
-    monkeypatch.setattr(verify_mod, "verify_candidate", lambda case, path, **kw: SimpleNamespace(
-        accepted=True, failed=lambda: []))
+    _fake_gpu(monkeypatch, ms_of)
     row = suite.SuiteRow("p", "level2", "p.py", "verified")
     chosen = suite.choose_regions(row, case, candidate, device="cuda")
     assert timed[1:3] == [f"{sorted(matmuls)} False", "[] True"], "families and backend first"
@@ -346,27 +355,12 @@ def test_a_forward_faster_op_by_op_than_replayed_is_timed_and_kept(
     """The CUDA-graph replay is a timed choice like a region: where the forward runs faster
     op by op (a GPU-bound forward pays the replay's copies), the verified, timed file has
     `KOPT_GRAPH = False` and the row says so."""
-    from types import SimpleNamespace
-
-    import kopt.harness.tune as tune
-    import kopt.harness.verify as verify_mod
     import kopt.phases.suite as suite
     from kopt.phases.engineers.offline.regions import replays_graph
 
     case, candidate, _ = _two_region_candidate(tmp_path)
     assert replays_graph(candidate.read_text())
-
-    def fake_trials(case, paths, **kw):  # type: ignore[no-untyped-def]
-        rows = []
-        for p in paths:
-            ms = 4.0 if replays_graph(Path(p).read_text()) else 3.0
-            rows.append({"ok": True, "checked": True, "median_ms": ms, "p20_ms": ms * 0.99,
-                         "p80_ms": ms * 1.01, "detail": "output matches"})
-        return rows
-
-    monkeypatch.setattr(tune, "time_trials", fake_trials)
-    monkeypatch.setattr(verify_mod, "verify_candidate", lambda case, path, **kw: SimpleNamespace(
-        accepted=True, failed=lambda: []))
+    _fake_gpu(monkeypatch, lambda text: 4.0 if replays_graph(text) else 3.0)
     row = suite.SuiteRow("p", "level2", "p.py", "verified")
     chosen = suite.choose_regions(row, case, candidate, device="cuda")
     assert chosen != candidate and not replays_graph(chosen.read_text())
