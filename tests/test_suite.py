@@ -116,8 +116,7 @@ def smoke_subset(per_level: int = PER_LEVEL) -> list[Path]:
     return chosen
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(2400)
+@pytest.mark.timeout(2400)  # (in CI: about 6 minutes of one worker on a 2-core machine)
 @pytest.mark.skipif(not SHARED.is_dir(), reason=f"no shared KernelBench problems at {SHARED}")
 def test_suite_verifies_a_smoke_subset_of_kernelbench_in_the_interpreter(
         workspace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
