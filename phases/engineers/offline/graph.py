@@ -755,6 +755,10 @@ def fold_flipped_scans(graph: Graph) -> None:
     graph.nodes = [n for n in graph.nodes if n not in gone]
 
 
+PURE_FALLBACKS = ("aten.convolution",)
+"""Library calls with no effect but their result: dropped by `simplify` when nothing reads it."""
+
+
 def simplify(graph: Graph) -> None:
     """Common reductions once, dead values dropped (in place).
 
@@ -765,7 +769,8 @@ def simplify(graph: Graph) -> None:
     ignore_index` feeds both the loss kernel and the count; shared, it made a third kernel),
     and each fused kernel recomputes it for free. A value nothing
     reads and forward does not return is dropped (var's unused mean). PyTorch fallbacks are
-    left alone (an op may draw random numbers or be impure)."""
+    left alone (an op may draw random numbers or be impure), except the pure library calls
+    of `PURE_FALLBACKS` (a convolution a rewrite replaced ran in cuDNN for nothing)."""
     canon: dict[Node, Node] = {}
     seen: dict[Any, Node] = {}
     for n in graph.nodes:
@@ -784,7 +789,9 @@ def simplify(graph: Graph) -> None:
     live = {o for o in graph.outputs if isinstance(o, Node)}
     out: list[Node] = []
     for n in reversed(keep):
-        if n in live or n.op in ("input", "fallback", "layout_fallback") or n.multi:
+        impure = n.op == "layout_fallback" or n.op == "fallback" and not any(
+            op in str(n.target) for op in PURE_FALLBACKS)
+        if n in live or n.op == "input" or impure or n.multi:
             out.append(n)
             live.update(n.inputs())
     graph.nodes = list(reversed(out))

@@ -23,6 +23,15 @@ TL_TYPES = {
 
 # Helper @triton.jit functions a kernel file defines when its expressions use them.
 HELPERS = {
+    "_welford_combine": '''@triton.jit
+def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    # Two lanes' (mean, sum of squared deviations, count) as one (Chan et al.); empty lanes
+    # (n = 0) leave the other side as it is.
+    n = n_a + n_b
+    w = n_b / tl.maximum(n, 1.0)
+    delta = mean_b - mean_a
+    return mean_a + delta * w, m2_a + m2_b + delta * delta * n_a * w, n
+''',
     "_to_bf16": '''@triton.jit
 def _to_bf16(x):
     # Round to nearest even. GPUs do this in .to(); the CPU interpreter truncates, so there

@@ -308,22 +308,32 @@ class _ReductionWriter(_Writer):
         return _OnlineVar(ss, s1, e)
 
     def emit_online_var(self, v: _OnlineVar, scope: _Scope, inits: list[str]) -> None:
-        """One loop step of an online variance: the block's count, mean and M2, merged."""
-        n, mean, m2 = (f"acc_{v.total.name}_{k}" for k in ("n", "mean", "m2"))
-        inits += [f"{a} = {self.row_full('0.0', 'tl.float32')}" for a in (n, mean, m2)]
+        """One loop step of an online variance: each lane of the block keeps its own count,
+        mean and M2 (Welford), with no reduction across lanes inside the loop; the lanes are
+        merged once after it (`finish_online_var`). A merge per block (three block-wide sums
+        in every step) left level-2 92's group norm statistics, 2048 rows of 63504 elements,
+        at 1.49 ms on an H200 where torch.compile's lane-wise Welford took 0.30 ms."""
+        n, mean, m2 = (f"lane_{v.total.name}_{k}" for k in ("n", "mean", "m2"))
+        inits += [f"{a} = tl.zeros({self.acc_shape()}, tl.float32)" for a in (n, mean, m2)]
         ev = (self.value(v.e, scope) if v.e in self.g.dmaps else
               self.load(v.e, _identity(v.e.rank), scope)).as_type("tl.float32")
-        bn, bmean, bd, bm2, tot, delta = (self.fresh("w") for _ in range(6))
-        self.emit(f"# {v.total.origin}: sum of squared deviations, merged per block (Chan et al.)")
-        self.emit(f"{bn} = {self.red('sum', 'cmask.to(tl.float32)')}")
-        self.emit(f"{bmean} = {self.red('sum', f'tl.where(cmask, {ev}, 0.0)')} / tl.maximum({bn}, 1.0)")
-        self.emit(f"{bd} = tl.where(cmask, {ev} - {bmean}, 0.0)")
-        self.emit(f"{bm2} = {self.red('sum', f'{bd} * {bd}')}")
-        self.emit(f"{tot} = {n} + {bn}")
-        self.emit(f"{delta} = {bmean} - {mean}")
-        self.emit(f"{m2} = {m2} + {bm2} + {delta} * {delta} * ({n} * {bn} / tl.maximum({tot}, 1.0))")
-        self.emit(f"{mean} = {mean} + {delta} * ({bn} / tl.maximum({tot}, 1.0))")
+        e, tot, delta = (self.fresh("w") for _ in range(3))
+        self.emit(f"# {v.total.origin}: sum of squared deviations, each lane's Welford step")
+        self.emit(f"{e} = tl.where(cmask, {ev}, 0.0)")
+        self.emit(f"{tot} = {n} + cmask.to(tl.float32)")
+        self.emit(f"{delta} = {e} - {mean}")
+        self.emit(f"{mean} = {mean} + tl.where(cmask, {delta} / tl.maximum({tot}, 1.0), 0.0)")
+        self.emit(f"{m2} = {m2} + tl.where(cmask, {delta} * ({e} - {mean}), 0.0)")
         self.emit(f"{n} = {tot}")
+
+    def finish_online_var(self, v: Node) -> str:
+        """After the loop: the lanes of online variance `v` merged; its M2's name."""
+        self.helpers.add("_welford_combine")
+        lanes = ", ".join(f"lane_{v.name}_{k}" for k in ("mean", "m2", "n"))
+        out = ", ".join(f"acc_{v.name}_{k}" for k in ("mean", "m2", "n"))
+        axis = self.red("reduce", "X").removeprefix("tl.reduce(X, ").removesuffix(")")
+        self.emit(f"{out} = tl.reduce(({lanes}), {axis}, combine_fn=_welford_combine)  # {v.origin}: the lanes merged")
+        return f"acc_{v.name}_m2"
 
     def loop_levels(self, online: dict[Node, _OnlineSum],
                     welford: dict[Node, _OnlineVar] | None = None) -> dict[Node, int]:
@@ -506,7 +516,7 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
                 top.values[("val", red)] = w.finish_select(red, picked[red], top)
                 continue
             if red in welford:
-                top.values[("val", red)] = Operand(f"acc_{red.name}_m2", "tl.float32")
+                top.values[("val", red)] = Operand(w.finish_online_var(red), "tl.float32")
                 continue
             if red in twins:
                 top.values[("val", red)] = top.values[("val", twins[red])]
