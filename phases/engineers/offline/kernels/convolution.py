@@ -25,8 +25,10 @@ import torch
 from kopt.phases.engineers.offline.fusion import Group, Partition
 from kopt.phases.engineers.offline.kernels.writer import KernelSource, _origins, _store_type
 
-# Launch parameters, untimed on a GPU so far: the matmul template's tile shapes narrowed along
-# N (a group's output channels are often 64 or fewer) and along K for float32 (as matmul.py's).
+# Launch parameters: the matmul template's tile shapes narrowed along N (a group's output
+# channels are often 64 or fewer) and along K for float32 (as matmul.py's). Not tuned: at these
+# defaults an H200 ran KernelBench level-1 50 and 54 (float32, strict) at 0.35x and 0.27x of
+# cuDNN, 57 at 2.33x (2026-11-27, BENCHMARKS.md); the accelerator searches TUNABLES.
 HALF_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
 FLOAT_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
 TUNABLES = {"BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [16, 32, 64],
