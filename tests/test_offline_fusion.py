@@ -430,6 +430,21 @@ def test_a_residual_add_after_a_library_product_runs_in_the_layer_norm(tmp_path:
     assert any(f.startswith("mul") for f in kinds["reduction"]), kinds  # s * 2.0
 
 
+def test_a_gated_mlp_on_3d_activations_applies_both_epilogues_in_one_kernel(tmp_path: Path) -> None:
+    """`silu(x @ Wg) * (x @ Wu)` through the products' views to (B, S, N): the gate's SiLU
+    moves into the up product's epilogue, so the gate is a bare product (no kernel of its own
+    on cuBLAS) and one kernel reads both products once."""
+    body = ["b, s, d = x.shape",
+            "gate = (x.reshape(-1, d) @ y).view(b, s, -1)",
+            "up = (x.reshape(-1, d) @ y.t()).view(b, s, -1)",
+            "return F.silu(gate) * up"]
+    result, _ = _generate(tmp_path, body, [[2, 5, 16], [16, 16]])
+    fused = [k["fuses"] for k in result.kernels if k["kind"] == "matmul"]
+    assert len(fused) == 2, result.kernels
+    assert sum(any("sigmoid" in f or "silu" in f for f in fs) for fs in fused) == 1, fused
+    assert any(all(f.startswith(("mm", "view")) for f in fs) for fs in fused), fused
+
+
 def test_a_query_made_from_a_permuted_view_keeps_its_layout_for_attention(tmp_path: Path) -> None:
     """A pointwise kernel on a (B, S, H, D) projection seen as (B, H, S, D) writes its output in
     the projection's layout when only attention reads it: attention then returns (B, S, H, D)

@@ -654,13 +654,23 @@ def _sink_matmul_epilogues(p: _Partitioner, users: dict[Node, list[Node]],
     gated MLP: `silu(x @ Wg) * (x @ Wu)`) hands its epilogue to that consumer. Its own kernel
     then writes the bare product (cuBLAS: no kernel at all) and the consumer applies both
     epilogues in one pass, reading both products once: for LLaMA-7B's MLP on 8192 tokens
-    540 MB of pointwise traffic instead of 900 MB (write silu, re-read it for the product)."""
+    540 MB of pointwise traffic instead of 900 MB (write silu, re-read it for the product).
+    The same holds through the products' views to (B, S, N) (a transformer's MLP on 3-D
+    activations), when both views have that shape and nothing runs between a product and its
+    view: LLaMA's block spent 0.013 ms (H200) in a separate SiLU kernel torch.compile did not."""
+    order = {n: i for i, n in enumerate(p.graph.nodes)}
     for g in p.groups:
-        if g.kind != "matmul" or g.epi_view is not None or len(g.nodes) < 2:
+        if g.kind != "matmul" or len(g.nodes) < 2 or g.anchor in outputs:
             continue
-        epilogue = [m for m in g.nodes if m is not g.anchor]
-        if any(m in outputs or m.shape != g.domain or g.dmaps[m] != tuple(range(len(g.domain)))
-               for m in epilogue) or g.anchor in outputs:
+        view = g.epi_view
+        epilogue = [m for m in g.nodes if m is not g.anchor and m is not view]
+        if not epilogue or view is not None and (
+                any(order[m] < order[view] for m in epilogue) or view in outputs
+                or any(p.owner.get(u) is not g for u in users[view])):
+            continue  # (an op between the product and its view stays with the product)
+        dom = view.shape if view is not None else g.domain
+        ident = tuple(range(len(dom)))
+        if any(m in outputs or m.shape != dom or g.dmaps[m] != ident for m in epilogue):
             continue
         if any(p.owner.get(u) is not g for u in users[g.anchor]):
             continue  # the bare product is read elsewhere too: keep it where it is
@@ -668,13 +678,14 @@ def _sink_matmul_epilogues(p: _Partitioner, users: dict[Node, list[Node]],
         if len(consumers) != 1:
             continue
         h = consumers.pop()
-        if h is None or h.kind != "matmul" or h.domain != g.domain or h.epi_view is not None or \
+        if h is None or h.kind != "matmul" or \
+                (h.epi_view.shape if h.epi_view is not None else h.domain) != dom or \
                 any(u is h.anchor for m in epilogue for u in users[m]):
-            continue  # only into the epilogue of a matmul over the same (M, N)
+            continue  # only into the epilogue of a matmul over the same domain
         for m in epilogue:
             g.nodes.remove(m)
             del g.dmaps[m]
-            p._add(h, m, tuple(range(len(h.domain))))
+            p._add(h, m, ident)
 
 
 CUBLAS_MIN_WORK = 2 ** 30
