@@ -32,7 +32,9 @@ def load(path: Path, name: str):
 
 def conv_flops(model: torch.nn.Module, x: torch.Tensor) -> float:
     """2 x multiply-adds of the model's one convolution at input x."""
-    conv = next(m for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd))
+    conv = next((m for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)), None)
+    if conv is None:
+        raise ValueError("not a convolution problem (the model has no nn.Conv*)")
     w = conv.weight
     taps = w[0, 0].numel()
     if conv.transposed:

@@ -120,21 +120,35 @@ def _natural(path: Path) -> tuple[Any, ...]:
     return tuple(int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", path.name))
 
 
+def _problem_files(directory: Path) -> list[Path]:
+    return [f for f in directory.glob("*.py") if not f.name.startswith("_")]
+
+
+def _problem_dirs(top: Path) -> list[Path]:
+    """`top` itself when it holds problem files; else its subdirectories that do, in natural
+    order: KernelBench's own root (`level1/`, `level2/`, ...) runs level by level."""
+    if _problem_files(top):
+        return [top]
+    return sorted((d for d in top.iterdir() if d.is_dir() and _problem_files(d)), key=_natural)
+
+
 def discover(dirs: Sequence[str | Path], *, filter_text: str | None = None,
              limit: int | None = None, shard: tuple[int, int] | None = None) -> list[Problem]:
-    """Problem files (`*.py`) of each directory in natural name order (2 before 10), those
+    """Problem files (`*.py`) of each directory in natural name order (2 before 10), or of
+    each of its subdirectories that holds some (a KernelBench root: its level folders), those
     whose name contains `filter_text`, at most `limit` per directory; with `shard` (k, n), the
     k-th of n interleaved parts of that list (1-based: problems k, k+n, k+2n, ...), so that
     n machines or n calls cover a suite once between them."""
     problems: list[Problem] = []
     for d in dirs:
-        directory = Path(d).expanduser().resolve()
-        if not directory.is_dir():
+        top = Path(d).expanduser().resolve()
+        if not top.is_dir():
             raise BadInputError(f"{d}: not a directory", fix="pass directories of problem .py files")
-        files = sorted((f for f in directory.glob("*.py") if not f.name.startswith("_")), key=_natural)
-        if filter_text:
-            files = [f for f in files if filter_text.lower() in f.name.lower()]
-        problems += [Problem(f, level_of(directory)) for f in files[:limit]]
+        for directory in _problem_dirs(top):
+            files = sorted(_problem_files(directory), key=_natural)
+            if filter_text:
+                files = [f for f in files if filter_text.lower() in f.name.lower()]
+            problems += [Problem(f, level_of(directory)) for f in files[:limit]]
     if shard is not None:
         k, n = shard
         problems = problems[k - 1::n]

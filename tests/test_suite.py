@@ -58,6 +58,23 @@ def test_levels_come_from_directory_names(tmp_path: Path) -> None:
         discover([tmp_path / "missing"])
 
 
+def test_a_kernelbench_root_runs_its_level_folders_in_order(tmp_path: Path) -> None:
+    """`kopt suite ../shared/kernelbench`: a directory without problem files of its own runs
+    those of its subdirectories (level1 before level2 before level10), each with its level;
+    one with neither is the one-line error."""
+    for level, names in (("level10", ["1_z.py"]), ("level2", ["4_b.py", "2_a.py"]),
+                         ("level1", ["3_c.py"]), ("notes", [])):
+        (tmp_path / level).mkdir()
+        for name in names:
+            (tmp_path / level / name).write_text("")
+    problems = discover([tmp_path])
+    assert [(p.level, p.file.name) for p in problems] == [
+        ("level1", "3_c.py"), ("level2", "2_a.py"), ("level2", "4_b.py"), ("level10", "1_z.py")]
+    assert [p.file.name for p in discover([tmp_path], limit=1)] == ["3_c.py", "2_a.py", "1_z.py"]
+    with pytest.raises(BadInputError, match="no problem files"):
+        discover([tmp_path / "notes"])
+
+
 def _row(name: str, level: str, eager: float | None, compile_: float | None,
          status: str = "verified") -> SuiteRow:
     return SuiteRow(name, level, f"{name}.py", status, kernels=1, speedup_vs_eager=eager,

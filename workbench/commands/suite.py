@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("suite", help="run the offline engineer on a directory of KernelBench problems",
                        description="Import, generate, verify and (on a GPU) time every problem "
                                    "file of the directories, in a temporary workspace.")
-    p.add_argument("dirs", metavar="DIR", nargs="+", help="directories of problem .py files")
+    p.add_argument("dirs", metavar="DIR", nargs="+", help="directories of problem .py files (or of folders of them: a KernelBench "
+                        "root runs its level folders)")
     p.add_argument("--rounds", type=int, default=1, help="timing rounds per problem (median)")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="at most N problems per directory (the first by name)")
