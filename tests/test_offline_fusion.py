@@ -258,6 +258,26 @@ def test_group_norm_follows_a_constructor_channel_count(tmp_path: Path, layer: s
         _check_case(case, module, "smoke")
 
 
+@pytest.mark.parametrize("main_init, main", [
+    ("channels: 24, groups: 4", [4, 3, 18, 18]),   # (N, G, C/G * S) rows: one stage
+    ("channels: 256, groups: 4", [2, 3, 10, 10]),  # few long rows: (N, G, C/G, S), two stages
+])
+def test_a_conv_bias_moves_past_a_group_norms_grouped_view(tmp_path: Path, main_init: str,
+                                                          main: list[int]) -> None:
+    """A convolution whose output a group norm reads through its grouped view loses its bias
+    to the kernels after it (ATen would add it in a pass of its own after cuDNN): the grouped
+    view gets the bias in its own layout, the map gets it per channel. Verified on a smoke set
+    whose constructor shrinks the channels and groups."""
+    case = _constructor_case(
+        tmp_path, "convgn", "channels, groups",
+        ["self.conv = nn.Conv2d(3, channels, 3)", "self.norm = nn.GroupNorm(groups, channels)"],
+        ["y = self.conv(x)", "return torch.tanh(self.norm(y)) + y"],
+        main_init, main, "channels: 8, groups: 2", [1, 3, 6, 7])
+    result = generate_candidate(case)
+    assert "p_p_conv_weight, None, " in result.source  # cuDNN without the bias
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
 def test_narrow_rows_share_a_program_and_match_eager(tmp_path: Path) -> None:
     """Rows narrower than ROW_TILE are reduced ROWS at a time: 91 rows of 40 (ROWS 32, the last
     program's rows partly masked), softmax and a layer norm's statistics, against eager."""
