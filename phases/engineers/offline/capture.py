@@ -771,7 +771,7 @@ def _two_stage(b: Builder, packet: str, x: Node, merged: list[int], keep: bool, 
 def _two_stage_var(b: Builder, x: Node, merged: list[int], name: str) -> tuple[Node, Node]:
     """(biased variance, mean) of x over the adjacent dims `merged`, keeping x's rank, in two
     stages that read x once: every part (a row along merged[-1]) gets its mean and variance
-    in one pass (the row kernel merges each block's mean and squared deviations, Chan et al.),
+    in one pass (the row kernel keeps a Welford state per lane, merged once per row),
     then the parts, all of one size, combine exactly: the mean of their means, and the mean
     of their variances plus the variance of their means (no cancellation anywhere). Reading x
     a second time for the deviations from the whole mean made a LayerNorm over (64, 256, 256)

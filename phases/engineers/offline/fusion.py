@@ -801,13 +801,13 @@ def _epilogues_into_rows(p: _Partitioner, users: dict[Node, list[Node]], outputs
     there is one); at most one op stays (the bias add, which `torch.addmm` takes). Only when
     one reduction over that domain reads it, the reduction's members all walk the domain in
     order, and the group graph stays acyclic."""
+    order = {n: i for i, n in enumerate(p.graph.nodes)}
     for g in list(p.groups):
         if g.kind != "matmul" or not library_product(g.anchor, precision) or g.anchor in outputs:
             continue
         view = g.epi_view
-        after = p.graph.nodes.index(view) if view is not None else -1
-        moved = [m for m in g.nodes if m is not g.anchor and m is not view
-                 and p.graph.nodes.index(m) > after]
+        after = order[view] if view is not None else -1
+        moved = [m for m in g.nodes if m is not g.anchor and m is not view and order[m] > after]
         kept = [m for m in g.nodes if m is not g.anchor and m is not view and m not in moved]
         if not moved or len(kept) > 1 or any(m in outputs for m in kept):
             continue  # (what stays is at most the bias add cuBLAS's addmm takes)

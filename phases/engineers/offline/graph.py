@@ -453,14 +453,7 @@ def lower_group_norm(b: Builder, x: Node, weight: Node | None, bias: Node | None
         y = b.op(f"{name}_normed", "mul", [dev, rstd], dev, origin=origin)
         y = b.op(f"{name}_ungrouped", "view", [y, [x.sym[0], -1, *x.sym[2:]]], x,
                  dtype=torch.float32, origin=origin)
-        tail = (1,) * (x.rank - 2)
-        for what, v, op in (("weight", weight, "mul"), ("bias", bias, "add")):
-            if v is not None:
-                c = b.op(f"{name}_{what}_c", "view", [v, [-1, *tail]], v,
-                         shape=(v.shape[0], *tail), sym=(v.sym[0], *tail), origin=origin)
-                y = b.op(f"{name}_{'scaled' if op == 'mul' else 'shifted'}", op, [y, c], y,
-                         origin=origin)
-        out = b.op(name, "identity", [y], y, dtype=x.dtype, origin=origin)
+        out = _channel_affine(b, y, weight, bias, x.dtype, name, origin)
     stats = (x.shape[0], count)
     stats_sym = (x.sym[0], groups)
     mean_out = b.op(f"{name}_mean_out", "squeeze", [mean, [2]], mean, shape=stats, sym=stats_sym,
@@ -495,18 +488,22 @@ def group_norm_map(b: Builder, x: Node, mean: Node, rstd: Node, count: int, grou
         return b.op(f"{name}_{what}_c", "view", [e, [x.sym[0], -1, *tail]], e,
                     shape=(n, c, *tail), sym=(x.sym[0], channels, *tail), origin=origin)
 
-    def affine(v: Node, what: str) -> Node:
-        return b.op(f"{name}_{what}_c", "view", [v, [-1, *tail]], v, shape=(v.shape[0], *tail),
-                    sym=(v.sym[0], *tail), origin=origin)
-
     dev = b.op(f"{name}_centered", "sub", [x, per_channel(mean, "mean")], x, dtype=torch.float32,
                origin=origin)
     y = b.op(f"{name}_normed", "mul", [dev, per_channel(rstd, "rstd")], dev, origin=origin)
-    if weight is not None:
-        y = b.op(f"{name}_scaled", "mul", [y, affine(weight, "weight")], y, origin=origin)
-    if bias is not None:
-        y = b.op(f"{name}_shifted", "add", [y, affine(bias, "bias")], y, origin=origin)
-    return b.op(name, "identity", [y], y, dtype=x.dtype, origin=origin)
+    return _channel_affine(b, y, weight, bias, x.dtype, name, origin)
+
+
+def _channel_affine(b: Builder, y: Node, weight: Node | None, bias: Node | None,
+                    dtype: torch.dtype, name: str, origin: str) -> Node:
+    """`y * weight + bias` with the (C,) weight and bias along y's dim 1, as `dtype`."""
+    tail = (1,) * (y.rank - 2)
+    for what, v, op, step in (("weight", weight, "mul", "scaled"), ("bias", bias, "add", "shifted")):
+        if v is not None:
+            c = b.op(f"{name}_{what}_c", "view", [v, [-1, *tail]], v, shape=(v.shape[0], *tail),
+                     sym=(v.sym[0], *tail), origin=origin)
+            y = b.op(f"{name}_{step}", op, [y, c], y, origin=origin)
+    return b.op(name, "identity", [y], y, dtype=dtype, origin=origin)
 
 
 MAX_WINDOW_TAPS = 64

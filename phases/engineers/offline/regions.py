@@ -157,15 +157,20 @@ def cublas_kernels(source: str) -> list[str]:
 
 GRAPH_KEY = "KOPT_GRAPH"
 """The search dimension that runs the forward op by op instead of replaying it as one CUDA
-graph (`graph_replay`). A replay copies the inputs in and the outputs out; a forward whose
-kernels keep the GPU busier than Python keeps the host gains nothing from the graph and
-still pays the copies (GPT-2's block: 0.013 ms of copies in 0.296 ms on an H200). Which
-holds depends on the GPU and the sizes, so it is timed."""
+graph (`graph_replay`). A replay clones the outputs out (and copies the inputs in, unless they
+come at the same addresses again); a forward whose kernels keep the GPU busier than Python
+keeps the host gains nothing from the graph and still pays the copies (GPT-2's block: 0.013 ms
+of copies in 0.296 ms on an H200). Which holds depends on the GPU and the sizes, so it is
+timed."""
 
 
 def replays_graph(source: str) -> bool:
-    """Whether the candidate replays its forward as a CUDA graph (`KOPT_GRAPH = True`)."""
-    return literal(source, GRAPH_KEY) is True
+    """Whether the candidate may replay its forward as a CUDA graph: `KOPT_GRAPH = True` and
+    more than three forward steps (with one input copied in and one output out, a graph of
+    three steps or fewer never pays: `graph_replay`'s `_graph_pays`), so that timing it op
+    by op can differ."""
+    steps = literal(source, "FORWARD_STEPS")
+    return literal(source, GRAPH_KEY) is True and isinstance(steps, int) and steps > 3
 
 
 def apply_choices(source: str, config: dict[str, object]) -> str:

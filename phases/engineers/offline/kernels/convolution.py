@@ -45,6 +45,15 @@ def _shifted(text: str, shift: int) -> str:
     return f"{text} + {shift}" if shift > 0 else f"{text} - {-shift}"
 
 
+def _unravel(flat: str, lead: str, inner: list[tuple[str, str]], indent: str) -> list[str]:
+    """Kernel lines splitting row-major index `flat` into its `inner` coordinates ((name,
+    size) pairs, the last fastest) and what is left above them, named `lead`."""
+    lines = [f"{indent}{lead} = {flat}"]
+    for var, size in reversed(inner):
+        lines += [f"{indent}{var} = {lead} % {size}", f"{indent}{lead} = {lead} // {size}"]
+    return lines
+
+
 def _input_coordinates(dims: int, transposed: bool, stride: list[int], padding: list[int],
                        dilation: list[int]) -> tuple[list[str], list[str]]:
     """Kernel lines computing i{d} (BLOCK_M, BLOCK_K), the input coordinate each (output
@@ -124,23 +133,15 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
         "    m_ok = rm < M",
         "    n_ok = rn < CO_G",
         "    # each row's batch index and output coordinates (rm is row-major over (N, *out))",
-        "    rem = rm",
-    ]
-    for d in reversed(sp):
-        kernel += [f"    o{d} = rem % O{d}", f"    rem = rem // O{d}"]
-    kernel += [
-        "    nb = rem",
+        *_unravel("rm", "nb", [(f"o{d}", f"O{d}") for d in sp], "    "),
         "    x_rows = nb * x_sb + grp * CI_G * x_sc",
         "    w_cols = grp * w_sg + rn * w_sco",
         "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         "    for k in range(0, tl.cdiv(K_RED, BLOCK_K)):",
         "        rk = k * BLOCK_K + tl.arange(0, BLOCK_K)  # (input channel, tap) pairs, taps fastest",
         "        k_ok = rk < K_RED",
-        "        rem_k = rk",
+        *_unravel("rk", "ci", [(f"t{d}", f"KS{d}") for d in sp], "        "),
     ]
-    for d in reversed(sp):
-        kernel += [f"        t{d} = rem_k % KS{d}", f"        rem_k = rem_k // KS{d}"]
-    kernel.append("        ci = rem_k")
     kernel += [f"        {line}" for line in coords]
     x_off = " + ".join(["x_rows[:, None]", "ci[None, :] * x_sc"] + [f"i{d} * x_s{d}" for d in sp])
     w_off = " + ".join(["w_cols[None, :]", "ci[:, None] * w_sci"] +

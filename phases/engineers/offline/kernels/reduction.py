@@ -130,11 +130,16 @@ class _ReductionWriter(_Writer):
                 return m
         return None
 
-    def red(self, fn: str, x: str) -> str:
-        """A reduction over the reduced axis (keeping it, as (1, BLOCK_C), when tiled)."""
+    def red_axis(self) -> str:
+        """The reduced axis as a reduction's keyword arguments (kept, as (1, BLOCK_C), when
+        tiled; as (ROWS, 1) when a program takes several rows)."""
         if self.multirow:
-            return f"tl.{fn}({x}, axis=1, keep_dims=True)"
-        return f"tl.{fn}({x}, axis=0{', keep_dims=True' if self.tiled else ''})"
+            return "axis=1, keep_dims=True"
+        return f"axis=0{', keep_dims=True' if self.tiled else ''}"
+
+    def red(self, fn: str, x: str) -> str:
+        """A reduction over the reduced axis."""
+        return f"tl.{fn}({x}, {self.red_axis()})"
 
     def row_full(self, value: str, dtype: str) -> str:
         """A running row value's initial value."""
@@ -331,8 +336,8 @@ class _ReductionWriter(_Writer):
         self.helpers.add("_welford_combine")
         lanes = ", ".join(f"lane_{v.name}_{k}" for k in ("mean", "m2", "n"))
         out = ", ".join(f"acc_{v.name}_{k}" for k in ("mean", "m2", "n"))
-        axis = self.red("reduce", "X").removeprefix("tl.reduce(X, ").removesuffix(")")
-        self.emit(f"{out} = tl.reduce(({lanes}), {axis}, combine_fn=_welford_combine)  # {v.origin}: the lanes merged")
+        self.emit(f"{out} = tl.reduce(({lanes}), {self.red_axis()}, combine_fn=_welford_combine)"
+                  f"  # {v.origin}: the lanes merged")
         return f"acc_{v.name}_m2"
 
     def loop_levels(self, online: dict[Node, _OnlineSum],
