@@ -278,6 +278,22 @@ def test_a_conv_bias_moves_past_a_group_norms_grouped_view(tmp_path: Path, main_
     _accepted_on_cpu(tmp_path, case, result.source)
 
 
+def test_a_conv_read_only_through_a_flatten_leaves_no_dead_bias_kernel(tmp_path: Path) -> None:
+    """A patch embedding (conv, `flatten(2)`, transpose, layer norm: Swin's and ViT's first
+    layer) is read only through the flatten, a grouped view of one channel a row: the bias goes
+    after the view as a column and no bias add is left behind with no reader (it made a kernel
+    with no output and a candidate that did not parse: KernelBench level-3 30)."""
+    case = _constructor_case(
+        tmp_path, "patch", "channels",
+        ["self.proj = nn.Conv2d(3, channels, 4, stride=4)", "self.norm = nn.LayerNorm(channels)"],
+        ["return self.norm(self.proj(x).flatten(2).transpose(1, 2))"],
+        "channels: 16", [2, 3, 16, 20], "channels: 8", [1, 3, 8, 12])
+    result = generate_candidate(case)
+    assert "p_p_proj_weight, None, " in result.source  # cuDNN without the bias
+    assert "_bias_rep" not in result.source  # a column, not the bias repeated over positions
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
 def test_narrow_rows_share_a_program_and_match_eager(tmp_path: Path) -> None:
     """Rows narrower than ROW_TILE are reduced ROWS at a time: 91 rows of 40 (ROWS 32, the last
     program's rows partly masked), softmax and a layer norm's statistics, against eager."""

@@ -536,8 +536,9 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
                 u.args = _swap(u.args, n, add)
                 u.kwargs = {k: _swap(v, n, add) for k, v in u.kwargs.items()}
         n.args = [x, w, None, *n.args[3:]]
-        at = graph.nodes.index(n) + 1
-        graph.nodes[at:at] = [bview, add]
+        if len(grouped) < len(users[n]):  # (read only through grouped views: no add, or it is
+            at = graph.nodes.index(n) + 1  # dead and its kernel has no output)
+            graph.nodes[at:at] = [bview, add]
         for v in grouped:
             _bias_after_grouped_view(graph, users, n, b, v)
         if n.rank == 4 and not transposed and groups == 1 and pointwise_users:
@@ -564,7 +565,8 @@ def _bias_after_grouped_view(graph: Graph, users: dict[Node, list[Node]], conv: 
     readers get `v + bias` in v's layout, (G, C / G, 1) for a 4-D view, and for a 3-D one
     the bias repeated over the spatial positions, (C, S) viewed as (G, C / G * S): C * S
     values, one sample's worth, that PyTorch writes once (level-2 92's group norm read the
-    conv output this way, and ATen's bias pass after cuDNN took 0.405 ms of its forward)."""
+    conv output this way, and ATen's bias pass after cuDNN took 0.405 ms of its forward); a
+    row of one channel (`flatten(2)` of a patch embedding) gets it as a (C, 1) column."""
     spatial: Any = 1
     for d in conv.sym[2:]:
         spatial = spatial * d
@@ -573,6 +575,10 @@ def _bias_after_grouped_view(graph: Graph, users: dict[Node, list[Node]], conv: 
     if v.rank == 4:
         gb = Node(f"{v.name}_bias_g", "view", [bias, [g_sym, -1, 1]], shape=(v.shape[1], v.shape[2], 1),
                   sym=(g_sym, v.sym[2], 1), dtype=bias.dtype, origin=origin)
+        made = [gb]
+    elif v.shape[1] == conv.shape[1]:  # one channel a row (flatten(2)): the bias as a column
+        gb = Node(f"{v.name}_bias_g", "view", [bias, [-1, 1]], shape=(v.shape[1], 1),
+                  sym=(v.sym[1], 1), dtype=bias.dtype, origin=origin)
         made = [gb]
     else:
         col = Node(f"{v.name}_bias_col", "view", [bias, [-1, 1]], shape=(conv.shape[1], 1),
