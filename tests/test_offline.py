@@ -375,21 +375,69 @@ def test_non_contiguous_and_odd_sizes(workspace: Path) -> None:
     _check_case(case, module, "shape0")
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
 def test_a_leading_size_export_fixes_is_named_in_the_notes(tmp_path: Path) -> None:
-    """A batch read through int() of a float (KernelBench level-3 30's window reverse): export
-    specialises it, and the candidate's notes say so first; a plain batch stays symbolic."""
+    """A Python loop over the leading size unrolls into a program that changes with it: the
+    second trace does not compare, the size stays fixed and the candidate's notes say so
+    first; a plain batch stays symbolic and needs no note."""
     from kopt.phases.engineers.offline import generate_candidate
     from kopt.phases.engineers.offline.engineer import FIXED_LEAD_NOTE
 
     fixed = load_case_dir(_write_case(
-        tmp_path / "fixed", ["b = int(x.shape[0] * x.shape[1] / x.shape[1])",
-                             "return torch.relu(x.view(b, -1)) * 2.0"], [[6, 10], [1]], "float32"))
+        tmp_path / "fixed", ["acc = x[0] * 0.0", "for t in range(x.shape[0]):",
+                             "    acc = acc + torch.relu(x[t])", "return acc * 2.0"],
+        [[6, 10], [1]], "float32"))
     notes = generate_candidate(fixed).notes
     assert notes and notes[0].startswith(f"{FIXED_LEAD_NOTE} 6"), notes
     plain = load_case_dir(_write_case(tmp_path / "plain", ["return torch.relu(x) * 2.0"],
                                       [[6, 10], [1]], "float32"))
-    assert not any(n.startswith(FIXED_LEAD_NOTE) for n in generate_candidate(plain).notes)
+    assert not any(n.startswith(FIXED_LEAD_NOTE) or "second trace" in n
+                   for n in generate_candidate(plain).notes)
+
+
+WINDOWS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        B, H, W, C = x.shape
+        w = x.view(B, H // 2, 2, W // 2, 2, C).permute(0, 1, 3, 2, 4, 5).reshape(-1, 4, C)
+        w = torch.softmax(w, dim=-1) * y
+        b = int(w.shape[0] * C / C / (H * W / 4))  # as Swin's window_reverse: export fixes it
+        return w.view(b, H // 2, W // 2, 2, 2, C).permute(0, 1, 3, 2, 4, 5).reshape(b, H, W, C) + 1.0
+"""
+
+
+def test_a_leading_size_export_fixes_follows_the_input_again(tmp_path: Path) -> None:
+    """A batch read back through int() of a float (KernelBench level-3 30's window reverse):
+    export fixes it and every size after it (views of 6 and 36 windows); a second trace one row
+    larger is the same program up to those sizes, so they become expressions of the input's
+    leading size, and the candidate matches the model at batches it was not traced at."""
+    from kopt.phases.engineers.offline import generate_candidate
+    from kopt.phases.engineers.offline.engineer import FIXED_LEAD_NOTE
+
+    d = tmp_path / "windows"
+    d.mkdir()
+    (d / "model.py").write_text(WINDOWS)
+    (d / "manifest.yaml").write_text(textwrap.dedent("""
+        name: windows
+        inputs:
+          args: [{shape: [6, 4, 6, 5]}, {shape: [1]}]
+        device: cpu
+        shapes:
+          - args: [{shape: [3, 4, 6, 5]}, {shape: [1]}]
+          - args: [{shape: [1, 4, 6, 5]}, {shape: [1]}]
+    """))
+    case = load_case_dir(d)
+    result = generate_candidate(case)
+    assert not any(n.startswith(FIXED_LEAD_NOTE) for n in result.notes), result.notes
+    assert "second trace" in result.notes[0], result.notes
+    assert "kopt_lead = x.shape[0]" in result.source
+    module = _load_candidate(result.source, tmp_path, "windows")
+    for name in ("main", "shape0", "shape1"):
+        _check_case(case, module, name)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))

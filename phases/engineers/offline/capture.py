@@ -54,6 +54,7 @@ from kopt.phases.engineers.offline.graph import (
     scan_after_fill,
 )
 from kopt.phases.engineers.offline.layout import constructor_ints
+from kopt.phases.engineers.offline.lead import generalise_lead, lead_input
 from kopt.phases.engineers.offline.recurrent import aten_target, whole_recurrent_layers
 from kopt.phases.engineers.offline.split_k import lower_split_k
 from kopt.phases.engineers.offline.split_k import slices as split_k_slices
@@ -72,7 +73,11 @@ class Captured:
     fixed_lead: int | None = None
     """The first tensor input's leading size when the program has it as a constant (a static
     export, or a dynamic one that specialised it: the model derives a size from it through
-    `int()`, a Python loop, a branch): the candidate then runs at that size only."""
+    `int()`, a Python loop, a branch) and a second trace could not make it symbolic again
+    (`lead.generalise_lead`): the candidate then runs at that size only."""
+    lead_sizes: int = 0
+    """Sizes made expressions of the leading size again from a second trace (0: none needed,
+    or not possible)."""
 
 
 EXPORT_CACHE_SIZE = 8
@@ -110,13 +115,69 @@ def capture(case: Case, input_set: str = "main") -> Captured:
     if key is not None and key in _EXPORTS:
         ep, dynamic, model, args, kwargs = _EXPORTS[key]
         graph = lower_program(ep, constructor_ints(case, input_set), input_set_shapes(case))
-        return Captured(graph, model, args, kwargs, dynamic, fixed_leading_size(ep))
-    captured, ep = _capture(case, input_set)
-    if key is not None:
-        while len(_EXPORTS) >= EXPORT_CACHE_SIZE:
-            _EXPORTS.pop(next(iter(_EXPORTS)))
-        _EXPORTS[key] = (ep, captured.dynamic, captured.model, captured.args, captured.kwargs)
+        captured = Captured(graph, model, args, kwargs, dynamic, fixed_leading_size(ep))
+    else:
+        captured, ep = _capture(case, input_set)
+        _keep(key, (ep, captured.dynamic, captured.model, captured.args, captured.kwargs))
+    lead = _lead_to_retrace(case, input_set, captured)
+    if lead is not None:
+        _retrace_lead(case, input_set, captured, key, lead)
     return captured
+
+
+def _lead_to_retrace(case: Case, input_set: str, captured: Captured) -> int | None:
+    """The leading size a second trace should try to make symbolic: the one export fixed, or
+    the traced one where a size list holds it as a number while the input's stays symbolic
+    (export evaluates `int()` of a size to a constant without guarding on it). Traced sizes
+    under 3 are not looked for: 1s and 2s are everywhere in size lists."""
+    from kopt.harness.verification.draws import leading_size
+
+    if captured.fixed_lead is not None:
+        return captured.fixed_lead
+    lead = leading_size(_trace_set(case, input_set))
+    if lead is None or lead < 3:
+        return None
+
+    def holds(v: Any) -> bool:
+        return isinstance(v, (list, tuple)) and any(
+            (type(x) is int and x == lead) or holds(x) for x in v)
+
+    return lead if any(holds(a) for n in captured.graph.nodes for a in n.args) else None
+
+
+def _keep(key: str | None, entry: Any) -> None:
+    if key is None:
+        return
+    while len(_EXPORTS) >= EXPORT_CACHE_SIZE:
+        _EXPORTS.pop(next(iter(_EXPORTS)))
+    _EXPORTS[key] = entry
+
+
+def _retrace_lead(case: Case, input_set: str, captured: Captured, key: str | None, lead: int) -> None:
+    """Sizes fixed at the traced leading size `lead` made expressions of it again where a
+    second export, one row more, is the same program up to its sizes
+    (`lead.generalise_lead`); otherwise `captured` is left as is."""
+    from kopt.harness.verification.draws import leading_size, with_leading
+
+    source = lead_input(captured.graph)
+    first = case.input_set(input_set)
+    if source is None or leading_size(first) not in (lead, 1):
+        return
+    second_key = None if key is None else f"{key}:lead+1"
+    try:
+        if second_key in _EXPORTS:
+            ep = _EXPORTS[second_key][0]
+        else:
+            model = captured.model
+            device = next((t.device.type for t in [*model.parameters(), *model.buffers()]), "cpu")
+            args, kwargs = example_inputs(case, with_leading(first, lead + 1, first.name), device=device)
+            ep, _ = _export(model, args, kwargs)
+            _keep(second_key, (ep,))
+        second = lower_program(ep, constructor_ints(case, input_set), input_set_shapes(case))
+        captured.lead_sizes = generalise_lead(captured.graph, second, lead, lead + 1, source)
+    except (EngineerError, ValueError, RuntimeError, TypeError, NotImplementedError):
+        return  # a loop over the leading size, or a model that needs that size: stays fixed
+    captured.fixed_lead = None
 
 
 def _capture(case: Case, input_set: str) -> tuple[Captured, Any]:

@@ -79,6 +79,9 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
     ctor = build_constructor(case, captured.model, input_set)
     source, notes = write_module(case, part, ctor, kernels, part.unfused)
     notes = [f"rewrite: {r}" for r in rewritten] + notes
+    if captured.lead_sizes:
+        notes.insert(0, f"torch.export fixed the inputs' leading size; {captured.lead_sizes} "
+                        "size(s) follow it again, fitted from a second trace one row larger")
     if captured.fixed_lead is not None:
         notes.insert(0, f"{FIXED_LEAD_NOTE} {captured.fixed_lead} (a static export, or a size "
                         "derived from it through int(), a Python loop or a branch): the "
