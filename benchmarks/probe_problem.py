@@ -70,8 +70,14 @@ def probe(file: Path, root: Path, device: str) -> None:
         _timed("eager first forward", lambda: (model(*inputs.args), _sync()))
         _timed("kopt first forward", lambda: (new(*inputs.args), _sync()))
         eager = _gpu_ms(lambda: model(*inputs.args))
-        kopt = _gpu_ms(lambda: new(*inputs.args))
-    print(f"  eager {eager:.3f} ms/forward, kopt {kopt:.3f} ms/forward", flush=True)
+        module.KOPT_GRAPH = False  # op by op first: a graph capture that hangs shows as the next line missing
+        by_op = _timed("kopt op by op x5", _gpu_ms, lambda: new(*inputs.args))
+        module.KOPT_GRAPH = True
+        kopt = _timed("kopt graphed x5", _gpu_ms, lambda: new(*inputs.args))
+    graphs = getattr(new, "_kopt_graphs", None)
+    if isinstance(graphs, dict):
+        print(f"  graphs: {[v if isinstance(v, str) else type(v).__name__ for v in graphs.values()]}")
+    print(f"  eager {eager:.3f} ms/forward, kopt {kopt:.3f} ms/forward ({by_op:.3f} op by op)", flush=True)
 
 
 def main() -> int:

@@ -48,6 +48,11 @@ def kernel_pattern(source: str, kernel: str | None) -> str:
     except SyntaxError:
         return hashlib.sha256(source.encode()).hexdigest()[:16]
     if kernel:
+        for node in tree.body:  # a kernel named after another with the same code (`_g9 = _g4`)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                    isinstance(node.targets[0], ast.Name) and node.targets[0].id == kernel and \
+                    isinstance(node.value, ast.Name):
+                kernel = node.value.id
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name == kernel:
                 node = ast.parse(ast.unparse(node)).body[0]  # a copy

@@ -294,6 +294,29 @@ def test_a_conv_read_only_through_a_flatten_leaves_no_dead_bias_kernel(tmp_path:
     _accepted_on_cpu(tmp_path, case, result.source)
 
 
+def test_repeated_layers_share_one_kernel_function(tmp_path: Path) -> None:
+    """Two blocks of the same layers (a deep model's repeated layers) give kernels whose code
+    differs only in their names and comments: the second is the first under another name, so
+    Triton compiles it once (Swin's 233 kernels were 81 codes, and the GPU's first forward
+    compiled all 233 past the verifier's 240 s); the verifier accepts the candidate."""
+    case = _constructor_case(
+        tmp_path, "blocks", "width",
+        ["self.a = nn.Linear(width, width)", "self.b = nn.Linear(width, width)",
+         "self.na = nn.LayerNorm(width)", "self.nb = nn.LayerNorm(width)"],
+        ["x = torch.tanh(self.na(self.a(x))) + x", "return torch.tanh(self.nb(self.b(x))) + x"],
+        "width: 48", [6, 48], "width: 24", [3, 24])
+    result = generate_candidate(case)
+    aliases = [line for line in result.source.splitlines()
+               if "the same code but its comments" in line]
+    assert aliases, result.source
+    first, _, rest = aliases[0].partition(" = ")
+    assert f"def {rest.split()[0]}(" in result.source and f"def {first}(" not in result.source
+    from kopt.phases.tuning_memory import kernel_pattern
+
+    assert kernel_pattern(result.source, first) == kernel_pattern(result.source, rest.split()[0])
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
 def test_narrow_rows_share_a_program_and_match_eager(tmp_path: Path) -> None:
     """Rows narrower than ROW_TILE are reduced ROWS at a time: 91 rows of 40 (ROWS 32, the last
     program's rows partly masked), softmax and a layer norm's statistics, against eager."""
