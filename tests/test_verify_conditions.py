@@ -360,3 +360,33 @@ def test_a_minimum_timeout_lifts_a_fitted_one_but_an_explicit_one_holds(
     assert not short.accepted and "timed out" in short.to_text(), short.to_text()
     lifted = verify.verify_candidate(case, candidate, device="cpu", min_timeout=300.0)
     assert lifted.accepted, lifted.to_text()
+
+
+def test_a_compile_draw_past_its_time_limit_runs_simulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch.compile draw is cut at COMPILE_SECONDS and run again eagerly with
+    is_compiling() true (dynamo traced a cuDNN LSTM cell by cell past the candidate job's
+    240 s: KernelBench level-3 38); its result is still the model's, and the note says why."""
+    import time
+    from types import SimpleNamespace
+
+    from kopt.harness.verification import conditions
+
+    seen: list[bool] = []
+
+    class Slow(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.compiler.is_compiling())
+            time.sleep(0.3)  # a graph break: runs for real, where the limit's signal lands
+            return x * 2.0
+
+    monkeypatch.setattr(conditions, "COMPILE_SECONDS", 0.05)
+    inputs = SimpleNamespace(args=[torch.ones(3)], kwargs={})
+    result, intact, note = conditions.call_model(Slow(), inputs, None, {"compile": True}, "cuda")
+    assert note is not None and "took longer than 0.05 s" in note, note
+    assert torch.equal(result, torch.full((3,), 2.0)) and intact
+    assert seen and seen[-1] is True  # the simulated run: is_compiling() reported true
+    start = time.monotonic()
+    with conditions._time_limit(5.0):  # a limit not reached leaves nothing armed behind it
+        time.sleep(0.05)
+    time.sleep(0.1)
+    assert time.monotonic() - start < 1.0

@@ -14,7 +14,9 @@ with `secrets`; `draws.plan_verification` places them):
   true while it does, and no Inductor compile workers are started); where dynamo cannot run
   the candidate (on the CPU, dynamo cannot trace a kernel run by Triton's interpreter), the
   draw runs eagerly with `torch.compiler.is_compiling()` reporting true, and the check's
-  detail says so.
+  detail says so. So does a compile that takes longer than `COMPILE_SECONDS`: dynamo and AOT
+  autograd trace a cuDNN LSTM cell by cell (KernelBench level-3 38: six bidirectional layers
+  over 512 steps), and the draw's compile alone ran the candidate's job past its 240 s.
 - **call count and instance reuse**: the first set runs on an instance that already ran a
   random number of calls on another input set, with 3 or 4 draws; sets with the same
   constructor arguments may share an instance, each loading new weights first.
@@ -35,6 +37,8 @@ from __future__ import annotations
 import contextlib
 import math
 import secrets
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,6 +51,33 @@ from kopt.harness.timing import time_callable
 from kopt.harness.verification.fingerprints import TimedOutputs
 
 CONDITION_KEYS = ("grad", "plain", "compile")
+COMPILE_SECONDS = 60.0
+"""Longest the `torch.compile` draw may take (tracing, compiling and its one call) before it
+is run again eagerly with `torch.compiler.is_compiling()` reporting true."""
+
+
+class CompileTooSlow(Exception):
+    """The torch.compile draw ran past COMPILE_SECONDS."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise CompileTooSlow in this thread after `seconds` (a timer signal: tracing is Python,
+    so it is interrupted between bytecodes). Only in the main thread, where signals land."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def stop(_signum: int, _frame: Any) -> None:
+        raise CompileTooSlow(f"torch.compile took longer than {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 # -- parent side: where the conditions go ---------------------------------------------------------
@@ -132,14 +163,24 @@ def call_model(model: torch.nn.Module, inputs: Any, recorder: Any, cond: dict[st
     calls = TimedOutputs(forward)
     with (mode if mode is not None else contextlib.nullcontext()), \
             (_compiling() if simulate else contextlib.nullcontext()):
+        compiled = bool(cond.get("compile")) and device == "cuda" and not simulate
         try:
-            time_callable(calls, device="cpu", warmup=0, min_iters=1, max_iters=1,
-                          rel_err_target=math.inf, max_seconds=math.inf)
+            with _time_limit(COMPILE_SECONDS) if compiled else contextlib.nullcontext():
+                time_callable(calls, device="cpu", warmup=0, min_iters=1, max_iters=1,
+                              rel_err_target=math.inf, max_seconds=math.inf)
         except Exception as err:
-            if not (cond.get("compile") and device == "cuda" and not simulate):
+            if not compiled:
                 raise
-            # dynamo could not run it: the same call eagerly, is_compiling() reporting true
-            note = f"torch.compile failed ({type(err).__name__}: {str(err)[:120]}); is_compiling() simulated"
+            # dynamo could not run it, or not in time: the same call eagerly, is_compiling()
+            # reporting true
+            cause: BaseException | None = err
+            while cause is not None and not isinstance(cause, CompileTooSlow):
+                cause = cause.__cause__ or cause.__context__  # dynamo may wrap it
+            if cause is not None:
+                torch._dynamo.reset()
+                note = f"torch.compile took longer than {COMPILE_SECONDS:g} s; is_compiling() simulated"
+            else:
+                note = f"torch.compile failed ({type(err).__name__}: {str(err)[:120]}); is_compiling() simulated"
             forward.model = model
             with _compiling():
                 time_callable(calls, device="cpu", warmup=0, min_iters=1, max_iters=1,
