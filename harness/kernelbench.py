@@ -637,7 +637,12 @@ def try_smoke(file: Path, manifest: dict[str, Any], strategy: str,
     import torch
 
     from kopt.harness.case import Case, parse_manifest
-    from kopt.harness.data import agent_provide_inputs, instantiate, model_class, seeded_cpu_generator
+    from kopt.harness.data import (
+        agent_provide_inputs,
+        instantiate,
+        model_class,
+        seeded_cpu_generator,
+    )
     from kopt.harness.memory import largest_op_output
 
     trial = SmokeTrial(strategy, dict(sizes))

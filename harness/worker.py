@@ -156,11 +156,13 @@ def main(argv: list[str] | None = None) -> int:
         response = func(job_dir, request)
         response.setdefault("ok", True)
         response.setdefault("worker_started", started)
+        response.setdefault("isolated", bool(sys.flags.isolated and sys.flags.no_site))  # -I -S
         response.setdefault("sandbox", os.environ.get("KOPT_SANDBOXED", "none"))  # harness.sandbox
     except BaseException as err:  # the job's failure is data for the parent
         traceback.print_exc()
         response = {"ok": False, "error": f"{type(err).__name__}: {err}".strip()[:2000],
-                    "traceback": traceback.format_exc()[-4000:], "worker_started": started}
+                    "traceback": traceback.format_exc()[-4000:], "worker_started": started,
+                    "isolated": bool(sys.flags.isolated and sys.flags.no_site)}
     _write_response(job_dir, response)
     sys.stdout.flush()
     # Skip interpreter teardown: threads a candidate left behind must not keep us alive

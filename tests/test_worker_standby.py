@@ -17,9 +17,13 @@ from kopt.harness.targets.local import LocalTarget
 
 @pytest.fixture(autouse=True)
 def _no_leftover_standby():
+    from kopt.harness.targets.local import ISOLATED
+
     standby.STANDBY.clear()
+    ISOLATED.clear()
     yield
     standby.STANDBY.clear()
+    ISOLATED.clear()
 
 
 def _echo(message: str = "x") -> Path:
@@ -45,15 +49,26 @@ def test_a_different_environment_starts_cold(workspace: Path) -> None:
     assert other.ok and other.response["worker_started"] == "cold"
 
 
-def test_the_reference_job_never_takes_a_standby(workspace: Path, monkeypatch) -> None:
+def test_the_reference_job_takes_only_an_isolated_standby(workspace: Path, monkeypatch) -> None:
+    """The reference job never runs in the ordinary standby; a job's end prepares an isolated
+    one (python -I -S, imports done, nothing else run), which the next reference takes."""
+    from kopt.harness.targets import local
+
     target = LocalTarget()
-    assert target.run(_echo(), timeout=120).ok
+    assert target.run(_echo(), timeout=120).ok  # its end prepares both standbys
     taken: list[str] = []
-    monkeypatch.setattr(standby.STANDBY, "take", lambda env: taken.append("x"))
+    monkeypatch.setattr(standby.STANDBY, "take", lambda env, job_dir=None: taken.append("x"))
     job = stage_job("reference", {"device": "cpu", "sets": []})
     outcome = target.run(job, timeout=120)
     assert taken == []
-    assert (outcome.response or {}).get("worker_started") == "cold"
+    assert (outcome.response or {}).get("worker_started") == "standby"
+    assert (outcome.response or {}).get("isolated") is True
+    local.ISOLATED.clear()  # none waiting: cold, still isolated
+    cold = target.run(stage_job("reference", {"device": "cpu", "sets": []}), timeout=120)
+    assert (cold.response or {}).get("worker_started") == "cold"
+    assert (cold.response or {}).get("isolated") is True
+    echo = target.run(_echo(), timeout=120)
+    assert echo.response["isolated"] is False  # an ordinary job's worker is not
 
 
 def test_switched_off_by_the_environment(workspace: Path, monkeypatch) -> None:
@@ -127,3 +142,10 @@ def test_the_verifier_starts_the_candidates_standby_before_its_reference_job(
                               device="cpu")
     assert report.accepted, report.to_text()
     assert events == ["prepare", "reference:cold", "candidate:standby"]
+    # the process's next verification finds its reference's isolated interpreter started
+    again = verify_candidate(corpus / "cases" / "softmax_small", corpus / "honest" / "softmax.py",
+                             device="cpu")
+    assert again.accepted, again.to_text()
+    assert events[3:] == ["prepare", "reference:standby", "candidate:standby"]
+    isolated = next(c for c in again.checks if c.name == "isolated_reference")
+    assert isolated.passed and "python -I -S" in isolated.detail and "started ahead" in isolated.detail

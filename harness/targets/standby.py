@@ -13,9 +13,12 @@ small `kopt verify` on the 2-core CPU went from 8.5-10.6 s to 5.7-6.1 s (2026-11
 
 What a standby has done before its job: imported torch, dynamo and triton, nothing else; it has run no
 job, no candidate code, and has not initialised CUDA. It is still a fresh process for the job
-it runs. The verifier's reference job never uses one (`COLD_JOBS`): it starts after the
-candidate's worker exited, as `isolated_reference` says. `KOPT_WORKER_STANDBY=0` turns
-standbys off.
+it runs. The verifier's reference job (`COLD_JOBS`) never takes this one: it runs in an
+isolated interpreter (`python -I -S`, `local.isolated_worker_command`), started cold or, in a
+process that verifies more than once (`kopt run`, watch mode, the TUI, `kopt suite`), taken
+from a second standby of that kind (`local.ISOLATED`), prepared when a job ends: the same
+imports, and no candidate code run in it, as `isolated_reference` says. `KOPT_WORKER_STANDBY=0`
+turns standbys off.
 
 Inside the sandbox (harness.sandbox, bubblewrap) a process sees only the folders mounted when it
 started, and the job directory does not exist yet then. So a sandboxed standby is started with
@@ -38,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -45,7 +49,7 @@ from kopt.harness import sandbox
 from kopt.harness.worker import PARENT_ENV
 
 COLD_JOBS = frozenset({"reference"})
-"""Jobs that always start a new process, after everything before them has exited."""
+"""Jobs that run in an isolated interpreter, never in the ordinary standby."""
 
 ENV_SWITCH = "KOPT_WORKER_STANDBY"
 READY_MARK = ".standby-ready"
@@ -78,9 +82,11 @@ def _late(env: dict[str, str]) -> dict[str, str]:
 
 
 class Standby:
-    """At most one waiting worker process per kopt process, keyed by its environment."""
+    """At most one waiting worker process per kopt process, keyed by its environment;
+    `command` makes its argv (`standby_command`, or an isolated interpreter's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: Callable[[], list[str]] = standby_command) -> None:
+        self._command = command
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[str] | None = None
         self._env: dict[str, str] | None = None
@@ -127,7 +133,7 @@ class Standby:
             if self._proc is not None and self._proc.poll() is None:
                 return
         reserved: Path | None = None
-        argv = standby_command()
+        argv = self._command()
         proc_env = env
         how = "off"
         try:
