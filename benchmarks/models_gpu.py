@@ -7,10 +7,13 @@ For each model at full size (main inputs): the offline engineer's candidate is g
 verified (the real verifier: fresh draws, every `shapes` entry, poisoned outputs, isolated
 reference) and timed side by side with eager and torch.compile by `harness.bench.bench_case`
 (CUDA events, L2 flushed, rotated buffers), and the same candidate with its forward launched
-op by op instead of replayed as a CUDA graph (`kopt op by op ms`). `--regions` also prints the architect's region
-table (per-op eager times, floors from this GPU's ceilings). Prints a markdown table last
-(for BENCHMARKS.md). `--smoke` runs the same path on the CPU on the smoke inputs (Triton
-interpreter; eager only, no torch.compile): a check that the script works, not figures.
+op by op instead of replayed as a CUDA graph (`kopt op by op ms`). `--regions` also prints the
+architect's region table (per-op eager times, floors from this GPU's ceilings). Prints each
+model's figures as it ends and a markdown table last (for BENCHMARKS.md). On an H200 three
+models take over 220 s (verification and torch.compile warm-ups included), two without
+verification over 130 s: give it a call of its own. `--smoke` runs the same path on the CPU on
+the smoke inputs (Triton interpreter; eager only, no torch.compile): a check that the script
+works, not figures.
 """
 
 from __future__ import annotations
@@ -107,6 +110,11 @@ def main() -> int:
         try:
             rows.append(run_model(name, smoke=args.smoke, verify=not args.skip_verify,
                                   regions=args.regions, out=home))
+            r = rows[-1]  # as each model ends: a call cut at its time limit keeps what finished
+            print(f"{name}: eager {_ms(r.get('eager_ms'))} ms, compile {_ms(r.get('compile_ms'))} ms, "
+                  f"kopt {_ms(r.get('kopt_ms'))} ms ({_x(r.get('vs_eager'))} eager, "
+                  f"{_x(r.get('vs_compile'))} compile, {_ms(r.get('op_by_op_ms'))} ms op by op), "
+                  f"verified: {r.get('verified')}", flush=True)
         except Exception as err:  # noqa: BLE001 - one model's failure is its row
             rows.append({"case": name, "why": f"{type(err).__name__}: {err}"[:200]})
     label = next((r.get("label") for r in rows if r.get("label")), "-")
