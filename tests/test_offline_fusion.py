@@ -317,6 +317,39 @@ def test_repeated_layers_share_one_kernel_function(tmp_path: Path) -> None:
     _accepted_on_cpu(tmp_path, case, result.source)
 
 
+@pytest.mark.parametrize("main_init, main", [
+    ("channels: 24, groups: 4", [4, 3, 18, 18]),   # (N, G, C/G * S) rows
+    ("channels: 256, groups: 4", [2, 3, 10, 10]),  # few long rows: (N, G, C/G, S)
+])
+def test_a_pointwise_chain_before_a_group_norm_is_computed_again_after_its_view(
+        tmp_path: Path, main_init: str, main: list[int]) -> None:
+    """conv -> swish (and a residual read twice) -> group norm: the chain is computed again
+    after the grouped view from the conv's output and the residual, so the statistics' kernel
+    takes it as its prologue, the map's kernel takes it too, and nothing writes the chain's
+    value (KernelBench level-2 60: three kernels and five passes over the tensor, now two and
+    three). Verified on a smoke set whose constructor shrinks the channels and groups."""
+    case = _constructor_case(
+        tmp_path, "swishgn", "channels, groups",
+        ["self.conv = nn.Conv2d(3, channels, 3)", "self.norm = nn.GroupNorm(groups, channels)",
+         "self.scale = nn.Parameter(torch.randn(channels, 1, 1))"],
+        ["y = self.conv(x)", "z = y * torch.sigmoid(y) * self.scale + 0.5 * y",
+         "return torch.nn.functional.hardswish(self.norm(z))"],
+        main_init, main, "channels: 8, groups: 2", [1, 3, 6, 7])
+    result = generate_candidate(case)
+    kinds = sorted((k["kind"], "sigmoid" in k["fuses"]) for k in result.kernels)
+    # the chain in the map's kernel and the statistics' first stage; long rows add a second
+    # stage that combines the first's partials
+    assert [k for k in kinds if k[1]] == [("pointwise", True), ("reduction", True)], result.kernels
+    assert all(k == ("reduction", False) for k in kinds if not k[1]), result.kernels
+    _accepted_on_cpu(tmp_path, case, result.source)
+    from kopt.phases.engineers.offline.regions import SWITCH, regions
+
+    for region in regions(result.source):  # each region's PyTorch form too
+        module = _load_candidate(result.source, tmp_path, f"swishgn_{region.name}")
+        getattr(module, SWITCH)[region.name] = "torch"
+        _check_case(case, module, "smoke")
+
+
 def test_narrow_rows_share_a_program_and_match_eager(tmp_path: Path) -> None:
     """Rows narrower than ROW_TILE are reduced ROWS at a time: 91 rows of 40 (ROWS 32, the last
     program's rows partly masked), softmax and a layer norm's statistics, against eager."""

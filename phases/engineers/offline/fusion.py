@@ -39,6 +39,12 @@ from kopt.phases.engineers.offline.graph import (
     Node,
     fold_flipped_scans,
     simplify,
+    substitute,
+)
+from kopt.phases.engineers.offline.grouped_views import (
+    bias_after_grouped_view,
+    grouped_view,
+    recompute_before_grouped_views,
 )
 
 DimMap = tuple[int | None, ...]
@@ -486,20 +492,10 @@ NHWC_CONV = "conv2d_nhwc"
 """The op of a 2-D convolution run by cuDNN in channels_last, its bias left to the epilogue."""
 
 
-def _swap(v: Any, old: Node, new: Node) -> Any:
-    if v is old:
-        return new
-    if isinstance(v, list):
-        return [_swap(x, old, new) for x in v]
-    if isinstance(v, tuple):
-        return tuple(_swap(x, old, new) for x in v)
-    return v
-
-
 def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
     """Convolutions (1-, 2- or 3-D, transposed or not) whose users are pointwise ops,
     reductions or a group norm's grouped view lose their bias to an `add` that opens the
-    kernel reading their output (after the view: `_bias_after_grouped_view`): ATen
+    kernel reading their output (after the view: `grouped_views.bias_after_grouped_view`): ATen
     adds a cuDNN convolution's bias in a pass of its own over the whole output (0.09-0.29 ms
     of KernelBench level-2 6 and 48's 0.9-3.4 ms on the H100, 2026-11-26), which the fused
     kernel after it does for free: a pointwise epilogue, or the load of a reduction such as a
@@ -521,7 +517,7 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
                 not isinstance(b, Node) or n in outputs or not users[n] or \
                 not n.dtype.is_floating_point:
             continue
-        grouped = [u for u in users[n] if _grouped_view(n, u) and u not in outputs]
+        grouped = [u for u in users[n] if grouped_view(n, u) and u not in outputs]
         if any(u.op not in POINTWISE and u.op not in REDUCTIONS and u not in grouped
                for u in users[n]):
             continue  # (another view or a library call after it would only move ATen's pass)
@@ -533,69 +529,18 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
                    origin=f"{n.origin}_bias")
         for u in users[n]:
             if u not in grouped:
-                u.args = _swap(u.args, n, add)
-                u.kwargs = {k: _swap(v, n, add) for k, v in u.kwargs.items()}
+                u.args = substitute(u.args, {n: add})
+                u.kwargs = {k: substitute(v, {n: add}) for k, v in u.kwargs.items()}
         n.args = [x, w, None, *n.args[3:]]
         if len(grouped) < len(users[n]):  # (read only through grouped views: no add, or it is
             at = graph.nodes.index(n) + 1  # dead and its kernel has no output)
             graph.nodes[at:at] = [bview, add]
         for v in grouped:
-            _bias_after_grouped_view(graph, users, n, b, v)
+            bias_after_grouped_view(graph, users, n, b, v)
         if n.rank == 4 and not transposed and groups == 1 and pointwise_users:
             n.op = NHWC_CONV
             adds.append(add)
     return adds
-
-
-def _grouped_view(conv: Node, v: Node) -> bool:
-    """Whether `v` views the convolution's output (N, C, *S) as (N, G, C / G * S) or
-    (N, G, C / G, S): a group norm's rows, channels in order within each group."""
-    if v.op != "view" or not v.args or v.args[0] is not conv or v.rank not in (3, 4):
-        return False
-    n, c, spatial = conv.shape[0], conv.shape[1], math.prod(conv.shape[2:])
-    g = v.shape[1]
-    if v.shape[0] != n or g < 1 or c % g:
-        return False
-    return v.shape[2:] == ((c // g * spatial,) if v.rank == 3 else (c // g, spatial))
-
-
-def _bias_after_grouped_view(graph: Graph, users: dict[Node, list[Node]], conv: Node,
-                             bias: Node, v: Node) -> None:
-    """The bias the convolution lost, added after a grouped view `v` of its output: v's
-    readers get `v + bias` in v's layout, (G, C / G, 1) for a 4-D view, and for a 3-D one
-    the bias repeated over the spatial positions, (C, S) viewed as (G, C / G * S): C * S
-    values, one sample's worth, that PyTorch writes once (level-2 92's group norm read the
-    conv output this way, and ATen's bias pass after cuDNN took 0.405 ms of its forward); a
-    row of one channel (`flatten(2)` of a patch embedding) gets it as a (C, 1) column."""
-    spatial: Any = 1
-    for d in conv.sym[2:]:
-        spatial = spatial * d
-    g_sym = v.sym[1]
-    origin = f"{conv.origin}_bias"
-    if v.rank == 4:
-        gb = Node(f"{v.name}_bias_g", "view", [bias, [g_sym, -1, 1]], shape=(v.shape[1], v.shape[2], 1),
-                  sym=(g_sym, v.sym[2], 1), dtype=bias.dtype, origin=origin)
-        made = [gb]
-    elif v.shape[1] == conv.shape[1]:  # one channel a row (flatten(2)): the bias as a column
-        gb = Node(f"{v.name}_bias_g", "view", [bias, [-1, 1]], shape=(v.shape[1], 1),
-                  sym=(v.sym[1], 1), dtype=bias.dtype, origin=origin)
-        made = [gb]
-    else:
-        col = Node(f"{v.name}_bias_col", "view", [bias, [-1, 1]], shape=(conv.shape[1], 1),
-                   sym=(conv.sym[1], 1), dtype=bias.dtype, origin=origin)
-        rep = Node(f"{v.name}_bias_rep", "expand", [col, [conv.sym[1], spatial]],
-                   shape=(conv.shape[1], math.prod(conv.shape[2:])), sym=(conv.sym[1], spatial),
-                   dtype=bias.dtype, origin=origin)
-        gb = Node(f"{v.name}_bias_g", "view", [rep, [g_sym, -1]], shape=v.shape[1:],
-                  sym=v.sym[1:], dtype=bias.dtype, origin=origin)
-        made = [col, rep, gb]
-    add = Node(f"{v.name}_biased", "add", [v, gb], shape=v.shape, sym=v.sym, dtype=v.dtype,
-               origin=origin)
-    for u in users[v]:
-        u.args = _swap(u.args, v, add)
-        u.kwargs = {k: _swap(val, v, add) for k, val in u.kwargs.items()}
-    at = graph.nodes.index(v) + 1
-    graph.nodes[at:at] = [*made, add]
 
 
 def partition(graph: Graph, policy: FusionPolicy | None = None,
@@ -605,7 +550,10 @@ def partition(graph: Graph, policy: FusionPolicy | None = None,
     into the row reduction that reads them."""
     fold_flipped_scans(graph)
     simplify(graph)
-    p = _Partitioner(graph, policy or FusionPolicy())
+    policy = policy or FusionPolicy()
+    if policy.pointwise and policy.reduction_prologue:
+        recompute_before_grouped_views(graph, {o for o in graph.outputs if isinstance(o, Node)})
+    p = _Partitioner(graph, policy)
     bias_adds = split_conv_bias(graph, p.policy)
     for n in graph.nodes:
         p.place(n)

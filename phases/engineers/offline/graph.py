@@ -703,13 +703,15 @@ def _key(v: Any, canon: dict[Node, Node]) -> Any:
     return ("value", type(v).__name__, repr(v))
 
 
-def _replace(v: Any, canon: dict[Node, Node]) -> Any:
+def substitute(v: Any, canon: dict[Node, Node]) -> Any:
+    """`v` (an argument: a node, a value, nested lists and tuples of them) with each node in
+    `canon` replaced by its value there."""
     if isinstance(v, Node):
         return canon.get(v, v)
     if isinstance(v, list):
-        return [_replace(x, canon) for x in v]
+        return [substitute(x, canon) for x in v]
     if isinstance(v, tuple):
-        return tuple(_replace(x, canon) for x in v)
+        return tuple(substitute(x, canon) for x in v)
     return v
 
 
@@ -743,9 +745,9 @@ def fold_flipped_scans(graph: Graph) -> None:
     if not swap:
         return
     for n in graph.nodes:
-        n.args = _replace(n.args, swap)
-        n.kwargs = {k: _replace(v, swap) for k, v in n.kwargs.items()}
-    graph.outputs = [_replace(o, swap) for o in graph.outputs]
+        n.args = substitute(n.args, swap)
+        n.kwargs = {k: substitute(v, swap) for k, v in n.kwargs.items()}
+    graph.outputs = [substitute(o, swap) for o in graph.outputs]
     live = {i for n in graph.nodes if n not in swap for i in n.inputs()}
     live |= {o for o in graph.outputs if isinstance(o, Node)}
     gone = set(swap) | {n for n in graph.nodes if _flip_dims(n) is not None and n not in live}
@@ -771,8 +773,8 @@ def simplify(graph: Graph) -> None:
     canon: dict[Node, Node] = {}
     seen: dict[Any, Node] = {}
     for n in graph.nodes:
-        n.args = _replace(n.args, canon)
-        n.kwargs = {k: _replace(v, canon) for k, v in n.kwargs.items()}
+        n.args = substitute(n.args, canon)
+        n.kwargs = {k: substitute(v, canon) for k, v in n.kwargs.items()}
         if n.op not in REDUCTIONS:
             continue  # pointwise values are cheap to recompute; sharing one can tie kernels together
         key = (n.op, _key(n.args, canon), _key(sorted(n.kwargs.items()), canon), n.dtype, n.shape,
@@ -781,7 +783,7 @@ def simplify(graph: Graph) -> None:
             canon[n] = seen[key]
         else:
             seen[key] = n
-    graph.outputs = [_replace(o, canon) for o in graph.outputs]
+    graph.outputs = [substitute(o, canon) for o in graph.outputs]
     keep = [n for n in graph.nodes if n not in canon]
     live = {o for o in graph.outputs if isinstance(o, Node)}
     out: list[Node] = []

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from kopt.phases.engineers.offline.graph import Graph, Node, _replace, _size_step
+from kopt.phases.engineers.offline.graph import Graph, Node, _size_step, substitute
 
 _AFFINE = {"mul", "div", "add", "sub", "neg", "identity"}
 
@@ -307,9 +307,9 @@ def fold_product_sums(graph: Graph) -> list[str]:
             continue
         swap = {target: out}
         for m in graph.nodes:
-            m.args = _replace(m.args, swap)
-            m.kwargs = {k: _replace(v, swap) for k, v in m.kwargs.items()}
-        graph.outputs = [_replace(o, swap) for o in graph.outputs]
+            m.args = substitute(m.args, swap)
+            m.kwargs = {k: substitute(v, swap) for k, v in m.kwargs.items()}
+        graph.outputs = [substitute(o, swap) for o in graph.outputs]
         what = "mean" if mean is not None else "sum"
         kind = "product" if n.op == "mm" else "convolution"
         features = "output features" if n.op == "mm" else "output channels"
