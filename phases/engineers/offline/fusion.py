@@ -575,6 +575,16 @@ def partition(graph: Graph, policy: FusionPolicy | None = None,
         g.outputs = [m for m in g.nodes if m in outputs or any(p.owner.get(u) is not g for u in users[m])]
         if g.kind == "matmul" and g.outputs == []:
             g.outputs = [g.nodes[-1]]
+    dead = [g for g in p.groups if not g.outputs]
+    if dead:  # nothing reads them (a rewrite left their values dead): no kernel without output
+        gone = {m for g in dead for m in g.nodes}
+        graph.nodes = [n for n in graph.nodes if n not in gone]
+        for m in gone:
+            del p.owner[m]
+        p.groups = [g for g in p.groups if g.outputs]
+        for i, g in enumerate(p.groups):
+            g.index = i
+    for g in p.groups:
         ins: list[Node] = []
         stack = [i for m in g.nodes for i in m.inputs()]
         stack.reverse()

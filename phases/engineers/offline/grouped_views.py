@@ -140,6 +140,8 @@ def recompute_before_grouped_views(graph: Graph, outputs: set[Node]) -> int:
         if x is None or x.op not in POINTWISE or v in outputs or not grouped_view(x, v) or \
                 math.prod(x.shape[2:]) < 2:  # (statistics of shape (N, G, 1) view as much)
             continue
+        if x not in outputs and all(u is v for u in users[x]):
+            continue  # read only through the view: written once and read once already
         found = _chain(x)
         if found is None:
             continue
