@@ -350,6 +350,20 @@ def test_a_pointwise_chain_before_a_group_norm_is_computed_again_after_its_view(
         _check_case(case, module, "smoke")
 
 
+def test_a_split_size_the_constructor_fixes_follows_it(tmp_path: Path) -> None:
+    """`qkv.split(self.width, dim=-1)` (KernelBench level-3 50's attention): the split size is
+    a constructor argument's value, read from the constructor at run time, so the candidate
+    generated at width 16 runs at smoke's width 8 (it split 8 * 3 columns into three of 16)."""
+    case = _constructor_case(
+        tmp_path, "qkvsplit", "width",
+        ["self.width = width", "self.qkv = nn.Linear(width, 3 * width)"],
+        ["q, k, v = self.qkv(x).split(self.width, dim=-1)", "return torch.tanh(q) * k + v"],
+        "width: 16", [5, 16], "width: 8", [3, 8])
+    result = generate_candidate(case)
+    assert "[kopt_width, kopt_width, kopt_width]" in result.source, result.source
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
 def test_narrow_rows_share_a_program_and_match_eager(tmp_path: Path) -> None:
     """Rows narrower than ROW_TILE are reduced ROWS at a time: 91 rows of 40 (ROWS 32, the last
     program's rows partly masked), softmax and a layer norm's statistics, against eager."""

@@ -622,6 +622,12 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         if packet == "permute":
             return node("permute", [x0(), [norm_dim(d, x0().rank) for d in args[1]]])
         if op == "layout_fallback":
+            if packet in ("split", "split_with_sizes") and len(args) > 1:
+                # a split size the constructor fixes (`qkv.split(self.n_embd, dim=2)`) follows it
+                sizes = args[1]
+                args = [args[0], [b.ctor_size(v) if type(v) is int else v for v in sizes]
+                        if isinstance(sizes, list) else
+                        b.ctor_size(sizes) if type(sizes) is int else sizes, *args[2:]]
             n = node(op, args)
             n.target, n.multi = target, True
             vals = _val(fx)
