@@ -55,7 +55,9 @@ def test_the_reference_job_takes_only_an_isolated_standby(workspace: Path, monke
     from kopt.harness.targets import local
 
     target = LocalTarget()
-    assert target.run(_echo(), timeout=120).ok  # its end prepares both standbys
+    # a verification's candidate job (here one that fails at once) prepares both standbys as
+    # it ends; any other job only the ordinary one
+    target.run(stage_job("candidate", {}), timeout=120)
     taken: list[str] = []
     monkeypatch.setattr(standby.STANDBY, "take", lambda env, job_dir=None: taken.append("x"))
     job = stage_job("reference", {"device": "cpu", "sets": []})
@@ -69,6 +71,7 @@ def test_the_reference_job_takes_only_an_isolated_standby(workspace: Path, monke
     assert (cold.response or {}).get("isolated") is True
     echo = target.run(_echo(), timeout=120)
     assert echo.response["isolated"] is False  # an ordinary job's worker is not
+    assert local.ISOLATED._proc is None  # and its end prepared no isolated one
 
 
 def test_switched_off_by_the_environment(workspace: Path, monkeypatch) -> None:

@@ -53,8 +53,8 @@ def isolated_worker_command(job_dir: Path | str) -> list[str]:
 
 ISOLATED = standby.Standby(lambda: isolated_worker_command(STANDBY_FLAG))
 """The reference job's standby: an isolated interpreter that has imported torch and triton and
-waits (prepared when a job ends, so a process's next verification finds its reference's
-imports done: 1.5 s on a 2-core CPU, 4-5 s on an H100 machine)."""
+waits (prepared when a verification's candidate job ends, so the process's next verification
+finds its reference's imports done: 1.5 s on a 2-core CPU, 4-5 s on an H100 machine)."""
 atexit.register(ISOLATED.clear)
 
 
@@ -141,7 +141,8 @@ class LocalTarget:
         reader.join(timeout=5)
         if self.use_standby and not timed_out:  # the next job skips the imports (standby.py)
             standby.STANDBY.prepare(full_env, job_dir.parent)
-            ISOLATED.prepare(full_env, job_dir.parent)
+            if _job_kind(job_dir) == "candidate":  # a verification ended: another may follow
+                ISOLATED.prepare(full_env, job_dir.parent)
         returncode = proc.returncode
         if returncode is not None and returncode > 128 and sandbox.mounts_key(full_env)[0] == "bwrap":
             returncode = 128 - returncode  # bwrap exits 128+N for a worker killed by signal N

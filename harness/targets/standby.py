@@ -16,7 +16,7 @@ job, no candidate code, and has not initialised CUDA. It is still a fresh proces
 it runs. The verifier's reference job (`COLD_JOBS`) never takes this one: it runs in an
 isolated interpreter (`python -I -S`, `local.isolated_worker_command`), started cold or, in a
 process that verifies more than once (`kopt run`, watch mode, the TUI, `kopt suite`), taken
-from a second standby of that kind (`local.ISOLATED`), prepared when a job ends: the same
+from a second standby of that kind (`local.ISOLATED`), prepared when a candidate job ends: the same
 imports, and no candidate code run in it, as `isolated_reference` says. `KOPT_WORKER_STANDBY=0`
 turns standbys off.
 
