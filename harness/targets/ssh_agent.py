@@ -163,6 +163,22 @@ def start(args):
     print(json.dumps({"pid": sup.pid}))
 
 
+def isolated(python, job, env):
+    """The verifier's reference worker in a clean interpreter, as the local target starts it:
+    `-I -S` (no PYTHON* variables, user site-packages or .pth files), the folders the python
+    imports from put on sys.path by hand; None when they cannot be read."""
+    try:
+        probe = subprocess.run([python, "-c", "import json, sys; print(json.dumps(sys.path))"],
+                               cwd=job, env=env, capture_output=True, text=True, timeout=60)
+        paths = [p for p in json.loads(probe.stdout.strip().splitlines()[-1])
+                 if p and p != job and os.path.isdir(p)]
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+    boot = ("import sys; sys.path[:0] = %r; "
+            "from kopt.harness.worker import main; raise SystemExit(main())" % (paths,))
+    return [python, "-I", "-S", "-c", boot, job]
+
+
 def supervise(args):
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     job = job_path(args["job"])
@@ -177,6 +193,8 @@ def supervise(args):
     log = open(os.path.join(job, "worker.log"), "ab")
     began = time.time()
     command = [launch["python"], "-m", "kopt.harness.worker", job]
+    if read_json(os.path.join(job, "request.json")).get("job") == "reference":
+        command = isolated(launch["python"], job, env) or command
     if launch.get("sandbox"):
         # harness/sandbox.py on this host wraps the worker (bwrap when it can) and execs it,
         # keeping the pid: the group kill below still takes everything down
