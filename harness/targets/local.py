@@ -105,13 +105,13 @@ class LocalTarget:
         start = time.monotonic()
         full_env = {**worker_env(env), PARENT_ENV: str(os.getpid())}
         job_dir = Path(job_dir).resolve()
+        kind = _job_kind(job_dir)
+        isolated = kind in standby.COLD_JOBS
         proc = None
         if self.use_standby:
-            cold_job = _job_kind(job_dir) in standby.COLD_JOBS
-            proc = (ISOLATED if cold_job else standby.STANDBY).take(full_env, job_dir)
+            proc = (ISOLATED if isolated else standby.STANDBY).take(full_env, job_dir)
         if proc is None:
-            command = (isolated_worker_command(job_dir)
-                       if _job_kind(job_dir) in standby.COLD_JOBS else worker_command(job_dir))
+            command = isolated_worker_command(job_dir) if isolated else worker_command(job_dir)
             argv, proc_env, _how = sandbox.wrap(command, full_env, job_dir)
             proc = subprocess.Popen(
                 argv, cwd=str(job_dir), env=proc_env,
@@ -141,7 +141,7 @@ class LocalTarget:
         reader.join(timeout=5)
         if self.use_standby and not timed_out:  # the next job skips the imports (standby.py)
             standby.STANDBY.prepare(full_env, job_dir.parent)
-            if _job_kind(job_dir) == "candidate":  # a verification ended: another may follow
+            if kind == "candidate":  # a verification ended: another may follow
                 ISOLATED.prepare(full_env, job_dir.parent)
         returncode = proc.returncode
         if returncode is not None and returncode > 128 and sandbox.mounts_key(full_env)[0] == "bwrap":

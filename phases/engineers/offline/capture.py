@@ -624,10 +624,12 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         if op == "layout_fallback":
             if packet in ("split", "split_with_sizes") and len(args) > 1:
                 # a split size the constructor fixes (`qkv.split(self.n_embd, dim=2)`) follows it
+                def ctor(v: Any) -> Any:
+                    return b.ctor_size(v) if type(v) is int else v
+
                 sizes = args[1]
-                args = [args[0], [b.ctor_size(v) if type(v) is int else v for v in sizes]
-                        if isinstance(sizes, list) else
-                        b.ctor_size(sizes) if type(sizes) is int else sizes, *args[2:]]
+                args = [args[0], [ctor(v) for v in sizes] if isinstance(sizes, list) else ctor(sizes),
+                        *args[2:]]
             n = node(op, args)
             n.target, n.multi = target, True
             vals = _val(fx)

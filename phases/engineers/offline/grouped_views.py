@@ -90,8 +90,9 @@ def bias_after_grouped_view(graph: Graph, users: dict[Node, list[Node]], conv: N
 
 
 def _chain(x: Node) -> tuple[list[Node], list[Node]] | None:
-    """The pointwise nodes of `x`'s shape that compute `x` (x included, at most MAX_RECOMPUTED)
-    and the nodes they read (their leaves); None when there are too many."""
+    """The pointwise nodes of `x`'s shape that compute `x` (x included) and the nodes they read
+    (their leaves); None when there are more than MAX_RECOMPUTED (cut short, the chain would
+    read an intermediate value that then has to be written after all)."""
     chain: list[Node] = []
     leaves: list[Node] = []
     stack = [x]
@@ -101,12 +102,14 @@ def _chain(x: Node) -> tuple[list[Node], list[Node]] | None:
             continue
         if any(isinstance(a, tuple) and a and a[0] in ("numel", "numel_minus") for a in n.args):
             return None  # a mean's division: its count is the reduction input's, not this one's
-        if n is x or (n.op in POINTWISE and n.shape == x.shape and len(chain) < MAX_RECOMPUTED):
+        if n is x or (n.op in POINTWISE and n.shape == x.shape):
+            if len(chain) == MAX_RECOMPUTED:
+                return None
             chain.append(n)
             stack.extend(n.inputs())
         else:
             leaves.append(n)
-    return (chain, leaves) if len(chain) <= MAX_RECOMPUTED else None
+    return chain, leaves
 
 
 def _leaf_in_view(x: Node, leaf: Node, v: Node) -> tuple[list[Node], Node] | None:
