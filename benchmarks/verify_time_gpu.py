@@ -42,7 +42,24 @@ def main() -> int:
             print(done.stderr[-2000:], flush=True)
     if len(took) > 1:
         print(f"warm median {statistics.median(took[1:]):.1f} s over {len(took) - 1} run(s)")
+    # where a warm verification's seconds go: the same verification in one process, its steps
+    t0 = time.monotonic()
+    probe = subprocess.run([sys.executable, "-c", _STEPS, args.case, args.candidate, args.device],
+                           capture_output=True, text=True, env=env)
+    print(f"in one process ({time.monotonic() - t0:.1f} s): {probe.stdout.strip()[-600:]}"
+          f"{probe.stderr.strip()[-600:] if probe.returncode else ''}")
     return 0
+
+
+_STEPS = """
+import sys, time
+t0 = time.monotonic()
+from kopt.harness.verify import verify_candidate
+imported = time.monotonic() - t0
+r = verify_candidate(sys.argv[1], sys.argv[2], device=sys.argv[3])
+print(f"import {imported:.2f} s, " + ", ".join(f"{k} {v:.2f} s" for k, v in r.steps.items())
+      + f", accepted {r.accepted}")
+"""
 
 
 if __name__ == "__main__":

@@ -24,8 +24,16 @@ from kopt.harness.targets.base import LineSink, Target, WorkerOutcome
 from kopt.harness.targets.resolve import resolve_target
 
 
+def jobs_root() -> Path:
+    """Where job directories are made unless a caller names another folder (created: a
+    sandboxed standby reserves its folder there before the first job is staged)."""
+    root = kopt_dir() / "jobs"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def new_job_dir(job: str, root: Path | None = None) -> Path:
-    base = root or (kopt_dir() / "jobs")
+    base = root or jobs_root()
     base.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f"{job}-{uuid.uuid4().hex[:6]}-", dir=base))
 

@@ -27,7 +27,7 @@ from kopt.harness.case import Case, load_case
 from kopt.harness.compare import compare_outputs
 from kopt.harness.device import resolve_device, worker_env
 from kopt.harness.errors import BadInputError
-from kopt.harness.job import as_target, candidate_files, cleanup, stage_job
+from kopt.harness.job import as_target, candidate_files, cleanup, jobs_root, stage_job
 from kopt.harness.paths import PACKAGE_ROOT
 from kopt.harness.targets.base import LineSink, Target, WorkerOutcome
 from kopt.harness.tolerance import tolerance_for
@@ -199,9 +199,14 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
                 for p in all_paths]
     runner = as_target(target)
     steps: dict[str, float] = {}
+    env = worker_env(dev)
+    # the reference's isolated interpreter and the candidate's worker import torch and triton
+    # (2-5 s each) while the inputs are drawn (harness.targets.standby)
+    prepare = getattr(runner, "prepare", None)
+    if prepare is not None:
+        prepare(env, jobs_root())
     sets = case.verification_sets(on_gpu=dev == "cuda")
     plan = plan_draws(case, sets, draws, device=dev)
-    env = worker_env(dev)
     common = {"device": dev, "precision": case.manifest.precision, "interpret": dev == "cpu"}
     # The second poison pattern runs on the first set only: on the others an unwritten
     # element still shows as NaN (pattern "a") and fails `correct`/`finite`.
@@ -215,11 +220,6 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
     ref_request = {**common, "sets": reference_request_sets(plan)}
     ref_dir = stage_job("reference", ref_request, case=case, tensors=plan.tensors)
     steps["draws"] = time.monotonic() - start
-    # the candidate's worker imports torch, dynamo and triton (about 4 s) while the reference
-    # runs: a standby process that has done nothing else (harness.targets.standby)
-    prepare = getattr(runner, "prepare", None)
-    if prepare is not None:
-        prepare(env, ref_dir.parent)
     try:
         ref = runner.run(ref_dir, timeout=timeout or MAX_TIMEOUT_S, env=env, on_line=on_line)
         if not ref.ok:

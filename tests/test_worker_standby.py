@@ -120,10 +120,12 @@ def test_kopt_settings_travel_with_the_job(workspace: Path, tmp_path: Path) -> N
     assert "KOPT_CACHE" not in settings or settings["KOPT_CACHE"] != str(tmp_path / "a")
 
 
-def test_the_verifier_starts_the_candidates_standby_before_its_reference_job(
+def test_the_verifier_starts_both_standbys_before_it_draws(
         workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The candidate worker's imports (torch, dynamo, triton: ~4 s on a 2-core CPU) overlap
-    with the reference job, which itself always starts cold."""
+    """The reference's isolated interpreter and the candidate's worker import torch, dynamo
+    and triton (~2 s each on a 2-core CPU) while the parent draws the inputs: even a process's
+    first verification (one `kopt verify`) finds both started, although the parent's draws set
+    torch's compile-cache variable in its environment after they were."""
     from kopt.harness.verify import verify_candidate
 
     corpus = Path(__file__).parent / "corpus"
@@ -144,11 +146,23 @@ def test_the_verifier_starts_the_candidates_standby_before_its_reference_job(
     report = verify_candidate(corpus / "cases" / "softmax_small", corpus / "honest" / "softmax.py",
                               device="cpu")
     assert report.accepted, report.to_text()
-    assert events == ["prepare", "reference:cold", "candidate:standby"]
-    # the process's next verification finds its reference's isolated interpreter started
+    assert events == ["prepare", "reference:standby", "candidate:standby"], events
+    # and the process's next verification
     again = verify_candidate(corpus / "cases" / "softmax_small", corpus / "honest" / "softmax.py",
                              device="cpu")
     assert again.accepted, again.to_text()
     assert events[3:] == ["prepare", "reference:standby", "candidate:standby"]
     isolated = next(c for c in again.checks if c.name == "isolated_reference")
     assert isolated.passed and "python -I -S" in isolated.detail and "started ahead" in isolated.detail
+
+
+def test_a_variable_torch_sets_on_import_does_not_turn_a_standby_away() -> None:
+    """torch sets TORCHINDUCTOR_CACHE_DIR to its default in a process that imports dynamo: the
+    parent, mid-verification, and the standby, before its job. One side without it is the
+    same environment; the same variable set to two values, or any other difference, is not."""
+    base = {"PATH": "/bin", "KOPT_CACHE": "/a"}
+    cache = {**base, "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
+    assert standby._same_env(base, cache) and standby._same_env(cache, base)
+    assert standby._same_env({**base, "KOPT_CACHE": "/b"}, base)  # kopt's own: handed over
+    assert not standby._same_env(cache, {**cache, "TORCHINDUCTOR_CACHE_DIR": "/elsewhere"})
+    assert not standby._same_env(base, {**base, "PYTHONHASHSEED": "7"})

@@ -53,8 +53,9 @@ def isolated_worker_command(job_dir: Path | str) -> list[str]:
 
 ISOLATED = standby.Standby(lambda: isolated_worker_command(STANDBY_FLAG))
 """The reference job's standby: an isolated interpreter that has imported torch and triton and
-waits (prepared when a verification's candidate job ends, so the process's next verification
-finds its reference's imports done: 1.5 s on a 2-core CPU, 4-5 s on an H100 machine)."""
+waits (prepared before a verification draws its inputs, and when its candidate job ends for the
+process's next one: its reference finds the imports done, 1.5 s on a 2-core CPU, 4-5 s on an
+H100 machine)."""
 atexit.register(ISOLATED.clear)
 
 
@@ -92,12 +93,16 @@ class LocalTarget:
         self.use_standby = standby
 
     def prepare(self, env: dict[str, str] | None = None, jobs_root: Path | None = None) -> None:
-        """Start a standby for the next job with `env` now (harness.targets.standby), so that
-        its imports overlap with work the caller does first: the verifier calls this before its
-        reference job (in an isolated interpreter, cold in a process's first verification), and
-        the candidate job then finds the standby ready. A no-op when standbys are off."""
+        """Start the standbys for a verification's jobs with `env` now (harness.targets.standby),
+        so that their imports overlap with work the caller does first: the verifier calls this
+        before it draws its inputs, so the reference job's isolated interpreter (`ISOLATED`) and
+        the candidate job's worker import torch and triton, and start CUDA, side by side while
+        the draws are made, instead of one after the other (a single `kopt verify` process
+        otherwise paid both start-ups in turn). A no-op when standbys are off."""
         if self.use_standby:
-            standby.STANDBY.prepare({**worker_env(env), PARENT_ENV: str(os.getpid())}, jobs_root)
+            full_env = {**worker_env(env), PARENT_ENV: str(os.getpid())}
+            ISOLATED.prepare(full_env, jobs_root)
+            standby.STANDBY.prepare(full_env, jobs_root)
 
     def run(self, job_dir: Path, *, timeout: float, env: dict[str, str] | None = None,
             on_line: LineSink | None = None) -> WorkerOutcome:

@@ -7,17 +7,19 @@ reference job; 1.5 s on a 2-core CPU. When a local job ends, one `python -m kopt
 job directory on stdin. The next job with that environment takes it (kopt's own `KOPT_*`
 settings may differ: they travel with the job directory); any other starts cold. The standby
 also imports torch._dynamo (1.8 s on a 2-core CPU), which every candidate job's launch counter
-and dispatch modes load. The verifier prepares one before its reference job
-(`LocalTarget.prepare`), so that the candidate's imports overlap with the reference run: a
-small `kopt verify` on the 2-core CPU went from 8.5-10.6 s to 5.7-6.1 s (2026-11-26).
+and dispatch modes load. The verifier prepares one, and the reference's isolated one, before it
+draws its inputs (`LocalTarget.prepare`), so that both workers' imports overlap with the draws
+and the candidate's with the reference run: a small `kopt verify` on the 2-core CPU went from
+8.5-10.6 s to 5.7-6.1 s (2026-11-26, the candidate's standby), then from 7.7-8.1 s to 6.9-7.3 s
+for layernorm_gelu (2026-11-27, both before the draws).
 
 What a standby has done before its job: imported torch, dynamo and triton, nothing else; it has run no
 job, no candidate code, and has not initialised CUDA. It is still a fresh process for the job
 it runs. The verifier's reference job (`COLD_JOBS`) never takes this one: it runs in an
-isolated interpreter (`python -I -S`, `local.isolated_worker_command`), started cold or, in a
-process that verifies more than once (`kopt run`, watch mode, the TUI, `kopt suite`), taken
-from a second standby of that kind (`local.ISOLATED`), prepared when a candidate job ends: the same
-imports, and no candidate code run in it, as `isolated_reference` says. `KOPT_WORKER_STANDBY=0`
+isolated interpreter (`python -I -S`, `local.isolated_worker_command`), taken from a second
+standby of that kind (`local.ISOLATED`), prepared before the draws and again when a candidate
+job ends (or started cold when none is ready): the same imports, and no candidate code run in
+it, as `isolated_reference` says. `KOPT_WORKER_STANDBY=0`
 turns standbys off.
 
 Inside the sandbox (harness.sandbox, bubblewrap) a process sees only the folders mounted when it
@@ -77,6 +79,22 @@ def _fixed(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith("KOPT_") or k == PARENT_ENV}
 
 
+SET_ON_IMPORT = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+"""Variables that torch sets in a process's own environment to their default when it imports
+dynamo (the parent does too, mid-verification; the standby did before its job): one side
+without it runs with the same value as the side that has it."""
+
+
+def _same_env(started: dict[str, str], job: dict[str, str]) -> bool:
+    """Whether a standby started with `started` may run a job that needs `job`."""
+    a, b = _fixed(started), _fixed(job)
+    for key in SET_ON_IMPORT:
+        if (key in a) != (key in b):
+            a.pop(key, None)
+            b.pop(key, None)
+    return a == b
+
+
 def _late(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("KOPT_") and k != PARENT_ENV}
 
@@ -107,7 +125,7 @@ class Standby:
             self._mounts = ()
         if proc is None:
             return None
-        if (penv is None or _fixed(penv) != _fixed(env) or proc.poll() is not None
+        if (penv is None or not _same_env(penv, env) or proc.poll() is not None
                 or not sandbox.covers(mounts, sandbox.mounts_key(env))):
             discard(proc, reserved)
             return None
