@@ -39,7 +39,8 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g}"
 
 
-def run_model(name: str, *, smoke: bool, verify: bool, regions: bool, out: Path) -> dict:
+def run_model(name: str, *, smoke: bool, verify: bool, regions: bool, out: Path,
+              without_rewrites: bool = False) -> dict:
     from kopt.harness.bench import bench_case
     from kopt.harness.case import load_case
     from kopt.harness.verify import verify_candidate
@@ -74,12 +75,19 @@ def run_model(name: str, *, smoke: bool, verify: bool, regions: bool, out: Path)
 
     plain = out / f"{name}_op_by_op.py"
     plain.write_text(replace_value(result.source, "KOPT_GRAPH", False))
-    rows = bench_case(case, [file, plain], device=device, unverified=True, input_set=input_set,
+    files = [file, plain]
+    if without_rewrites:  # the same model generated with the algebraic rewrites off, timed alongside
+        bare = out / f"{name}_no_rewrites.py"
+        bare.write_text(generate_candidate(case, input_set=input_set, rewrites=False).source)
+        files.append(bare)
+    rows = bench_case(case, files, device=device, unverified=True, input_set=input_set,
                       baselines=("eager",) if smoke else ("eager", "compile"))
     by = {r["variant"]: r for r in rows}
     eager, compiled = by.get("eager", {}), by.get("compile", {})
-    mine, op_by_op = rows[-2], rows[-1]
+    mine, op_by_op = rows[-len(files)], rows[-len(files) + 1]
     row["op_by_op_ms"] = op_by_op.get("median_ms")
+    if without_rewrites:
+        row["no_rewrites_ms"] = rows[-1].get("median_ms")
     row.update({"eager_ms": eager.get("median_ms"), "compile_ms": compiled.get("median_ms"),
                 "kopt_ms": mine.get("median_ms"), "vs_eager": mine.get("speedup_vs_eager"),
                 "vs_compile": mine.get("speedup_vs_compile"),
@@ -94,6 +102,8 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="CPU, smoke inputs (a script check)")
     ap.add_argument("--skip-verify", action="store_true", help="time without verifying")
     ap.add_argument("--regions", action="store_true", help="print each model's region table")
+    ap.add_argument("--without-rewrites", action="store_true",
+                    help="also time each model generated with the algebraic rewrites off")
     args = ap.parse_args()
     if args.smoke:
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -109,11 +119,13 @@ def main() -> int:
     for name in [c.strip() for c in args.cases.split(",") if c.strip()]:
         try:
             rows.append(run_model(name, smoke=args.smoke, verify=not args.skip_verify,
-                                  regions=args.regions, out=home))
+                                  regions=args.regions, out=home,
+                                  without_rewrites=args.without_rewrites))
             r = rows[-1]  # as each model ends: a call cut at its time limit keeps what finished
             print(f"{name}: eager {_ms(r.get('eager_ms'))} ms, compile {_ms(r.get('compile_ms'))} ms, "
                   f"kopt {_ms(r.get('kopt_ms'))} ms ({_x(r.get('vs_eager'))} eager, "
-                  f"{_x(r.get('vs_compile'))} compile, {_ms(r.get('op_by_op_ms'))} ms op by op), "
+                  f"{_x(r.get('vs_compile'))} compile, {_ms(r.get('op_by_op_ms'))} ms op by op"
+                  f"{', ' + _ms(r.get('no_rewrites_ms')) + ' ms without rewrites' if args.without_rewrites else ''}), "
                   f"verified: {r.get('verified')}", flush=True)
         except Exception as err:  # noqa: BLE001 - one model's failure is its row
             rows.append({"case": name, "why": f"{type(err).__name__}: {err}"[:200]})

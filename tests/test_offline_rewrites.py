@@ -153,3 +153,73 @@ def test_rewrites_off_keeps_the_full_product(tmp_path: Path) -> None:
     assert any(n.startswith("rewrite: ") for n in on.notes)
     assert not any(n.startswith("rewrite: ") for n in off.notes)
     assert on.source != off.source
+
+
+MERGE_CASES = {
+    # a gated MLP: gate and up projections of one input
+    "gate_up": (["self.gate = nn.Linear(features, hidden, bias=False)",
+                 "self.up = nn.Linear(features, hidden, bias=False)",
+                 "self.down = nn.Linear(hidden, features, bias=False)"],
+                ["return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))"]),
+    # three projections of unequal widths, each read through its own view of the input
+    "qkv_widths": (["self.q = nn.Linear(features, hidden, bias=False)",
+                    "self.k = nn.Linear(features, features, bias=False)",
+                    "self.v = nn.Linear(features, hidden, bias=False)"],
+                   ["h = x.unsqueeze(0)",
+                    "q, k, v = self.q(h), self.k(h), self.v(h)",
+                    "return (torch.tanh(q) * v + k[..., :1]).squeeze(0)"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MERGE_CASES))
+def test_products_of_one_input_are_one_product(tmp_path: Path, name: str) -> None:
+    layers, forward = MERGE_CASES[name]
+    case = _linear_case(tmp_path, name, layers, forward)
+    result = generate_candidate(case)
+    assert any("products of one input are one product" in n for n in result.notes), result.notes
+    assert result.source.count("_merged_weight(self, ") == 1
+    module = _load_candidate(result.source, tmp_path, name)
+    # the weights changed in place and a new state_dict: the concatenated copy follows
+    _outputs_match(case, module, "main", perturb=True)
+    _outputs_match(case, module, "smoke", perturb=True)
+    # and is made once while they do not change
+    new = build_model(case, "main", cls=module.ModelNew)
+    x = agent_provide_inputs(case, "main", 1).args
+    with torch.no_grad():
+        new(*x)
+        kept = dict(new._kopt_merged_weights)
+        new(*x)
+    assert [v[1] for v in new._kopt_merged_weights.values()] == [v[1] for v in kept.values()]
+    if name == "gate_up":
+        _accepted_on_cpu(tmp_path, case, result.source)
+
+
+NOT_MERGED = {
+    # each product with its own bias: cuBLAS adds a bias inside its product
+    "biased": (["self.a = nn.Linear(features, hidden)", "self.b = nn.Linear(features, hidden)"],
+               ["return self.a(x) * self.b(x)"]),
+    # two different operands
+    "two_inputs": (["self.a = nn.Linear(features, hidden, bias=False)",
+                    "self.b = nn.Linear(features, hidden, bias=False)"],
+                   ["return self.a(x) + self.b(x * 2)"]),
+    # one weight read twice is one product already
+    "shared_weight": (["self.a = nn.Linear(features, hidden, bias=False)"],
+                      ["return self.a(x) * torch.sigmoid(self.a(x))"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_MERGED))
+def test_products_that_do_not_share_an_input_stay_apart(tmp_path: Path, name: str) -> None:
+    layers, forward = NOT_MERGED[name]
+    case = _linear_case(tmp_path, name, layers, forward)
+    result = generate_candidate(case)
+    assert not any("products of one input" in n for n in result.notes), result.notes
+    assert "_merged_weight(" not in result.source
+    module = _load_candidate(result.source, tmp_path, name)
+    _outputs_match(case, module, "main", perturb=False)
+
+
+def test_rewrites_off_keeps_products_apart(tmp_path: Path) -> None:
+    layers, forward = MERGE_CASES["gate_up"]
+    case = _linear_case(tmp_path, "merge_off", layers, forward)
+    assert "_merged_weight(" not in generate_candidate(case, rewrites=False).source

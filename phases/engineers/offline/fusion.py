@@ -31,6 +31,7 @@ from kopt.phases.engineers.offline.graph import (
     GENERATORS,
     LAYOUT,
     MATMUL,
+    MERGED_WEIGHT,
     POINTWISE,
     REDUCTIONS,
     SCANS,
@@ -397,7 +398,7 @@ class _Partitioner:
                 self._add(g, n, tuple(range(n.rank)))
             else:
                 self.unfused.append({"op": str(n.target), "node": n.origin, "reason": reason})
-        elif n.op not in ("getitem", "split_item"):
+        elif n.op not in ("getitem", "split_item", MERGED_WEIGHT):  # (made on the host)
             self.unfused.append({"op": str(n.target), "node": n.origin,
                                  "reason": _fallback_reason(n)})
 
