@@ -129,10 +129,9 @@ def test_engineer_writes_candidate_and_backs_off(workspace: Path) -> None:
     engineer = make_engineer("offline")
     events = []
     box = Toolbox(verify=lambda p: None, profile=lambda p: {})
-    req = EngineerRequest(case=load_case("linear_bias_gelu"), worktree=workspace, plan={}, iteration=1,
-                          toolbox=box)
+    req = EngineerRequest(case=load_case("gated_mlp"), worktree=workspace, plan={}, iteration=1, toolbox=box)
     first = engineer.propose(req, events.append)
-    assert first.candidate == "kernels/linear_bias_gelu.py"
+    assert first.candidate == "kernels/gated_mlp.py"
     text1 = (workspace / first.candidate).read_text()
     assert first.tunables and any(e.kind == "log" for e in events)
     req2 = EngineerRequest(case=req.case, worktree=workspace, plan={}, iteration=2, toolbox=box,

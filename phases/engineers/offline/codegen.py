@@ -16,7 +16,7 @@ from kopt.harness.case import Case
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.fallback import torch_region
 from kopt.phases.engineers.offline.fusion import NHWC_CONV, Group, Partition
-from kopt.phases.engineers.offline.graph import MERGED_WEIGHT, Node, Sym
+from kopt.phases.engineers.offline.graph import Node, Sym
 from kopt.phases.engineers.offline.graph_replay import graph_constants, graph_runner
 from kopt.phases.engineers.offline.kernels import (
     ROW_BLOCK,
@@ -32,7 +32,6 @@ from kopt.phases.engineers.offline.kernels import (
     scan_kernel,
 )
 from kopt.phases.engineers.offline.layout import Constructor
-from kopt.phases.engineers.offline.merged_products import HELPER as MERGED_HELPER
 from kopt.phases.engineers.offline.pointwise import HELPERS
 
 _PRINTER = PythonPrinter()
@@ -314,12 +313,6 @@ class ForwardWriter:
             code = f"{x}.expand({', '.join(sizes)})"
         elif n.op in ("getitem", "split_item"):
             code = f"{x}[{n.args[1]}]"
-        elif n.op == MERGED_WEIGHT:
-            keys = [self.graph.inputs[w.name].key for w in n.args]
-            ws = ", ".join(self.var[w] for w in n.args)
-            self.lines.append(f'{v} = _merged_weight(self, "{n.name}", [{ws}])  # '
-                              f"{' + '.join(keys)}: concatenated once, kept while they are unchanged")
-            return
         elif n.op == NHWC_CONV:
             w = n.args[1]
             info = self.graph.inputs.get(w.name) if w.op == "input" else None
@@ -502,7 +495,6 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     for h in sorted(helpers):
         src.append("\n" + HELPERS[h])
     nhwc = any(n.op == NHWC_CONV for n in graph.nodes)
-    merged = any(n.op == MERGED_WEIGHT for n in graph.nodes)
     first_of: dict[str, str] = {}
     for g in part.groups:
         k = kernels[g.index]
@@ -523,8 +515,6 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append(graph_runner())
     if nhwc:
         src.append(_NHWC_CONV)
-    if merged:
-        src.append(MERGED_HELPER)
     for g in part.groups:
         src.append("")
         src.append(kernels[g.index].launcher_code)

@@ -65,7 +65,7 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
     t0 = time.perf_counter()
     policy = policy or POLICIES[0][1]
     captured = capture(case, input_set)
-    rewritten = apply_rewrites(captured.graph, case.manifest.precision) if rewrites else []
+    rewritten = apply_rewrites(captured.graph) if rewrites else []
     part = partition(captured.graph, policy, case.manifest.precision)
     kernels = build_kernels(part, case.manifest.precision)
     if not kernels:

@@ -31,7 +31,6 @@ from kopt.phases.engineers.offline.graph import (
     GENERATORS,
     LAYOUT,
     MATMUL,
-    MERGED_WEIGHT,
     POINTWISE,
     REDUCTIONS,
     SCANS,
@@ -398,7 +397,7 @@ class _Partitioner:
                 self._add(g, n, tuple(range(n.rank)))
             else:
                 self.unfused.append({"op": str(n.target), "node": n.origin, "reason": reason})
-        elif n.op not in ("getitem", "split_item", MERGED_WEIGHT):  # (made on the host)
+        elif n.op not in ("getitem", "split_item"):
             self.unfused.append({"op": str(n.target), "node": n.origin,
                                  "reason": _fallback_reason(n)})
 

@@ -46,9 +46,6 @@ WINDOW_TAP = "window_tap"
 """One tap of a pooling window: out[..., o, ...] = x[..., o * stride + t * dilation - padding, ...]
 along each pooled dim, `fill` outside x (a masked load of x, which is never computed in the
 same kernel: its neighbours are read)."""
-MERGED_WEIGHT = "merged_weight"
-"""Weights concatenated along their rows (args: the weights), made on the host and kept while
-they do not change (offline.merged_products), never in a kernel."""
 GENERATORS = {"arange", "full"}
 LAYOUT = {"view", "flatten", "unsqueeze", "squeeze", "permute", "expand", "slice", "select_index",
           "split_item", "as_strided", "layout_fallback"}

@@ -35,12 +35,9 @@ from kopt.phases.engineers.offline.graph import Graph, Node, _size_step, substit
 _AFFINE = {"mul", "div", "add", "sub", "neg", "identity"}
 
 
-def apply_rewrites(graph: Graph, precision: str = "strict") -> list[str]:
-    """Every rewrite of this module on `graph` (in place), then the merge of products that read
-    one input (`merged_products`; `precision`: the case's); one note per rewrite made."""
-    from kopt.phases.engineers.offline.merged_products import merge_products
-
-    return fold_product_sums(graph) + merge_products(graph, precision)
+def apply_rewrites(graph: Graph) -> list[str]:
+    """Every rewrite of this module on `graph` (in place); one note per rewrite made."""
+    return fold_product_sums(graph)
 
 
 def _number(v: Any) -> bool:
@@ -137,7 +134,7 @@ class _Emitter:
         return self.node(op, op, [a, b], shape, sym)
 
 
-def size_symbol(graph: Graph, x: Node, d: int) -> Any:
+def _size_symbol(graph: Graph, x: Node, d: int) -> Any:
     """x's size along d as the graph reads it at run time: its symbolic size, else a symbol
     for the forward argument's or weight's size it equals by construction (registered in
     `graph.symbols`), else the traced int."""
@@ -234,7 +231,7 @@ def _fold_one(graph: Graph, p: _Product, chain: list[Node], total: Node, mean: N
                 alpha, beta = e.binary("mul", alpha, -1.0), e.binary("sub", c, beta)
         prev = u
     w, wdim = p.weight, p.wdim
-    n_size = size_symbol(graph, y, dim)
+    n_size = _size_symbol(graph, y, dim)
     # sum_n alpha_n * W[n]: one reduction over the weight's features (a mean's count read in
     # its kernel); alpha laid out along the weight's feature dim
     scaled = w
