@@ -41,11 +41,7 @@ from kopt.phases.engineers.offline.graph import (
     simplify,
     substitute,
 )
-from kopt.phases.engineers.offline.grouped_views import (
-    bias_after_grouped_view,
-    grouped_view,
-    recompute_before_grouped_views,
-)
+from kopt.phases.engineers.offline.grouped_views import bias_after_grouped_view, grouped_view
 
 DimMap = tuple[int | None, ...]
 
@@ -551,8 +547,6 @@ def partition(graph: Graph, policy: FusionPolicy | None = None,
     fold_flipped_scans(graph)
     simplify(graph)
     policy = policy or FusionPolicy()
-    if policy.pointwise and policy.reduction_prologue:
-        recompute_before_grouped_views(graph, {o for o in graph.outputs if isinstance(o, Node)})
     p = _Partitioner(graph, policy)
     bias_adds = split_conv_bias(graph, p.policy)
     for n in graph.nodes:

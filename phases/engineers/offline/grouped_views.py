@@ -3,16 +3,13 @@
 A group norm is lowered to statistics over a view of its input, (N, C, *S) as (N, G, C/G * S)
 or (N, G, C/G, S) (`graph.lower_group_norm`), and a map over the input's own domain. The view
 is a new domain: the kernels before it cannot take the statistics as their epilogue, and the
-value they write is read twice after it (the statistics, the map). Two rewrites move work past
-the view instead, each exact for every input:
+value they write is read twice after it (the statistics, the map). `bias_after_grouped_view`
+moves a convolution's bias (which ATen adds in a pass of its own after cuDNN) past the view,
+added in the view's layout (`fusion.split_conv_bias`), exact for every input.
 
-- `bias_after_grouped_view`: a convolution's bias (which ATen adds in a pass of its own after
-  cuDNN) is added after the view, in the view's layout (`fusion.split_conv_bias`);
-- `recompute_before_grouped_views`: a short pointwise chain between the producer and the view
-  (a swish, an added residual, a scale) is computed again after the view from the chain's own
-  inputs, so the statistics' kernel takes it as its prologue and the chain's value is no longer
-  written: with the map's kernel then taking the chain too (no cycle through the statistics
-  any more), the tensor moves through memory three times instead of five.
+A pointwise chain before the view (a swish) computed again after it, so that nothing writes
+its value (three passes over the tensor instead of five), was built and measured slower on
+KernelBench level-2 60 (H200, 2026-11-27: 6.40 ms against 5.72 ms end to end) and removed.
 """
 
 from __future__ import annotations
@@ -20,13 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kopt.phases.engineers.offline.graph import POINTWISE, Graph, Node, substitute
-
-MAX_RECOMPUTED = 8
-"""Most pointwise nodes a chain may have to be computed again after the view."""
-MAX_FULL_LEAVES = 2
-"""Most full-size tensors the chain may read: each is read by both kernels after the view, and
-with three the passes saved are spent again (3 + 1 + 2 written and read before, 3 + 4 after)."""
+from kopt.phases.engineers.offline.graph import Graph, Node, substitute
 
 
 def grouped_view(x: Node, v: Node) -> bool:
@@ -87,85 +78,3 @@ def bias_after_grouped_view(graph: Graph, users: dict[Node, list[Node]], conv: N
     _redirect(users, v, add)
     at = graph.nodes.index(v) + 1
     graph.nodes[at:at] = [*made, add]
-
-
-def _chain(x: Node) -> tuple[list[Node], list[Node]] | None:
-    """The pointwise nodes of `x`'s shape that compute `x` (x included) and the nodes they read
-    (their leaves); None when there are more than MAX_RECOMPUTED (cut short, the chain would
-    read an intermediate value that then has to be written after all)."""
-    chain: list[Node] = []
-    leaves: list[Node] = []
-    stack = [x]
-    while stack:
-        n = stack.pop()
-        if n in chain or n in leaves:
-            continue
-        if any(isinstance(a, tuple) and a and a[0] in ("numel", "numel_minus") for a in n.args):
-            return None  # a mean's division: its count is the reduction input's, not this one's
-        if n is x or (n.op in POINTWISE and n.shape == x.shape):
-            if len(chain) == MAX_RECOMPUTED:
-                return None
-            chain.append(n)
-            stack.extend(n.inputs())
-        else:
-            leaves.append(n)
-    return chain, leaves
-
-
-def _leaf_in_view(x: Node, leaf: Node, v: Node) -> tuple[list[Node], Node] | None:
-    """A value the chain reads, in the layout of `x`'s grouped view `v`: a full-size tensor
-    viewed the same way, per-channel values ((C, 1, ..., 1) or (1, C, 1, ...)) as
-    `channel_in_view` lays them out, one value as it is; None for anything else."""
-    c, ones = x.shape[1], x.rank - 2
-    if leaf.shape == x.shape:
-        out = Node(f"{v.name}_{leaf.name}", "view", [leaf, list(v.args[1])], shape=v.shape,
-                   sym=v.sym, dtype=leaf.dtype, origin=leaf.origin)
-        return [out], out
-    if math.prod(leaf.shape) == 1 and leaf.rank <= v.rank:
-        return [], leaf
-    if leaf.shape in ((c, *[1] * ones), (1, c, *[1] * ones)):
-        flat = Node(f"{v.name}_{leaf.name}_flat", "view", [leaf, [-1]], shape=(c,), sym=(x.sym[1],),
-                    dtype=leaf.dtype, origin=leaf.origin)
-        made, out = channel_in_view(x, flat, v, leaf.name)
-        return [flat, *made], out
-    return None
-
-
-def recompute_before_grouped_views(graph: Graph, outputs: set[Node]) -> int:
-    """Each grouped view of a pointwise chain's result reads the chain computed again after
-    it, from the chain's own inputs laid out as the view (see the module docstring). The
-    chain's original nodes stay for its other readers (the group norm's map). Returns how many
-    views were rewritten."""
-    users = graph.users()
-    done = 0
-    for v in list(graph.nodes):
-        x = v.args[0] if v.op == "view" and v.args and isinstance(v.args[0], Node) else None
-        if x is None or x.op not in POINTWISE or v in outputs or not grouped_view(x, v) or \
-                math.prod(x.shape[2:]) < 2:  # (statistics of shape (N, G, 1) view as much)
-            continue
-        if x not in outputs and all(u is v for u in users[x]):
-            continue  # read only through the view: written once and read once already
-        found = _chain(x)
-        if found is None:
-            continue
-        chain, leaves = found
-        full = sum(1 for leaf in leaves if leaf.shape == x.shape)
-        laid = {leaf: _leaf_in_view(x, leaf, v) for leaf in leaves}
-        if full > MAX_FULL_LEAVES or any(m is None for m in laid.values()):
-            continue
-        made: list[Node] = []
-        env: dict[Node, Node] = {}
-        for leaf, (nodes, out) in ((k, m) for k, m in laid.items() if m is not None):
-            made += nodes
-            env[leaf] = out
-        for n in sorted(chain, key=graph.nodes.index):
-            copy = Node(f"{v.name}_{n.name}", n.op, substitute(n.args, env),
-                        {k: substitute(val, env) for k, val in n.kwargs.items()},
-                        shape=v.shape, sym=v.sym, dtype=n.dtype, target=n.target, origin=n.origin)
-            env[n] = copy
-            made.append(copy)
-        _redirect(users, v, env[x])
-        at = graph.nodes.index(v)
-        graph.nodes[at:at + 1] = made  # the view itself is read no more
-        done += 1
-    return done
