@@ -96,9 +96,9 @@ class LocalTarget:
         """Start the standbys for a verification's jobs with `env` now (harness.targets.standby),
         so that their imports overlap with work the caller does first: the verifier calls this
         before it draws its inputs, so the reference job's isolated interpreter (`ISOLATED`) and
-        the candidate job's worker import torch and triton, and start CUDA, side by side while
-        the draws are made, instead of one after the other (a single `kopt verify` process
-        otherwise paid both start-ups in turn). A no-op when standbys are off."""
+        the candidate job's worker import torch, dynamo and triton side by side while the draws
+        are made, instead of one after the other (a single `kopt verify` process otherwise paid
+        the reference's imports after its draws). A no-op when standbys are off."""
         if self.use_standby:
             full_env = {**worker_env(env), PARENT_ENV: str(os.getpid())}
             ISOLATED.prepare(full_env, jobs_root)
