@@ -43,6 +43,8 @@ def latest_rows(results: Path) -> dict[tuple[str, str], tuple[str, dict]]:
         for row in (data.get("rows") if isinstance(data, dict) else data) or []:
             if any(f in (row.get("detail") or "") for f in RUN_FAULTS):
                 continue
+            if row.get("status") == "unfinished" and (row["level"], row["problem"]) in rows:
+                continue  # a call's time limit stopped it: an earlier finished row stands
             rows[(row["level"], row["problem"])] = (path.name, row)
     return rows
 

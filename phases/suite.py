@@ -25,9 +25,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,8 @@ class Problem:
 @dataclass
 class SuiteRow:
     """One problem's outcome. `status`: verified, rejected, import failed, codegen failed,
-    failed (verification or timing could not run), timeout."""
+    failed (verification or timing could not run), timeout, unfinished (the suite was stopped
+    while the problem ran: `unfinished_rows`)."""
 
     problem: str
     level: str
@@ -201,6 +202,48 @@ def worker_threads(jobs: int) -> int:
 
 
 _CODEGEN_LOCK = threading.Lock()
+
+_LIVE: dict[str, tuple[SuiteRow, str, float, float]] = {}
+"""Problems running now: their row so far, the step they are in, when that step began and when
+the problem began (`unfinished_rows`)."""
+_LIVE_LOCK = threading.Lock()
+
+
+def _begin(problem: Problem) -> None:
+    """`problem` starts (`run_problem`): its steps are followed until `_end`."""
+    now = time.perf_counter()
+    with _LIVE_LOCK:
+        _LIVE[problem.name] = (SuiteRow(problem.name, problem.level, str(problem.file)),
+                               "start", now, now)
+
+
+def _step(row: SuiteRow, step: str) -> None:
+    """`row`'s problem enters `step` (import, codegen, verify, regions, time); a problem not
+    started by `run_problem` (a step called on its own) is not followed."""
+    now = time.perf_counter()
+    with _LIVE_LOCK:
+        if row.problem in _LIVE:
+            _LIVE[row.problem] = (row, step, now, _LIVE[row.problem][3])
+
+
+def _end(problem: Problem) -> None:
+    with _LIVE_LOCK:
+        _LIVE.pop(problem.name, None)
+
+
+def unfinished_rows() -> list[SuiteRow]:
+    """A row for each problem still running, for a suite that is being stopped (a device
+    call's time limit, Ctrl-C): status `unfinished`, the step it was in and for how long, the
+    seconds of the steps it had finished. A problem that never ends its row otherwise leaves
+    no trace of where its time went."""
+    now = time.perf_counter()
+    with _LIVE_LOCK:
+        live = list(_LIVE.values())
+    return [replace(row, status="unfinished",
+                    detail=f"stopped during {step}, {now - since:.0f} s into it "
+                           f"({now - began:.0f} s into the problem)",
+                    seconds={**row.seconds, step: now - since})
+            for row, step, since, began in live]
 """torch.export is not meant to run in several threads at once."""
 
 
@@ -230,6 +273,7 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     from kopt.phases.engineers.offline.engineer import FIXED_LEAD_NOTE
 
     row = SuiteRow(problem.name, problem.level, str(problem.file))
+    _step(row, "import")
     t0 = time.perf_counter()
     smoke: dict[str, Any] = {}
     out = root / "cases" / problem.name
@@ -254,6 +298,7 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
         row.status, row.detail = "import failed", str(smoke.get("warning") or "no smoke set")
         return row, case, None
 
+    _step(row, "codegen")
     t0 = time.perf_counter()
     try:
         with _CODEGEN_LOCK:
@@ -269,6 +314,7 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     candidate.parent.mkdir(parents=True, exist_ok=True)
     candidate.write_text(result.source)
 
+    _step(row, "verify")
     t0 = time.perf_counter()
     try:
         with gpu_gate.shared_window():
@@ -334,6 +380,7 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
     graph = replays_graph(source)
     if not space and not backend and not graph:
         return candidate
+    _step(row, "regions")
     t0 = time.perf_counter()
     input_set = default_input_set(case, device)
     files: dict[str, Path] = {}
@@ -410,6 +457,7 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
     times, the median of each: fills the row's times, speedups and % of floor."""
     from kopt.harness.bench import bench_case
 
+    _step(row, "time")
     t0 = time.perf_counter()
     timings: dict[str, list[dict[str, float]]] = {"eager": [], "compile": [], "kopt": []}
     """Each round's {median, p20, p80} per variant (`phases.outcome`'s shape)."""
@@ -454,6 +502,7 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
                 timing: dict[str, Any] | None = None, timeout: float = PROBLEM_TIMEOUT_S,
                 max_elements: int = DEFAULT_MAX_ELEMENTS) -> SuiteRow:
     """One problem end to end; never raises (a failure is the row's status)."""
+    _begin(problem)
     try:
         row, case, candidate = prepare_problem(problem, root, device=device, timeout=timeout,
                                                max_elements=max_elements)
@@ -479,6 +528,8 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
         return SuiteRow(problem.name, problem.level, str(problem.file), "failed",
                         f"{type(err).__name__}: {err}{where}"[:300],
                         traceback="".join(traceback.format_exception(err))[-8000:])
+    finally:
+        _end(problem)
 
 
 _SOURCE_ROOT = Path(__file__).resolve().parent.parent
@@ -559,8 +610,15 @@ def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: i
             if jobs <= 1:
                 rows = [one(p) for p in problems]
             else:
-                with ThreadPoolExecutor(max_workers=jobs) as pool:
-                    rows = list(pool.map(one, problems))
+                pool = ThreadPoolExecutor(max_workers=jobs)
+                try:
+                    futures = [pool.submit(one, p) for p in problems]
+                    pending = set(futures)
+                    while pending:  # short waits: a signal (Ctrl-C, SIGTERM), which may wake
+                        _, pending = wait(pending, timeout=0.5)  # another thread, is run here
+                    rows = [f.result() for f in futures]
+                finally:  # stopped: the caller writes what is running now, without waiting on it
+                    pool.shutdown(wait=False, cancel_futures=True)
     finally:
         from kopt.harness.kernelbench import close_probe_standby
 

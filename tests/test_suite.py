@@ -592,3 +592,114 @@ def test_a_gpu_suite_sets_up_its_gate_and_takes_it_away_after(
     assert suite._gated(240.0) == 240.0
     with suite._workspace(tmp_path, 1, gated=False):  # a CPU suite times nothing
         assert gpu_gate.from_env() is None
+
+
+def test_a_stopped_suite_says_where_each_running_problem_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM (what `timeout` sends at a device call's limit) stops the suite as Ctrl-C does
+    (exit 130), and each problem still running gets an `unfinished` row naming the step it was
+    in; `--resume` runs it again."""
+    import os
+    import signal
+
+    import kopt.workbench.commands.suite as cmd
+    from kopt.phases import suite
+    from kopt.phases.suite import SuiteResult, SuiteRow, row_from_dict, rows_file
+
+    (tmp_path / "level3").mkdir()
+    for name in ("2_a.py", "4_b.py"):
+        (tmp_path / "level3" / name).write_text("")
+    out = tmp_path / "r" / "suite"
+
+    def stopped_run_suite(problems, *, on_start, on_row, **kw):  # type: ignore[no-untyped-def]
+        on_row(_row("level3_2_a", "level3", 1.2, 1.0))
+        problem = next(p for p in problems if p.name == "level3_4_b")
+        suite._begin(problem)
+        row = SuiteRow("level3_4_b", "level3", str(problem.file))
+        suite._step(row, "import")
+        row.seconds["import"] = 1.5
+        suite._step(row, "verify")
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the suite")
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(cmd, "run_suite", stopped_run_suite)
+    try:
+        assert kopt(["suite", str(tmp_path / "level3"), "--out", str(out)]) == 130
+    finally:
+        suite._end(suite.Problem(tmp_path / "level3" / "4_b.py", "level3"))
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is put back
+    rows = [row_from_dict(json.loads(line)) for line in rows_file(out).read_text().splitlines()]
+    assert [(r.problem, r.status) for r in rows] == [("level3_2_a", "verified"),
+                                                    ("level3_4_b", "unfinished")]
+    assert rows[1].detail.startswith("stopped during verify, ") and rows[1].seconds["import"] == 1.5
+    assert "verify" in rows[1].seconds
+
+    ran: list[list[str]] = []
+
+    def resumed(problems, *, on_start, on_row, **kw):  # type: ignore[no-untyped-def]
+        ran.append([p.name for p in problems])
+        return SuiteResult([_row(p.name, "level3", 1.0, 1.0) for p in problems], "cpu", 1.0, "")
+
+    monkeypatch.setattr(cmd, "run_suite", resumed)
+    assert kopt(["suite", str(tmp_path / "level3"), "--out", str(out), "--resume"]) == 0
+    assert ran == [["level3_4_b"]]
+
+
+def test_a_problem_leaves_the_running_set_however_it_ends(tmp_path: Path) -> None:
+    """run_problem takes its problem out of the set `unfinished_rows` reads, with a row or a
+    bug alike: a finished suite has nothing unfinished."""
+    from kopt.phases import suite
+
+    (tmp_path / "level1").mkdir()
+    problem = suite.Problem(tmp_path / "level1" / "1_empty.py", "level1")
+    problem.file.write_text("")  # no Model: its import fails, with its row
+    row = suite.run_problem(problem, tmp_path, device="cpu")
+    assert row.status == "import failed" and "import" in row.seconds
+    assert suite.unfinished_rows() == []
+
+
+def test_a_stopped_suite_of_parallel_problems_does_not_wait_for_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --jobs 2 the problems run on threads: SIGTERM returns at once with an unfinished
+    row for each running problem, instead of waiting for them (a device call's `timeout`
+    kills the suite 5 s after its SIGTERM), even when the signal lands on a worker thread."""
+    import signal
+    import threading
+    import time
+
+    from kopt.phases import suite
+    from kopt.phases.suite import SuiteRow, row_from_dict, rows_file
+
+    (tmp_path / "level2").mkdir()
+    for name in ("1_a.py", "2_b.py"):
+        (tmp_path / "level2" / name).write_text("")
+    out = tmp_path / "r" / "suite"
+    release = threading.Event()
+    started = threading.Barrier(2)
+
+    def hanging(problem, root, **kw):  # type: ignore[no-untyped-def]
+        try:
+            suite._begin(problem)
+            suite._step(SuiteRow(problem.name, problem.level, str(problem.file)), "verify")
+            started.wait(timeout=30)
+            if problem.name.endswith("1_a"):  # delivered to this thread, not the main one:
+                signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # nothing wakes it
+            release.wait(timeout=60)
+            return SuiteRow(problem.name, problem.level, str(problem.file), "verified")
+        finally:
+            suite._end(problem)
+
+    monkeypatch.setattr(suite, "run_problem", hanging)
+    t0 = time.monotonic()
+    try:
+        code = kopt(["suite", str(tmp_path / "level2"), "--out", str(out), "--jobs", "2",
+                     "--device", "cpu"])
+        took = time.monotonic() - t0
+        written = rows_file(out).read_text().splitlines()  # (before the threads end)
+    finally:
+        release.set()
+    assert code == 130 and took < 30, (code, took)
+    rows = [row_from_dict(json.loads(line)) for line in written]
+    assert sorted((r.problem, r.status) for r in rows) == [("level2_1_a", "unfinished"),
+                                                           ("level2_2_b", "unfinished")]

@@ -2,13 +2,17 @@
 
 One row per problem (verified or the failing check, kernels, % of floor, speedup vs eager and
 vs torch.compile, codegen seconds), a summary overall and per level, a progress bar while it
-runs. Exit 0 when every problem verified, 1 when one did not, 2 bad input. See docs/SUITE.md.
+runs. Exit 0 when every problem verified, 1 when one did not, 2 bad input, 130 when stopped
+(Ctrl-C or SIGTERM, as `timeout` sends: the problems still running get an `unfinished` row
+that says the step they were in). See docs/SUITE.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +33,7 @@ from kopt.phases.suite import (
     row_from_dict,
     rows_file,
     run_suite,
+    unfinished_rows,
     write_reports,
 )
 from kopt.workbench.output import console, print_json_line
@@ -96,9 +101,15 @@ def _line(row: SuiteRow) -> str:
     return f"{escape(row.problem)}: {what} ({steps})"
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (a device call's time limit, `timeout`) stops the suite as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
 def _earlier_rows(path: Path, names: set[str]) -> list[SuiteRow]:
     """The rows an earlier run wrote to `path` for problems among `names` (the last row of a
-    problem wins); a line cut off by the kill that stopped that run is skipped."""
+    problem wins); a line cut off by the kill that stopped that run is skipped, and so is an
+    `unfinished` row (its problem runs again)."""
     rows: dict[str, SuiteRow] = {}
     if not path.is_file():
         return []
@@ -107,7 +118,7 @@ def _earlier_rows(path: Path, names: set[str]) -> list[SuiteRow]:
             row = row_from_dict(json.loads(line))
         except (ValueError, TypeError):
             continue
-        if row.problem in names:
+        if row.problem in names and row.status != "unfinished":
             rows[row.problem] = row
     return list(rows.values())
 
@@ -173,11 +184,21 @@ def handle(args: argparse.Namespace) -> int:
         progress.console.print(_line(row))
         progress.update(task, advance=1, description=escape(", ".join(running[-2:])))
 
-    with progress:
-        result = run_suite(problems, device=args.device, jobs=args.jobs, rounds=args.rounds,
-                           timing=timing, timeout=args.timeout,
-                           workdir=Path(args.keep) if args.keep else None,
-                           max_elements=args.max_elements, on_start=on_start, on_row=on_row)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
+    try:
+        with progress:
+            result = run_suite(problems, device=args.device, jobs=args.jobs, rounds=args.rounds,
+                               timing=timing, timeout=args.timeout,
+                               workdir=Path(args.keep) if args.keep else None,
+                               max_elements=args.max_elements, on_start=on_start, on_row=on_row)
+    except KeyboardInterrupt:
+        for row in unfinished_rows():  # where each running problem's time went, kept
+            on_row(row)
+        raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     if earlier:  # the earlier run's rows and this run's, in the order discovered
         order = {p.name: i for i, p in enumerate(every)}
         result = replace(result, rows=sorted([*earlier, *result.rows],
