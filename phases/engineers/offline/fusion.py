@@ -546,8 +546,7 @@ def partition(graph: Graph, policy: FusionPolicy | None = None,
     into the row reduction that reads them."""
     fold_flipped_scans(graph)
     simplify(graph)
-    policy = policy or FusionPolicy()
-    p = _Partitioner(graph, policy)
+    p = _Partitioner(graph, policy or FusionPolicy())
     bias_adds = split_conv_bias(graph, p.policy)
     for n in graph.nodes:
         p.place(n)

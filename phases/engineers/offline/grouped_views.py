@@ -32,7 +32,7 @@ def grouped_view(x: Node, v: Node) -> bool:
     return v.shape[2:] == ((c // g * spatial,) if v.rank == 3 else (c // g, spatial))
 
 
-def channel_in_view(x: Node, vec: Node, v: Node, tag: str) -> tuple[list[Node], Node]:
+def _channel_in_view(x: Node, vec: Node, v: Node) -> tuple[list[Node], Node]:
     """Per-channel values `vec` ((C,), one per channel of `x`) in the layout of `x`'s grouped
     view `v`: (G, C / G, 1) for a 4-D view; for a 3-D one, a (C, 1) column when each row is one
     channel (`flatten(2)`), else repeated over the spatial positions, (C, S) viewed as
@@ -44,19 +44,19 @@ def channel_in_view(x: Node, vec: Node, v: Node, tag: str) -> tuple[list[Node], 
     g_sym = v.sym[1]
     origin = vec.origin
     if v.rank == 4:
-        out = Node(f"{v.name}_{tag}_g", "view", [vec, [g_sym, -1, 1]], shape=(v.shape[1], v.shape[2], 1),
+        out = Node(f"{v.name}_{vec.name}_g", "view", [vec, [g_sym, -1, 1]], shape=(v.shape[1], v.shape[2], 1),
                    sym=(g_sym, v.sym[2], 1), dtype=vec.dtype, origin=origin)
         return [out], out
     if v.shape[1] == x.shape[1]:  # one channel a row
-        out = Node(f"{v.name}_{tag}_g", "view", [vec, [-1, 1]], shape=(v.shape[1], 1),
+        out = Node(f"{v.name}_{vec.name}_g", "view", [vec, [-1, 1]], shape=(v.shape[1], 1),
                    sym=(v.sym[1], 1), dtype=vec.dtype, origin=origin)
         return [out], out
-    col = Node(f"{v.name}_{tag}_col", "view", [vec, [-1, 1]], shape=(x.shape[1], 1),
+    col = Node(f"{v.name}_{vec.name}_col", "view", [vec, [-1, 1]], shape=(x.shape[1], 1),
                sym=(x.sym[1], 1), dtype=vec.dtype, origin=origin)
-    rep = Node(f"{v.name}_{tag}_rep", "expand", [col, [x.sym[1], spatial]],
+    rep = Node(f"{v.name}_{vec.name}_rep", "expand", [col, [x.sym[1], spatial]],
                shape=(x.shape[1], math.prod(x.shape[2:])), sym=(x.sym[1], spatial),
                dtype=vec.dtype, origin=origin)
-    out = Node(f"{v.name}_{tag}_g", "view", [rep, [g_sym, -1]], shape=v.shape[1:],
+    out = Node(f"{v.name}_{vec.name}_g", "view", [rep, [g_sym, -1]], shape=v.shape[1:],
                sym=v.sym[1:], dtype=vec.dtype, origin=origin)
     return [col, rep, out], out
 
@@ -70,9 +70,9 @@ def _redirect(users: dict[Node, list[Node]], old: Node, new: Node) -> None:
 def bias_after_grouped_view(graph: Graph, users: dict[Node, list[Node]], conv: Node,
                             bias: Node, v: Node) -> None:
     """The bias the convolution lost, added after a grouped view `v` of its output: v's
-    readers get `v + bias` in v's layout (`channel_in_view`; level-2 92's group norm read the
+    readers get `v + bias` in v's layout (`_channel_in_view`; level-2 92's group norm read the
     conv output this way, and ATen's bias pass after cuDNN took 0.405 ms of its forward)."""
-    made, gb = channel_in_view(conv, bias, v, "bias")
+    made, gb = _channel_in_view(conv, bias, v)
     add = Node(f"{v.name}_biased", "add", [v, gb], shape=v.shape, sym=v.sym, dtype=v.dtype,
                origin=f"{conv.origin}_bias")
     _redirect(users, v, add)
