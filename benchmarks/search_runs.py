@@ -5,7 +5,8 @@ first wrote), with where the seconds went. Run on a GPU machine from a scratch w
 
 Prints one row per run: wall seconds, the outcome, the optimizer's hypotheses, the
 accelerator's trials and whether it started from the tuning memory, and seconds per phase and
-per worker job kind (from `kopt run --json`'s `timing_breakdown`).
+per worker job kind, and per step inside each kind's jobs (from `kopt run --json`'s
+`timing_breakdown`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def main(cases: list[str]) -> int:
             print(f"{'':<26}jobs: " + ", ".join(
                 f"{k} {v['count']}x {v['seconds']:.1f}s ({v.get('standby', 0)} standby, import "
                 f"{v.get('import_s', 0):.1f}s)" for k, v in (b.get("jobs") or {}).items()))
+            for kind, v in (b.get("jobs") or {}).items():
+                if v.get("steps"):
+                    print(f"{'':<26}{kind} steps: " + ", ".join(
+                        f"{k} {t:.1f}" for k, t in sorted(v["steps"].items(), key=lambda kv: -kv[1])))
             if r["hypotheses"]:
                 print(f"{'':<26}hypotheses: " + "; ".join(r["hypotheses"]))
     return 0

@@ -241,9 +241,11 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
     """
     from kopt.harness.environment import describe_environment
     from kopt.harness.roofline import roofline_summary
+    from kopt.harness.steps import Steps
     from kopt.harness.timing import time_callable
     from kopt.harness.verification.fingerprints import TimedOutputs
 
+    steps = Steps()
     fwd = forward_impl
     case, device = fwd.case, fwd.device
     out_dir = Path(artifacts_dir) if artifacts_dir is not None else kopt_dir() / "artifacts"
@@ -251,23 +253,30 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
     label_dir.mkdir(parents=True, exist_ok=True)
 
     seed_everything(fwd.seed)
-    fwd.attach_buffer_sets()
-    fwd.rotate(0)  # the reference was computed on these values
-    out = output_tensors(fwd())
-    if device == "cuda":
-        torch.cuda.synchronize()
-    if on_output is not None:
-        on_output(out)
-    correctness = _parity(case, out, reference)
-    del out
+    with steps("buffer sets"):
+        fwd.attach_buffer_sets()
+    with steps("first call"):  # a candidate's Triton compiles happen here
+        fwd.rotate(0)  # the reference was computed on these values
+        out = output_tensors(fwd())
+        if device == "cuda":
+            torch.cuda.synchronize()
+    with steps("parity"):
+        if on_output is not None:
+            on_output(out)
+        correctness = _parity(case, out, reference)
+        del out
 
     # every timed call's outputs fingerprinted between calls, judged by the parent
     # (KOPT_TIMED_FINGERPRINTS=0 turns it off, for benchmarks/conditions_gpu.py's A/B)
     fingerprint = os.environ.get("KOPT_TIMED_FINGERPRINTS", "1") != "0"
     timed = TimedOutputs(fwd, rotate=fwd.rotate, record=fingerprint)
-    timing = time_callable(timed, device=device, rotate=timed.rotate, **(timing_options or {}))
-    peak = _peak_memory(fwd)
-    roofline = roofline_summary(case, fwd.input_set, device, timing.median_ms)
+    with steps("timing"):
+        timing = time_callable(timed, device=device, rotate=timed.rotate,
+                               **(timing_options or {}))
+    with steps("peak memory"):
+        peak = _peak_memory(fwd)
+    with steps("roofline"):
+        roofline = roofline_summary(case, fwd.input_set, device, timing.median_ms)
     seconds = timing.median_ms * 1e-3
     rates = {"gbps": roofline["bytes"] / seconds / 1e9 if seconds > 0 else None,
              "tflops": roofline["flops"] / seconds / 1e12 if seconds > 0 else None}
@@ -275,8 +284,9 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
     if use_profiler:
         from kopt.harness.profiling import profile_callable
 
-        profile = profile_callable(fwd, device=device, out_dir=label_dir / "profiler",
-                                   rotate=fwd.rotate).to_dict()
+        with steps("profile"):
+            profile = profile_callable(fwd, device=device, out_dir=label_dir / "profiler",
+                                       rotate=fwd.rotate).to_dict()
         profile["trace_file"] = "profiler/trace.json"  # relative to the label's folder
     metrics: dict[str, Any] = {
         "label": label,
@@ -302,6 +312,7 @@ def execute_variant(label: str, forward_impl: CaseForward, *, use_profiler: bool
         "profile": profile,
         "timed_outputs": {"calls": timed.calls,
                           "file": "timed_outputs.json" if fingerprint else None},
+        "steps": steps.to_dict(),
     }
     if fingerprint and on_timed_outputs is not None:
         on_timed_outputs(timed.fingerprints())

@@ -6,7 +6,9 @@ to it) and copied into the integrator manifest (`details.timing_breakdown`) and 
 through the run's real target and records the job's kind (`candidate`, `reference`,
 `measure`, `tune`, `bench`...), its wall seconds as the parent saw them, how the worker
 started (`cold` or `standby`) and, when the worker says, the seconds spent importing the
-candidate (`import_s`: Triton's compile of its kernels happens there or at first launch).
+candidate (`import_s`: Triton's compile of its kernels happens there or at first launch) and
+the seconds of each step inside the job (`steps`, harness.steps: CUDA's start, the inputs, the
+first call, the timed loop, the profiler, the supervisor's reference...).
 """
 
 from __future__ import annotations
@@ -30,14 +32,14 @@ class TimingBreakdown:
     phases: dict[str, float] = field(default_factory=dict)
     """Wall seconds of each phase (summed over resumes)."""
     jobs: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Per job kind: `count`, `seconds` (parent wall), `cold`, `standby`, `import_s`."""
+    """Per job kind: `count`, `seconds` (parent wall), `cold`, `standby`, `import_s`, and
+    `steps` (seconds per step inside the jobs, summed, where the worker reports them)."""
     engineer_s: float = 0.0
     """Seconds the engineers spent writing candidates (in the parent, no worker)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        jobs = {k: {n: round(v, 3) if isinstance(v, float) else v for n, v in d.items()}
-                for k, d in sorted(self.jobs.items())}
+        jobs = {k: {n: _rounded(v) for n, v in d.items()} for k, d in sorted(self.jobs.items())}
         return {"phases": {k: round(v, 3) for k, v in self.phases.items()},
                 "jobs": jobs, "engineer_s": round(self.engineer_s, 3),
                 "total_s": round(sum(self.phases.values()), 3),
@@ -72,6 +74,12 @@ class TimingBreakdown:
             imported = (response or {}).get("import_s")
             if isinstance(imported, int | float):
                 d["import_s"] = d.get("import_s", 0.0) + float(imported)
+            steps = (response or {}).get("steps")
+            if isinstance(steps, dict):  # seconds per step inside the job (harness.steps)
+                into = d.setdefault("steps", {})
+                for name, seconds in steps.items():
+                    if isinstance(seconds, int | float):
+                        into[str(name)] = into.get(str(name), 0.0) + float(seconds)
 
     @contextmanager
     def phase(self, name: str) -> Any:
@@ -90,6 +98,14 @@ class TimingBreakdown:
         finally:
             with self.lock:
                 self.engineer_s += time.monotonic() - t0
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
 
 
 def read_breakdown(run_dir: Path) -> dict[str, Any]:

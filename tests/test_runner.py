@@ -10,7 +10,12 @@ import pytest
 import torch
 
 from kopt.harness.errors import BadInputError
-from kopt.harness.runner import execute_variant, make_case_forward, measure_variant, reference_outputs
+from kopt.harness.runner import (
+    execute_variant,
+    make_case_forward,
+    measure_variant,
+    reference_outputs,
+)
 
 METRICS_KEYS = {"label", "case", "variant", "input_set", "device", "timing_label", "latency_ms",
                 "samples", "throughput", "peak_memory_bytes", "roofline", "correctness",
@@ -109,6 +114,28 @@ def test_measure_candidate_in_a_worker_copies_artifacts(workspace: Path) -> None
                           artifacts_root=workspace / "run-artifacts")
     assert bad["ok"] and bad["correctness"]["passed"] is False
     assert (workspace / "run-artifacts" / "layernorm_gelu-wrong" / "metrics.json").is_file()
+
+
+def test_a_clocked_run_says_which_step_of_a_measure_job_took_its_seconds(workspace: Path) -> None:
+    from kopt.harness.targets.resolve import resolve_target
+    from kopt.phases.breakdown import ClockedTarget, TimingBreakdown
+
+    breakdown = TimingBreakdown()
+    target = ClockedTarget(resolve_target(None), breakdown)
+    honest = _write(workspace, "honest", HONEST)
+    m = measure_variant("layernorm_gelu", honest, timing_options=FAST, profile=True, target=target)
+    assert m["ok"], m.get("error")
+    measure_variant("layernorm_gelu", "eager", timing_options=FAST, target=target)
+    jobs = breakdown.to_dict()["jobs"]["measure"]
+    assert jobs["count"] == 2
+    steps = jobs["steps"]
+    # the candidate's own steps, its supervisor's reference and the baseline's
+    assert {"candidate import", "model and inputs", "first call", "timing", "profile",
+            "supervisor reference", "reference"} <= set(steps)
+    assert all(v >= 0 for v in steps.values())
+    # the steps account for the job, not for more than it
+    assert sum(steps.values()) <= jobs["seconds"]
+    assert m["steps"]["timing"] > 0
 
 
 def test_hanging_candidate_is_killed_at_the_timeout(workspace: Path) -> None:

@@ -44,6 +44,8 @@ from typing import Any
 
 import torch
 
+from kopt.harness.steps import Steps
+
 CANDIDATE_MODULE = "kopt_candidate"
 NO_OP_LEAVES = frozenset({"to", "type_as", "resolve_conj", "resolve_neg"})
 """Aten ops that, as a leaf of the profiler's record (nothing beneath them), changed nothing:
@@ -55,23 +57,27 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     child through the plan, then writes the job's record after the child is gone."""
     from kopt.harness.jobs import supervised
 
-    staged = supervised.take_staged_inputs(job_dir)
+    record = _Record()
+    with record.steps("staged inputs"):
+        staged = supervised.take_staged_inputs(job_dir)
     out_dir = job_dir / "out"
     _progress(out_dir, "import")
     # The child knows where the case and the candidate are, not the plan: every set, draw and
     # condition reaches it over the link, after import.
     child_request = {k: v for k, v in request.items() if k != "sets"}
     pid, link = supervised.fork_child(lambda lk: _child(lk, job_dir, child_request))
-    record = _Record()
     try:
         _drive(link, request, staged, record, out_dir)
     except supervised.ChannelClosed as err:
         record.lost = str(err)
-    status = supervised.end_child(pid, link)
-    out = supervised.clear_out(job_dir)
-    for name, data in record.files.items():
-        (out / f"{name}.safetensors").write_bytes(data)
+    with record.steps("child's end"):
+        status = supervised.end_child(pid, link)
+    with record.steps("write outputs"):
+        out = supervised.clear_out(job_dir)
+        for name, data in record.files.items():
+            (out / f"{name}.safetensors").write_bytes(data)
     response = record.response
+    response["steps"] = record.steps.to_dict()
     response["pid"] = pid
     response["supervisor_pid"] = os.getpid()
     if record.lost and response.get("stage") != "done":
@@ -105,6 +111,7 @@ class _Record:
         self.lost = ""
         self.ops: dict[str, int] = {}
         self.launches: list[dict[str, Any]] = []
+        self.steps = Steps()
 
 
 def _expect(link: Any, record: _Record, want: str) -> dict[str, Any]:
@@ -138,7 +145,8 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
            out_dir: Path) -> None:
     resp = record.response
     try:
-        msg = _expect(link, record, "imported")
+        with record.steps("start and import"):
+            msg = _expect(link, record, "imported")
         resp["import_s"] = msg.get("import_s")
         _progress(out_dir, "forward")
         for item in request["sets"]:
@@ -150,7 +158,8 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
                        "views": item.get("views"), "instance": item.get("instance"),
                        "weights": staged[item.get("weights") or f"weights-{set_name}"]})
             resp["stage"] = "build"
-            _expect(link, record, "built")
+            with record.steps("build"):
+                _expect(link, record, "built")
             resp["stage"] = "forward"
 
             def forward(group: str, poison: str, out_name: str, post: str | None,
@@ -158,9 +167,10 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
                         conds: dict[str, Any] = conds) -> dict[str, Any]:
                 cond = conds.get(group) or {}
                 record.ops, record.launches = {}, []
-                link.send({"op": "inplace" if inplace else "forward", "inputs": staged[group],
-                           "poison": poison, "cond": cond})
-                msg = _expect(link, record, "forward")
+                with record.steps("forward calls"):
+                    link.send({"op": "inplace" if inplace else "forward",
+                               "inputs": staged[group], "poison": poison, "cond": cond})
+                    msg = _expect(link, record, "forward")
                 fact = dict(msg.get("fact") or {})
                 # Launches and ops are the ones streamed while forward ran, not a summary.
                 fact["launches"] = len(record.launches)
@@ -193,8 +203,9 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
                     continue
                 fact = forward(group, "a", f"cand-{group}", f"post-{group}", inplace=True)
                 facts[f"{key}_same_storage"] = bool(fact.get("inplace_same_storage"))
-            link.send({"op": "weights"})
-            msg = _expect(link, record, "weights")
+            with record.steps("weights after"):
+                link.send({"op": "weights"})
+                msg = _expect(link, record, "weights")
             record.files[f"weights-post-{set_name}"] = bytes(msg.get("data") or b"")
             reload = item.get("reload")
             if reload:  # a second state_dict into the same instance (depends_on_weights)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -69,16 +70,23 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
 
     from kopt.harness.case import load_case_dir
     from kopt.harness.runner import execute_variant, make_case_forward
+    from kopt.harness.steps import Steps
 
     send = link.send
+    steps = Steps()
     device = request["device"]
     if device == "cpu":
         torch.set_num_threads(int(request.get("cpu_threads", 1)))
+    with steps("cuda start"):
+        if device == "cuda":
+            torch.zeros(1, device="cuda")
     case = load_case_dir(job_dir / request["case_dir"])
     try:
-        cls = load_candidate_class(job_dir / request["candidate"])
-        forward = make_case_forward(case, device=device, input_set=request.get("input_set"),
-                                    seed=int(request.get("seed", 0)), model_cls=cls)
+        with steps("candidate import"):
+            cls = load_candidate_class(job_dir / request["candidate"])
+        with steps("model and inputs"):
+            forward = make_case_forward(case, device=device, input_set=request.get("input_set"),
+                                        seed=int(request.get("seed", 0)), model_cls=cls)
     except BaseException as err:  # candidate code: any failure is data
         send({"ev": "result", "response": _failure("candidate",
                                                     f"candidate does not load: {_first_line(err)}")})
@@ -102,6 +110,8 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
         send({"ev": "result", "response": _failure("candidate",
                                                     f"candidate failed while timing: {_first_line(err)}")})
         return
+    steps.merge(metrics.get("steps"))
+    metrics["steps"] = steps.to_dict()
     send({"ev": "result", "response": {"ok": True,
                                        "metrics": json.loads(json.dumps(metrics, default=str))}})
 
@@ -115,7 +125,10 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     from kopt.harness.errors import KoptError
     from kopt.harness.jobs import supervised
     from kopt.harness.runner import _parity, make_case_forward, reference_outputs
+    from kopt.harness.steps import Steps
 
+    steps = Steps()
+    t_child = time.monotonic()
     pid, link = supervised.fork_child(lambda lk: _child(lk, job_dir, request))
     sample: bytes | None = None
     prints: list[Any] | None = None
@@ -138,7 +151,13 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
         return {**_failure("candidate", _death(status, "no result")), "traceback": ""}
     if not result.get("ok"):
         return result
+    metrics = dict(result.get("metrics") or {})
+    child_steps = metrics.get("steps") or {}
+    steps.merge(child_steps)
+    steps.add("candidate process, other", max(0.0, time.monotonic() - t_child - sum(
+        v for v in child_steps.values() if isinstance(v, int | float))))
     # The reference, here and only now: the candidate's process is gone.
+    t_ref = time.monotonic()
     try:
         case = load_case_dir(job_dir / request["case_dir"])
         baseline = make_case_forward(case, device=request["device"],
@@ -150,7 +169,7 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     except Exception as err:  # the user's model raised on its own inputs
         return _failure("case", f"the baseline raised {_first_line(err)} (fix model.py or the "
                                 f"manifest's inputs)")
-    metrics = dict(result.get("metrics") or {})
+    steps.add("supervisor reference", time.monotonic() - t_ref)
     try:
         data = st_load(sample) if sample else {}
         out = [data[f"o{i}"] for i in range(len(data))]
@@ -170,10 +189,11 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     timed = metrics.get("timed_outputs") if isinstance(metrics.get("timed_outputs"), dict) else {}
     metrics["timed_outputs"] = {"calls": timed.get("calls"),
                                 "file": "timed_outputs.json" if fingerprinted else None}
+    metrics["steps"] = steps.to_dict()
     tmp = label_dir / "metrics.json.tmp"
     tmp.write_text(json.dumps(metrics, indent=1, default=str))
     tmp.replace(label_dir / "metrics.json")
-    return {"ok": True, "metrics": metrics}
+    return {"ok": True, "metrics": metrics, "steps": metrics["steps"]}
 
 
 def _run_baseline(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
@@ -182,7 +202,9 @@ def _run_baseline(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     from kopt.harness.case import load_case_dir
     from kopt.harness.errors import KoptError
     from kopt.harness.runner import execute_variant, make_case_forward, reference_outputs
+    from kopt.harness.steps import Steps
 
+    steps = Steps()
     device = request["device"]
     variant = request["variant"]
     input_set = request.get("input_set")
@@ -191,13 +213,18 @@ def _run_baseline(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
         # One intra-op thread: on a small shared machine OpenMP workers that lose their core
         # stall every op for milliseconds; one thread gives stable interpreter figures.
         torch.set_num_threads(int(request.get("cpu_threads", 1)))
+    with steps("cuda start"):
+        if device == "cuda":
+            torch.zeros(1, device="cuda")
     try:
-        case = load_case_dir(job_dir / request["case_dir"])
-        baseline = make_case_forward(case, device=device, input_set=input_set, seed=seed)
+        with steps("model and inputs"):
+            case = load_case_dir(job_dir / request["case_dir"])
+            baseline = make_case_forward(case, device=device, input_set=input_set, seed=seed)
     except KoptError as err:
         return _failure("case", err.one_line())
     try:
-        reference = reference_outputs(baseline)
+        with steps("reference"):
+            reference = reference_outputs(baseline)
     except Exception as err:  # the user's model raised on its own inputs
         cls = case.manifest.model.class_name
         return _failure("case", f"{case.model_file}: {cls}.forward raised {_first_line(err)} "
@@ -209,7 +236,8 @@ def _run_baseline(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     elif variant == "compile":
         forward = baseline.with_model(torch.compile(baseline.model))
         try:
-            forward()
+            with steps("torch.compile"):
+                forward()
         except Exception as err:
             return _failure("compile", f"torch.compile failed on {device}: {_first_line(err)}")
     else:
@@ -225,4 +253,6 @@ def _run_baseline(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     except Exception as err:
         kind = "candidate" if variant == "candidate" else variant
         return _failure(kind, f"{variant} failed while timing: {_first_line(err)}")
-    return {"ok": True, "metrics": metrics}
+    steps.merge(metrics.get("steps"))
+    metrics["steps"] = steps.to_dict()
+    return {"ok": True, "metrics": metrics, "steps": metrics["steps"]}

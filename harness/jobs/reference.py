@@ -26,41 +26,53 @@ import torch
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import instantiate, model_class
+    from kopt.harness.steps import Steps
     from kopt.harness.verification import draws, guards, tensors
 
     if any(name.startswith("kopt_candidate") for name in sys.modules) or "candidate" in request:
         raise RuntimeError("the reference worker must never see candidate code")
     device = request["device"]
+    steps = Steps()
     guards.set_precision(request.get("precision", "strict"))
+    with steps("cuda start"):
+        if device == "cuda":
+            torch.zeros(1, device="cuda")
     case = load_case_dir(job_dir / request["case_dir"])
     cls = model_class(case)
     facts: dict[str, Any] = {}
     for item in request["sets"]:
         set_name = item["name"]
         resolved = draws.resolve(case, item)
-        weights = tensors.load_bases(
-            job_dir / "inputs" / f"{item.get('weights', f'weights-{set_name}')}.safetensors", "cpu")
-        model = instantiate(cls, resolved, case.model_file)
-        model.load_state_dict(weights, strict=True)
-        model = model.to(device).eval()
+        with steps("model"):
+            weights = tensors.load_bases(
+                job_dir / "inputs" / f"{item.get('weights', f'weights-{set_name}')}.safetensors",
+                "cpu")
+            model = instantiate(cls, resolved, case.model_file)
+            model.load_state_dict(weights, strict=True)
+            model = model.to(device).eval()
         set_facts: dict[str, Any] = {}
         for i, group in enumerate(item["groups"]):
-            bases = tensors.load_bases(job_dir / "inputs" / f"{group}.safetensors", device)
-            inputs = draws.materialize(resolved, bases, device, item.get("views"))
-            recorder = guards.OpRecorder()
-            with torch.no_grad(), recorder:
-                result = model(*inputs.args, **inputs.kwargs)
-            outs, structure = tensors.flatten_outputs(result)
-            tensors.save_tensors(outs, job_dir / "out" / f"ref-{group}.safetensors")
+            with steps("inputs"):
+                bases = tensors.load_bases(job_dir / "inputs" / f"{group}.safetensors", device)
+                inputs = draws.materialize(resolved, bases, device, item.get("views"))
+            with steps("forward calls"):
+                recorder = guards.OpRecorder()
+                with torch.no_grad(), recorder:
+                    result = model(*inputs.args, **inputs.kwargs)
+            with steps("write outputs"):
+                outs, structure = tensors.flatten_outputs(result)
+                tensors.save_tensors(outs, job_dir / "out" / f"ref-{group}.safetensors")
             if i == 0:
                 set_facts = {"structure": structure, "compute_ops": recorder.compute_ops(),
                              "compute_elements": dict(recorder.elements)}
             if item.get("truth"):
-                problem = _write_truth(model, inputs, job_dir / "out" / f"truth-{group}.safetensors")
+                with steps("float64 truth"):
+                    problem = _write_truth(model, inputs,
+                                           job_dir / "out" / f"truth-{group}.safetensors")
                 if problem:
                     set_facts["truth_error"] = problem
         facts.setdefault(set_name, set_facts)  # a set's second entry (other weights) adds outputs
-    return {"ok": True, "pid": os.getpid(), "sets": facts}
+    return {"ok": True, "pid": os.getpid(), "sets": facts, "steps": steps.to_dict()}
 
 
 def _as_float64(value: Any) -> Any:
