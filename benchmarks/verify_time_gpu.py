@@ -46,7 +46,7 @@ def main() -> int:
     t0 = time.monotonic()
     probe = subprocess.run([sys.executable, "-c", _STEPS, args.case, args.candidate, args.device],
                            capture_output=True, text=True, env=env)
-    print(f"in one process ({time.monotonic() - t0:.1f} s):\n{probe.stdout.strip()[-900:]}"
+    print(f"in one process ({time.monotonic() - t0:.1f} s):\n{probe.stdout.strip()[-2000:]}"
           f"{probe.stderr.strip()[-600:] if probe.returncode else ''}")
     return 0
 
@@ -55,12 +55,19 @@ _STEPS = """
 import sys, time
 t0 = time.monotonic()
 from kopt.harness.verify import verify_candidate
+from kopt.harness.targets.resolve import resolve_target
+from kopt.phases.breakdown import ClockedTarget, TimingBreakdown
 imported = time.monotonic() - t0
 for n in (1, 2):  # the second as watch mode and the TUI verify: standbys ready, nothing imported
+    b = TimingBreakdown()
     t0 = time.monotonic()
-    r = verify_candidate(sys.argv[1], sys.argv[2], device=sys.argv[3])
+    r = verify_candidate(sys.argv[1], sys.argv[2], device=sys.argv[3],
+                         target=ClockedTarget(resolve_target(None), b))
     print(f"verification {n}: {time.monotonic() - t0:.2f} s (" + (f"import {imported:.2f} s, " if n == 1 else "")
           + ", ".join(f"{k} {v:.2f} s" for k, v in r.steps.items()) + f"), accepted {r.accepted}")
+    for kind, d in b.to_dict()["jobs"].items():
+        print(f"  {kind} job {d['seconds']:.2f} s ({'standby' if d.get('standby') else 'cold'}): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in (d.get("steps") or {}).items()))
 """
 
 
