@@ -83,6 +83,12 @@ class IterationRecorder:
         self.notes = ""
         self.hypothesis: str | None = None
         """The name of the hypothesis this round tests (the offline strategy space), or None."""
+        self.profiles: dict[int, dict[str, Any]] = {}
+        """Per iteration, the profile its own timing job took (GPU only): the next round's
+        facts read it from here instead of timing the same kernel again in a second job."""
+        self.profiled = ctx.device == "cuda"
+        """Whether an accepted candidate's timing job also profiles it (after its timed loop,
+        so the figure is the same). The CPU interpreter's profile would time the interpreter."""
         # a kill between a commit and its record leaves an iteration only git knows about
         self.committed = max((i.iteration for i in get_run(ctx.run_id, ctx.root).iterations),
                              default=0)
@@ -114,9 +120,13 @@ class IterationRecorder:
         ctx.check_cancel()
         metrics = None
         if report.accepted:
-            metrics = ctx.measure_variant(kernel, label=f"iter-{self.next_iteration}")
+            metrics = ctx.measure_variant(kernel, label=f"iter-{self.next_iteration}",
+                                          **self._profile_kw())
             ctx.check_cancel()
         return self.record(report, metrics)
+
+    def _profile_kw(self) -> dict[str, Any]:
+        return {"profile": True} if self.profiled else {}
 
     def verify_many(self, rels: list[str]) -> list[VerifyResult]:
         """Verify several candidates at once (one per free slot of the run), time the accepted
@@ -150,7 +160,8 @@ class IterationRecorder:
         reports = ctx.verify_candidates([staged[k] for k in order]) if order else []
         ctx.check_cancel()
         accepted = [i for i, report in enumerate(reports) if report.accepted]
-        timed = ctx.measure_variants([(staged[order[i]], f"iter-{first + i}") for i in accepted])
+        timed = ctx.measure_variants([(staged[order[i]], f"iter-{first + i}") for i in accepted],
+                                     **self._profile_kw())
         ctx.check_cancel()
         metrics = dict(zip(accepted, timed, strict=True))
         kernel = self._kernel_path()
@@ -215,6 +226,8 @@ class IterationRecorder:
                   "median_ms": median, "speedup": speedup, "pct_of_floor": pct,
                   "author": self.author, "phase": self.phase, "report_text": report.to_text()}
         self.records.append(record)
+        if accepted and isinstance((metrics or {}).get("profile"), dict):
+            self.profiles[n] = metrics["profile"]
         with open(self.log, "a") as f:
             f.write(json.dumps(record, default=str) + "\n")
         self.events(Event(ITERATION, self.phase, subject, {
@@ -474,8 +487,9 @@ def _profile_facts(ctx: RunContext, rec: IterationRecorder, kernels: list[dict[s
     time); the CPU interpreter's profile would time the interpreter, so there the facts hold
     the kernels' kinds and the roofline's bound only."""
     last = rec.records[-1]
-    profile = None
-    if ctx.device == "cuda" and last.get("verdict") == "accepted" and Path(last["kernel"]).is_file():
+    profile = rec.profiles.get(int(last["iteration"]))  # taken by the iteration's own timing
+    if profile is None and ctx.device == "cuda" and last.get("verdict") == "accepted" \
+            and Path(last["kernel"]).is_file():  # e.g. a resumed run: profile it now
         m = ctx.measure_variant(Path(last["kernel"]), profile=True,
                                 label=f"profile-iter-{last['iteration']}")
         profile = m.get("profile")

@@ -284,12 +284,13 @@ class RunContext:
         return measure_variant(self.case, variant, device=self.device,
                                artifacts_root=self.artifacts_dir, input_set=self.input_set, **kw)
 
-    def measure_variants(self, variants: list[tuple[str | Path, str]]) -> list[dict[str, Any]]:
+    def measure_variants(self, variants: list[tuple[str | Path, str]],
+                         **kw: Any) -> list[dict[str, Any]]:
         """Time several (variant, label) at once on the timing slots; metrics in order."""
         if self.serial:
-            return [self.measure_variant(v, label=label) for v, label in variants]
+            return [self.measure_variant(v, label=label, **kw) for v, label in variants]
         return self.evaluate([lambda t, v=v, label=label: self.measure_variant(v, target=t,
-                                                                               label=label)
+                                                                               label=label, **kw)
                               for v, label in variants], timing=True)
 
     def verify_candidate(self, path: Path, *, target: Any = None, **kw: Any) -> Any:

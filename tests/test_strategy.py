@@ -103,6 +103,27 @@ def test_each_round_tests_a_different_hypothesis_and_its_commit_says_which(
     assert [r["hypothesis"] for r in rounds] == [None, *tested]
 
 
+def test_each_accepted_kernel_is_timed_once_and_its_profile_comes_from_that_job(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = gpu_fakes(monkeypatch, engineer=HypothesisEngineer)
+    inner = f["measure"]
+    calls: list[tuple[str, str | None, bool]] = []
+
+    def measure(case, variant, **kw):  # type: ignore[no-untyped-def]
+        calls.append((Path(str(variant)).name, kw.get("label"), bool(kw.get("profile"))))
+        return inner(case, variant, **kw)
+
+    f["measure"] = measure
+    run_pipeline("layernorm_gelu", iterations=3, run_id="r1", phases="architect,optimizer",
+                 fakes=f)
+    kernels = [c for c in calls if c[0] not in ("eager", "compile")]
+    # one timing job per iteration, profiled in that job; no second "profile-iter-N" job
+    assert [c[1] for c in kernels] == ["iter-1", "iter-2", "iter-3"]
+    assert all(c[2] for c in kernels)
+    opt = read_manifest(repo / "manifests/r1/optimizer.json")
+    assert len(opt.details["hypotheses"]) == 2  # the facts still chose each round's test
+
+
 def test_a_hypothesis_that_repeats_a_verified_kernel_gives_way_to_the_next(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     class Stubborn(HypothesisEngineer):
