@@ -206,14 +206,19 @@ def ceilings(device: str = "cuda", *, refresh: bool = False) -> Ceilings:
 
 
 def measure_ceilings() -> Ceilings:
-    """Measure this GPU's copy bandwidth and matmul rates (a few seconds)."""
+    """Measure this GPU's copy bandwidth and matmul rates (about 5 s)."""
     from kopt.harness import gpu_gate
     from kopt.harness.timing import time_callable
 
     def timed(fn: Any) -> float:
+        # Short windows: a peak rate is what the GPU does before its power limit pulls the
+        # clock down, and a higher ceiling only lowers every % of floor. The timer's long-call
+        # defaults (2 s warm-up, 3 s window: for figures that are compared) made this 21 s on
+        # an H100 (2026-11-27, the first measure job of a fresh machine); now about 5 s.
         with gpu_gate.timing_window():
             return time_callable(fn, device="cuda", flush_l2=False, min_iters=10,
-                                 max_iters=100, max_seconds=3.0).median_ms
+                                 max_iters=100, max_seconds=1.0, min_seconds=0.3,
+                                 warmup_seconds=0.5).median_ms
 
     def copy_ms() -> float:
         src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device="cuda").normal_()

@@ -243,11 +243,14 @@ def time_callable(
     max_seconds: float | None = None,
     warmup: int | None = None,
     min_seconds: float | None = None,
+    warmup_seconds: float | None = None,
 ) -> Timing:
     """Time `fn()` on `device` (`cuda` or `cpu`); `rotate(i)` swaps in input buffer set i.
 
     Defaults per device: see the GPU_* and CPU_* constants above. `min_seconds` (GPU) is the
-    least timed wall time before the median may count as converged.
+    least timed wall time before the median may count as converged; `warmup_seconds` (GPU)
+    the least warm-up wall time (default: GPU_WARMUP_SECONDS, or GPU_LONG_WARMUP_SECONDS for
+    long calls).
     """
     gpu = device == "cuda" or str(device).startswith("cuda")
     if gpu:
@@ -257,7 +260,8 @@ def time_callable(
             max_iters=GPU_MAX_ITERS if max_iters is None else max_iters,
             rel_err_target=rel_err_target,
             max_seconds=GPU_MAX_SECONDS if max_seconds is None else max_seconds,
-            warmup=GPU_WARMUP if warmup is None else warmup, min_seconds=min_seconds)
+            warmup=GPU_WARMUP if warmup is None else warmup, min_seconds=min_seconds,
+            warmup_seconds=warmup_seconds)
     return _time_cpu(
         fn, rotate=rotate,
         min_iters=CPU_MIN_ITERS if min_iters is None else min_iters,
@@ -293,7 +297,8 @@ def _time_cpu(fn: Callable[[], Any], *, rotate: Callable[[int], None] | None, mi
 
 def _time_cuda(fn: Callable[[], Any], *, rotate: Callable[[int], None] | None, flush_l2: bool,
                min_iters: int, max_iters: int, rel_err_target: float, max_seconds: float,
-               warmup: int, min_seconds: float | None) -> Timing:
+               warmup: int, min_seconds: float | None,
+               warmup_seconds: float | None = None) -> Timing:
     flush = l2_flush_buffer() if flush_l2 else None
 
     def prepare(i: int) -> None:
@@ -306,7 +311,7 @@ def _time_cuda(fn: Callable[[], Any], *, rotate: Callable[[int], None] | None, f
     _cuda_synchronize()
     warm_start = _perf_counter()
     calls = 0
-    budget_s = GPU_WARMUP_SECONDS
+    budget_s = GPU_WARMUP_SECONDS if warmup_seconds is None else warmup_seconds
     while calls < warmup or (_perf_counter() - warm_start < budget_s
                              and calls < 200 * max(warmup, 1)):
         prepare(calls)
@@ -315,7 +320,9 @@ def _time_cuda(fn: Callable[[], Any], *, rotate: Callable[[int], None] | None, f
         if calls >= warmup:
             _cuda_synchronize()
             per_call_ms = (_perf_counter() - warm_start) * 1e3 / calls
-            budget_s = GPU_LONG_WARMUP_SECONDS if per_call_ms >= GPU_LONG_CALL_MS else GPU_WARMUP_SECONDS
+            if warmup_seconds is None:
+                budget_s = (GPU_LONG_WARMUP_SECONDS if per_call_ms >= GPU_LONG_CALL_MS
+                            else GPU_WARMUP_SECONDS)
     _cuda_synchronize()
     if min_seconds is None:  # long (compute-bound, power-limited) calls: a longer window
         per_call_ms = (_perf_counter() - warm_start) * 1e3 / max(calls, 1)

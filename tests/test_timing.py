@@ -237,3 +237,26 @@ def test_profile_summary_ranks_device_kernels() -> None:
     assert prof.kernels[0].total_ms == pytest.approx(3.0)
     assert prof.kernels[0].pct == pytest.approx(75.0)
     assert summarize(rows, by="cpu", iterations=5).kernels[0].name == "aten::mm"
+
+
+def test_a_given_warmup_overrides_the_long_call_warmup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ceilings' measurement asks for a short warm-up: a long call (>= GPU_LONG_CALL_MS)
+    must not stretch it to GPU_LONG_WARMUP_SECONDS; without the argument it still does."""
+    flush = torch.zeros(16, dtype=torch.int32)
+    monkeypatch.setattr(timing, "_CudaEvent", _FakeEvent)
+    monkeypatch.setattr(timing, "_event_record", lambda e, stream=None: e.record())
+    monkeypatch.setattr(timing, "_event_elapsed", lambda s, e: (e.t - s.t) * 1e3)
+    monkeypatch.setattr(timing, "_cuda_synchronize", lambda: None)
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda device_index=None: flush)
+    monkeypatch.setattr(timing, "GPU_LONG_WARMUP_SECONDS", 0.4)
+    monkeypatch.setattr(timing, "GPU_WARMUP_SECONDS", 0.0)
+
+    def fn() -> None:
+        _busy_real(1.0)  # a long call
+
+    kw = {"device": "cuda", "min_iters": 5, "max_iters": 5, "rel_err_target": 1.0,
+          "min_seconds": 0.0, "warmup": 2}
+    short = time_callable(fn, warmup_seconds=0.02, **kw)
+    default = time_callable(fn, **kw)
+    assert short.warmup <= 60  # ~20 calls of 1 ms
+    assert default.warmup >= 250  # ~400: 1 ms calls filled the 0.4 s long warm-up
