@@ -167,7 +167,7 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
                         conds: dict[str, Any] = conds) -> dict[str, Any]:
                 cond = conds.get(group) or {}
                 record.ops, record.launches = {}, []
-                with record.steps("forward calls"):
+                with record.steps("compiled calls" if cond.get("compile") else "forward calls"):
                     link.send({"op": "inplace" if inplace else "forward",
                                "inputs": staged[group], "poison": poison, "cond": cond})
                     msg = _expect(link, record, "forward")
