@@ -166,3 +166,47 @@ def test_a_variable_torch_sets_on_import_does_not_turn_a_standby_away() -> None:
     assert standby._same_env({**base, "KOPT_CACHE": "/b"}, base)  # kopt's own: handed over
     assert not standby._same_env(cache, {**cache, "TORCHINDUCTOR_CACHE_DIR": "/elsewhere"})
     assert not standby._same_env(base, {**base, "PYTHONHASHSEED": "7"})
+
+
+def test_kopt_verify_starts_both_workers_before_its_own_imports(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kopt verify` starts the reference's isolated interpreter and the candidate's worker
+    before the CLI imports its command modules (and torch with them), and the verification's
+    jobs take those two processes."""
+    from kopt.harness.targets.local import ISOLATED
+    from kopt.workbench import cli
+
+    corpus = Path(__file__).parent / "corpus"
+    seen: dict[str, object] = {}
+    build = cli.build_parser
+
+    def spying_build():  # type: ignore[no-untyped-def]
+        seen["isolated"], seen["standby"] = ISOLATED._proc, standby.STANDBY._proc
+        return build()
+
+    taken: list[object] = []
+    for waiting in (ISOLATED, standby.STANDBY):
+        def recording_take(env, job_dir=None, take=waiting.take):  # type: ignore[no-untyped-def]
+            proc = take(env, job_dir)
+            taken.append(proc)
+            return proc
+
+        monkeypatch.setattr(waiting, "take", recording_take)
+    monkeypatch.setattr(cli, "build_parser", spying_build)
+    code = cli.main(["verify", str(corpus / "cases" / "softmax_small"),
+                     str(corpus / "honest" / "softmax.py"), "--device", "cpu"])
+    assert code == 0
+    assert seen["isolated"] is not None and seen["standby"] is not None
+    # the reference's job, then the candidate's, each took the process started first
+    assert taken[:2] == [seen["isolated"], seen["standby"]], taken
+
+
+def test_early_workers_only_for_a_local_verification() -> None:
+    from kopt.workbench import early_workers
+
+    for argv in (["run", "softmax"], ["verify", "--help"], ["verify", "c", "k", "--target", "gpu1"],
+                 ["verify", "c", "k", "--no-sandbox"], ["verify", "c", "k", "--device", "tpu"], []):
+        assert early_workers.start(argv) is False, argv
+    assert standby.STANDBY._proc is None
+    assert early_workers._device(["verify", "c", "k", "--device=cpu"]) == "cpu"
+    assert early_workers._device(["verify", "c", "k", "--device", "cuda"]) == "cuda"

@@ -68,6 +68,9 @@ def _check_names(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from kopt.workbench import early_workers
+
+    early_workers.start(sys.argv[1:] if argv is None else list(argv))  # before torch's import
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

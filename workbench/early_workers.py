@@ -1,0 +1,51 @@
+"""`kopt verify` starts its verification's two workers before this process imports torch.
+
+A verification's critical path on a GPU host was: this process imports torch (1.8 s on the
+H100 host), draws the inputs, then waits for the reference's isolated interpreter, prepared
+only then, to finish its own import of torch (harness.targets.standby). Started here, before
+the command modules are imported, both workers import while this process does: the standbys
+are the same `ISOLATED` and `STANDBY` the verifier prepares, so its own `prepare` finds them
+waiting and its jobs take them when their environment matches.
+
+The device is `--device` when given; otherwise a guess (a GPU when the NVIDIA driver's device
+node exists), because reading the case's `device:` needs torch. A wrong guess costs one
+discarded process: a job never takes a standby started with another environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+COMMANDS = frozenset({"verify"})
+
+
+def _device(argv: list[str]) -> str:
+    for i, arg in enumerate(argv):
+        if arg == "--device" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--device="):
+            return arg.split("=", 1)[1]
+    return "cuda" if Path("/dev/nvidiactl").exists() else "cpu"
+
+
+def start(argv: list[str]) -> bool:
+    """Start the standbys for `argv`'s command when it verifies locally; True if started."""
+    if not argv or argv[0] not in COMMANDS:
+        return False
+    if any(a in ("-h", "--help", "--no-sandbox") or a.startswith("--target") for a in argv):
+        return False  # help only, another sandbox setting, or another machine
+    device = _device(argv)
+    if device not in ("cuda", "cpu"):
+        return False
+    from kopt.harness.paths import kopt_dir
+    from kopt.harness.targets.local import LocalTarget
+
+    try:
+        root = kopt_dir() / "jobs"
+        root.mkdir(parents=True, exist_ok=True)
+        LocalTarget().prepare({"TRITON_INTERPRET": "1"} if device == "cpu" else {}, root)
+    except OSError:
+        return False
+    return bool(os.environ.get("KOPT_WORKER_STANDBY", "1").strip().lower()
+                not in ("0", "false", "no", "off"))
