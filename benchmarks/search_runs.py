@@ -37,7 +37,18 @@ def run_once(case: str, home: Path) -> dict:
         if (run_dir / "optimizer.json").is_file() else {}
     acc = json.loads((run_dir / "accelerator.json").read_text())["details"] \
         if (run_dir / "accelerator.json").is_file() else {}
+    timings = []
+    for f in sorted((run_dir / "artifacts").glob("*/metrics.json")):
+        try:
+            m = json.loads(f.read_text())
+        except ValueError:
+            continue
+        t = m.get("timing") or {}
+        timings.append(f"{f.parent.name} {t.get('median_ms', 0):.4f} ms x{t.get('samples')} "
+                       f"({t.get('stop_reason')}, warm-up {t.get('warmup')}) "
+                       f"timing {(m.get('steps') or {}).get('timing', 0):.1f}s")
     return {"case": case, "wall_s": wall, "outcome": (result.get("outcome") or {}).get("summary"),
+            "timings": timings,
             "rounds": len(opt.get("iterations", [])),
             "hypotheses": [h["name"] for h in opt.get("hypotheses", [])],
             "trials": (acc.get("budget") or {}).get("trials_run"),
@@ -67,6 +78,8 @@ def main(cases: list[str]) -> int:
                 if v.get("steps"):
                     print(f"{'':<26}{kind} steps: " + ", ".join(
                         f"{k} {t:.1f}" for k, t in sorted(v["steps"].items(), key=lambda kv: -kv[1])))
+            if r.get("timings"):
+                print(f"{'':<26}timed: " + "; ".join(r["timings"]))
             if r["hypotheses"]:
                 print(f"{'':<26}hypotheses: " + "; ".join(r["hypotheses"]))
     return 0

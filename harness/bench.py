@@ -82,6 +82,10 @@ def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: st
               for i in range(POOL)}
     groups["check"] = {k: draw_tensor(s, secrets.randbits(62)) for k, s in specs.items()}
     groups["weights"] = agent_provide_weights(case, set_name)
+    if dev == "cuda":  # the window the case's work calls for; the caller's options win
+        from kopt.harness.roofline import timing_window
+
+        timing_options = {**timing_window(case, set_name), **(timing_options or {})}
     request = {"device": dev, "precision": case.manifest.precision, "input_set": set_name,
                "interpret": dev == "cpu", "pool": [f"pool{i}" for i in range(POOL)],
                "check": "check", "timing_options": timing_options or {}}

@@ -161,6 +161,31 @@ def case_cost(case: Case, input_set: str = "main") -> Cost:
                 output_bytes=output_bytes)
 
 
+_WINDOWS: dict[tuple[str, str], dict[str, float]] = {}
+
+
+def timing_window(case: Case, input_set: str) -> dict[str, float]:
+    """The GPU timer's window for `case` (timing options; {} keeps the timer's defaults).
+
+    The defaults stretch to a 2 s warm-up and a 3 s window for calls of 0.5 ms or more, for
+    compute-bound products whose clock settles under load (harness.timing). A case that does
+    no matmul-like work (0 FLOPs counted) gets the short window at any call length: memory-bound
+    medians spread 0.24% or less across five runs with it (H100, 2026-11-22), and the long one
+    cost a 1 ms eager RMSNorm 5.5 s per timing (H100, 2026-11-27). Computed in the parent, so
+    nothing a candidate does chooses its own window; once per case and input set."""
+    from kopt.harness.timing import GPU_MIN_SECONDS, GPU_WARMUP_SECONDS
+
+    key = (str(case.directory), input_set)
+    if key not in _WINDOWS:
+        try:
+            flops = case_cost(case, input_set).flops
+        except Exception:  # noqa: BLE001 (no count: the timer's defaults)
+            flops = None
+        _WINDOWS[key] = ({"min_seconds": GPU_MIN_SECONDS, "warmup_seconds": GPU_WARMUP_SECONDS}
+                         if flops == 0 else {})
+    return dict(_WINDOWS[key])
+
+
 def case_dtype(case: Case, input_set: str = "main") -> str:
     """The dtype that sets the compute ceiling: the largest floating-point input's."""
     specs = [s for s in case.input_set(input_set).tensor_specs()

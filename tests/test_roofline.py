@@ -118,3 +118,18 @@ def test_gpu_ceilings_are_measured_once_and_cached(workspace: Path) -> None:
 
     assert list((cache_dir() / "ceilings").glob("*.json"))
     assert ceilings("cuda") == first
+
+
+def test_a_case_without_products_gets_the_short_timing_window(workspace: Path) -> None:
+    """Memory-bound work (0 FLOPs) is timed in the timer's short window at any call length;
+    a case with a product keeps the timer's defaults, which stretch for long calls."""
+    from kopt.harness import timing
+    from kopt.harness.roofline import timing_window
+
+    short = timing_window(load_case("rmsnorm"), "smoke")
+    assert short == {"min_seconds": timing.GPU_MIN_SECONDS,
+                     "warmup_seconds": timing.GPU_WARMUP_SECONDS}
+    assert timing_window(load_case("linear_bias_gelu"), "smoke") == {}
+    assert timing_window(load_case("gated_mlp"), "smoke") == {}
+    short["min_seconds"] = 99.0  # a caller's copy: the cached window is unchanged
+    assert timing_window(load_case("rmsnorm"), "smoke")["min_seconds"] == timing.GPU_MIN_SECONDS
