@@ -109,37 +109,6 @@ def _interpreter_support() -> None:
 STANDBY_FLAG = "--standby"
 
 
-def warm_up_dynamo() -> bool:
-    """Dynamo's first compile in a process sets up most of its machinery (AOT autograd, the FX
-    passes, the symbolic-shape environment): seconds that the verifier's torch.compile draw
-    (harness.verification.conditions) paid inside every candidate job on a GPU (2.5 of a small
-    candidate job's 3.8 s on the H100, 2026-11-27, most of it the compile). A standby that
-    will serve GPU jobs compiles one small module of its own with that draw's backend, on the
-    CPU, then resets dynamo: no compiled code, guard or cache entry of it is left (a 2-core CPU:
-    a module's first compile 0.54 s -> 0.26 s after it). Off on the CPU interpreter, where the
-    draw is simulated; a failure only means the job pays the set-up itself."""
-    import torch
-
-    class _Probe(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.linear = torch.nn.Linear(4, 4)
-            self.norm = torch.nn.LayerNorm(4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y = torch.nn.functional.gelu(self.norm(self.linear(x)))
-            return torch.softmax(y, dim=-1) + x.mean(dim=-1, keepdim=True)
-
-    try:
-        with torch.no_grad():
-            torch.compile(_Probe(), backend="aot_eager")(torch.ones(2, 4))
-        return True
-    except Exception:  # noqa: BLE001 (dynamo's own support on this machine)
-        return False
-    finally:
-        torch._dynamo.reset()
-
-
 def _standby() -> Path | None:
     """`--standby` (harness.targets.standby): import what every job needs, then wait for the
     job directory on stdin. None when stdin closes first (the standby was discarded)."""
@@ -149,8 +118,6 @@ def _standby() -> Path | None:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    if not sys.flags.isolated and os.environ.get("TRITON_INTERPRET") != "1":
-        warm_up_dynamo()
     line = sys.stdin.readline().strip()
     if not line:
         return None

@@ -210,36 +210,3 @@ def test_early_workers_only_for_a_local_verification() -> None:
     assert standby.STANDBY._proc is None
     assert early_workers._device(["verify", "c", "k", "--device=cpu"]) == "cpu"
     assert early_workers._device(["verify", "c", "k", "--device", "cuda"]) == "cuda"
-
-
-def test_the_dynamo_warm_up_leaves_nothing_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A GPU standby compiles a module of its own before its job (harness.worker): dynamo is
-    reset after it, so a candidate's compile starts from no cached code and no frame is
-    left compiled."""
-    import torch
-    import torch._dynamo
-
-    from kopt.harness.worker import warm_up_dynamo
-
-    resets: list[int] = []
-    reset = torch._dynamo.reset
-    compiled: list[int] = []
-    compile_fn = torch.compile
-    monkeypatch.setattr(torch._dynamo, "reset", lambda: (resets.append(len(compiled)), reset()))
-    monkeypatch.setattr(torch, "compile", lambda *a, **k: (compiled.append(1), compile_fn(*a, **k))[1])
-    assert warm_up_dynamo() is True
-    assert compiled == [1] and resets == [1]  # one compile, then the reset
-    monkeypatch.undo()
-    assert not torch.compiler.is_compiling()
-    calls: list[int] = []
-
-    def backend(gm, example_inputs):  # type: ignore[no-untyped-def]
-        calls.append(len(gm.graph.nodes))
-        return gm.forward
-
-    def f(x):  # type: ignore[no-untyped-def]
-        return x * 3
-
-    assert torch.equal(torch.compile(f, backend=backend)(torch.ones(2)), torch.full((2,), 3.0))
-    assert len(calls) == 1  # compiled afresh: nothing of the warm-up's was reused
-    torch._dynamo.reset()
