@@ -109,6 +109,17 @@ def _interpreter_support() -> None:
 STANDBY_FLAG = "--standby"
 
 
+def fork_safe() -> bool:
+    """Whether this process may still fork a candidate's child that uses the GPU: CUDA must
+    not be initialised before the fork (the child would fail at its first CUDA call). A
+    standby that finds it initialised after its imports leaves, so its job starts cold instead
+    of failing: on 2026-11-27 a dynamo warm-up in the standby (reverted) initialised CUDA, and
+    every candidate on the H100 was rejected at `loads`."""
+    import torch
+
+    return not torch.cuda.is_initialized()
+
+
 def _standby() -> Path | None:
     """`--standby` (harness.targets.standby): import what every job needs, then wait for the
     job directory on stdin. None when stdin closes first (the standby was discarded)."""
@@ -118,6 +129,8 @@ def _standby() -> Path | None:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
+    if not fork_safe():
+        return None  # the job that would have taken it starts a cold worker instead
     line = sys.stdin.readline().strip()
     if not line:
         return None

@@ -210,3 +210,22 @@ def test_early_workers_only_for_a_local_verification() -> None:
     assert standby.STANDBY._proc is None
     assert early_workers._device(["verify", "c", "k", "--device=cpu"]) == "cpu"
     assert early_workers._device(["verify", "c", "k", "--device", "cuda"]) == "cuda"
+
+
+def test_a_standby_with_cuda_initialised_leaves_and_its_job_starts_cold(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked candidate cannot use CUDA initialised before the fork: a standby that finds it
+    initialised after its imports exits without taking a job."""
+    import io
+
+    import torch
+
+    from kopt.harness import worker
+
+    monkeypatch.setattr(worker, "_die_with_parent", lambda: None)
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"job_dir": "/nonexistent", "env": {}}\n'))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert worker.fork_safe() is False
+    assert worker._standby() is None  # left before reading its job
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert worker.fork_safe() is True
