@@ -70,7 +70,8 @@ def main(cases: list[str]) -> int:
                   f"{'yes' if r['memory'] else 'no ':<7} {r['outcome']}")
             b = r["breakdown"]
             print(f"{'':<26}phases: " + ", ".join(f"{k} {v:.1f}" for k, v in
-                                                  (b.get("phases") or {}).items()))
+                                                  (b.get("phases") or {}).items())
+                  + f"; engineers {b.get('engineer_s', 0):.1f}, jobs {b.get('jobs_s', 0):.1f}")
             print(f"{'':<26}jobs: " + ", ".join(
                 f"{k} {v['count']}x {v['seconds']:.1f}s ({v.get('standby', 0)} standby, import "
                 f"{v.get('import_s', 0):.1f}s)" for k, v in (b.get("jobs") or {}).items()))
