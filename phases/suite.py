@@ -607,18 +607,20 @@ def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: i
 
     try:
         with _workspace(root, jobs, gated=device == "cuda"):
-            if jobs <= 1:
-                rows = [one(p) for p in problems]
-            else:
-                pool = ThreadPoolExecutor(max_workers=jobs)
-                try:
-                    futures = [pool.submit(one, p) for p in problems]
-                    pending = set(futures)
-                    while pending:  # short waits: a signal (Ctrl-C, SIGTERM), which may wake
-                        _, pending = wait(pending, timeout=0.5)  # another thread, is run here
-                    rows = [f.result() for f in futures]
-                finally:  # stopped: the caller writes what is running now, without waiting on it
-                    pool.shutdown(wait=False, cancel_futures=True)
+            # Problems run on threads, one at a time too: the main thread only waits, so a
+            # signal (Ctrl-C, SIGTERM) is handled at once. Python runs handlers on the main
+            # thread between bytecodes: a problem run there inside one long C call (drawing
+            # the 8.6 GB of weights of a level-3 MLP) kept a device call's SIGTERM waiting
+            # until `timeout` killed the suite 5 s later, with no row written (2026-11-27).
+            pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+            try:
+                futures = [pool.submit(one, p) for p in problems]
+                pending = set(futures)
+                while pending:  # short waits: a signal, which may wake another thread, runs here
+                    _, pending = wait(pending, timeout=0.5)
+                rows = [f.result() for f in futures]
+            finally:  # stopped: the caller writes what is running now, without waiting on it
+                pool.shutdown(wait=False, cancel_futures=True)
     finally:
         from kopt.harness.kernelbench import close_probe_standby
 

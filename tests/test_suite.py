@@ -703,3 +703,49 @@ def test_a_stopped_suite_of_parallel_problems_does_not_wait_for_them(
     rows = [row_from_dict(json.loads(line)) for line in written]
     assert sorted((r.problem, r.status) for r in rows) == [("level2_1_a", "unfinished"),
                                                            ("level2_2_b", "unfinished")]
+
+
+def test_a_stopped_suite_of_one_job_does_not_wait_for_a_long_c_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one job too the problem runs off the main thread: SIGTERM during a problem's long
+    C call (no bytecode runs, so no handler on that thread) still stops the suite at once with
+    an unfinished row."""
+    import hashlib
+    import os
+    import signal
+    import threading
+    import time
+
+    from kopt.phases import suite
+    from kopt.phases.suite import SuiteRow, row_from_dict, rows_file
+
+    (tmp_path / "level3").mkdir()
+    (tmp_path / "level3" / "2_wide.py").write_text("")
+    out = tmp_path / "r" / "suite"
+    started = threading.Event()
+
+    def long_c_call(problem, root, **kw):  # type: ignore[no-untyped-def]
+        try:
+            suite._begin(problem)
+            suite._step(SuiteRow(problem.name, problem.level, str(problem.file)), "import")
+            started.set()
+            hashlib.pbkdf2_hmac("sha256", b"k", b"s", 25_000_000)  # one C call of seconds
+            return SuiteRow(problem.name, problem.level, str(problem.file), "verified")
+        finally:
+            suite._end(problem)
+
+    def terminate() -> None:
+        started.wait(timeout=30)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(suite, "run_problem", long_c_call)
+    threading.Thread(target=terminate, daemon=True).start()
+    t0 = time.monotonic()
+    code = kopt(["suite", str(tmp_path / "level3"), "--out", str(out), "--jobs", "1",
+                 "--device", "cpu"])
+    took = time.monotonic() - t0
+    assert code == 130 and took < 4, (code, took)
+    rows = [row_from_dict(json.loads(line)) for line in rows_file(out).read_text().splitlines()]
+    assert [(r.problem, r.status) for r in rows] == [("level3_2_wide", "unfinished")]
+    assert rows[0].detail.startswith("stopped during import, ")
