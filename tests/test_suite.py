@@ -749,3 +749,28 @@ def test_a_stopped_suite_of_one_job_does_not_wait_for_a_long_c_call(
     rows = [row_from_dict(json.loads(line)) for line in rows_file(out).read_text().splitlines()]
     assert [(r.problem, r.status) for r in rows] == [("level3_2_wide", "unfinished")]
     assert rows[0].detail.startswith("stopped during import, ")
+
+
+def test_a_suite_logged_to_a_file_says_when_each_problem_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a terminal there is no progress bar: a device call's log must still show which
+    problem a long suite is in before that problem's row is written."""
+    import kopt.workbench.commands.suite as cmd
+    from kopt.phases.suite import SuiteResult
+
+    (tmp_path / "level3").mkdir()
+    (tmp_path / "level3" / "2_wide.py").write_text("")
+
+    def fake(problems, *, on_start, on_row, **kw):  # type: ignore[no-untyped-def]
+        on_start(problems[0])
+        print("MARK")
+        row = _row(problems[0].name, "level3", 1.0, 1.0)
+        on_row(row)
+        return SuiteResult([row], "cpu", 1.0, "")
+
+    monkeypatch.setattr(cmd, "run_suite", fake)
+    assert kopt(["suite", str(tmp_path / "level3"), "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "started level3_2_wide" in out and out.index("started level3_2_wide") < out.index("MARK")
+    assert kopt(["suite", str(tmp_path / "level3"), "--device", "cpu", "--json"]) == 0
+    assert "started" not in capsys.readouterr().out  # --json: the last line stays the object

@@ -165,6 +165,8 @@ def handle(args: argparse.Namespace) -> int:
     def on_start(problem: Problem) -> None:
         running.append(problem.name)
         progress.update(task, description=escape(", ".join(running[-2:])))
+        if not args.json and not console.is_terminal:  # a log (no progress bar): say it began
+            progress.console.print(f"started {escape(problem.name)}", highlight=False)
 
     if partial is not None:
         partial.parent.mkdir(parents=True, exist_ok=True)
