@@ -177,10 +177,18 @@ def timing_window(case: Case, input_set: str) -> dict[str, float]:
 
     key = (str(case.directory), input_set)
     if key not in _WINDOWS:
-        try:
-            flops = case_cost(case, input_set).flops
-        except Exception:  # noqa: BLE001 (no count: the timer's defaults)
-            flops = None
+        flops: float | None = None
+        if case.manifest.flops is not None and input_set == "main":
+            flops = float(case.manifest.flops)
+        else:  # on the meta device only: never a real forward of a GPU-sized model here
+            try:
+                resolved = case.input_set(input_set)
+                with torch.device("meta"):
+                    model = instantiate(model_class(case), resolved, case.model_file)
+                args, kwargs = _meta_inputs(case, input_set)
+                flops = _count(model, args, kwargs)[1]
+            except Exception:  # noqa: BLE001 (no count: the timer's defaults)
+                flops = None
         _WINDOWS[key] = ({"min_seconds": GPU_MIN_SECONDS, "warmup_seconds": GPU_WARMUP_SECONDS}
                          if flops == 0 else {})
     return dict(_WINDOWS[key])

@@ -133,3 +133,23 @@ def test_a_case_without_products_gets_the_short_timing_window(workspace: Path) -
     assert timing_window(load_case("gated_mlp"), "smoke") == {}
     short["min_seconds"] = 99.0  # a caller's copy: the cached window is unchanged
     assert timing_window(load_case("rmsnorm"), "smoke")["min_seconds"] == timing.GPU_MIN_SECONDS
+
+
+def test_the_timing_window_never_runs_a_model_for_real(
+        workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that cannot run on the meta device (a data-dependent forward) gets the timer's
+    defaults: the window is chosen in the parent, which must not build a GPU-sized model on
+    the CPU to count FLOPs. A manifest's `flops:` decides for the main inputs."""
+    import kopt.harness.roofline as roofline
+
+    def no_real_build(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError("the window built a real model")
+
+    monkeypatch.setattr("kopt.harness.data.build_model", no_real_build)
+    monkeypatch.setattr(roofline, "_meta_inputs", lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError("data-dependent")))
+    roofline._WINDOWS.clear()
+    assert roofline.timing_window(load_case("rmsnorm"), "smoke") == {}
+    monkeypatch.undo()
+    roofline._WINDOWS.clear()
+    assert roofline.timing_window(load_case("rmsnorm"), "smoke") != {}
