@@ -75,6 +75,9 @@ def main(cases: list[str]) -> int:
             print(f"{'':<26}jobs: " + ", ".join(
                 f"{k} {v['count']}x {v['seconds']:.1f}s ({v.get('standby', 0)} standby, import "
                 f"{v.get('import_s', 0):.1f}s)" for k, v in (b.get("jobs") or {}).items()))
+            if b.get("parent"):
+                print(f"{'':<26}in kopt's own process: " + ", ".join(
+                    f"{k} {v:.1f}" for k, v in b["parent"].items()))
             for kind, v in (b.get("jobs") or {}).items():
                 if v.get("steps"):
                     print(f"{'':<26}{kind} steps: " + ", ".join(

@@ -18,8 +18,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from kopt.harness.case import Case
 from kopt.harness.errors import BadInputError
 from kopt.phases.events import LOG, Event, EventSink
@@ -44,7 +42,8 @@ def region_profile(ctx: RunContext, events: EventSink) -> dict[str, Any] | None:
     from kopt.phases.regions import profile_regions
 
     try:
-        return profile_regions(ctx.case, ctx.input_set, ctx.device)
+        with ctx.breakdown.clocked("architect region profile"):
+            return profile_regions(ctx.case, ctx.input_set, ctx.device)
     except Exception as err:  # noqa: BLE001 - a region profile is an addition, never a blocker
         events(Event(LOG, PHASE, f"no region profile: {type(err).__name__}: {str(err)[:200]}"))
         return None

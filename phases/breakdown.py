@@ -36,12 +36,17 @@ class TimingBreakdown:
     `steps` (seconds per step inside the jobs, summed, where the worker reports them)."""
     engineer_s: float = 0.0
     """Seconds the engineers spent writing candidates (in the parent, no worker)."""
+    parent: dict[str, float] = field(default_factory=dict)
+    """Seconds of named work in this process, outside any worker job: the verifier's draws
+    (fresh inputs drawn and staged) and judge (outputs compared), the architect's per-region
+    profile, summed over the run."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         jobs = {k: {n: _rounded(v) for n, v in d.items()} for k, d in sorted(self.jobs.items())}
         return {"phases": {k: round(v, 3) for k, v in self.phases.items()},
                 "jobs": jobs, "engineer_s": round(self.engineer_s, 3),
+                "parent": {k: round(v, 3) for k, v in self.parent.items()},
                 "total_s": round(sum(self.phases.values()), 3),
                 "jobs_s": round(sum(d.get("seconds", 0.0) for d in self.jobs.values()), 3)}
 
@@ -53,7 +58,8 @@ class TimingBreakdown:
             return cls()
         return cls(phases={k: float(v) for k, v in (data.get("phases") or {}).items()},
                    jobs={k: dict(v) for k, v in (data.get("jobs") or {}).items()},
-                   engineer_s=float(data.get("engineer_s") or 0.0))
+                   engineer_s=float(data.get("engineer_s") or 0.0),
+                   parent={k: float(v) for k, v in (data.get("parent") or {}).items()})
 
     def save(self, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +86,24 @@ class TimingBreakdown:
                 for name, seconds in steps.items():
                     if isinstance(seconds, int | float):
                         into[str(name)] = into.get(str(name), 0.0) + float(seconds)
+
+    def add_parent(self, name: str, seconds: float) -> None:
+        with self.lock:
+            self.parent[name] = self.parent.get(name, 0.0) + float(seconds)
+
+    def add_verification(self, report: Any) -> None:
+        """A verification's own work in this process (its jobs are clocked as jobs)."""
+        for step, seconds in (getattr(report, "steps", None) or {}).items():
+            if step not in ("reference", "candidate") and isinstance(seconds, int | float):
+                self.add_parent(f"verify {step}", seconds)
+
+    @contextmanager
+    def clocked(self, name: str) -> Any:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.add_parent(name, time.monotonic() - t0)
 
     @contextmanager
     def phase(self, name: str) -> Any:

@@ -303,7 +303,9 @@ class RunContext:
         from kopt.harness.verify import verify_candidate
 
         kw.setdefault("target", self.clocked_target())
-        return verify_candidate(self.case, path, device=self.device, **kw)
+        report = verify_candidate(self.case, path, device=self.device, **kw)
+        self.breakdown.add_verification(report)
+        return report
 
     def verify_candidates(self, paths: list[Path], *, target: Any = None,
                           **kw: Any) -> list[Any]:
@@ -321,7 +323,13 @@ class RunContext:
         from kopt.harness.verify import verify_candidates
 
         kw.setdefault("target", self.clocked_target())
-        return verify_candidates(self.case, paths, device=self.device, **kw)
+        reports = verify_candidates(self.case, paths, device=self.device, **kw)
+        if reports:  # one shared set of draws; each report carries its own judge
+            self.breakdown.add_verification(reports[0])
+            for report in reports[1:]:
+                self.breakdown.add_parent("verify judge",
+                                          float((report.steps or {}).get("judge") or 0.0))
+        return reports
 
     def time_trials(self, paths: list[Path], *, budget_s: float,
                     target: Any = None) -> list[dict[str, Any]]:

@@ -170,3 +170,28 @@ def test_gpu_metrics_have_a_floor_and_peak_memory(workspace: Path) -> None:
     assert 0 < roof["pct_of_floor"] <= 100  # nothing beats the floor
     assert m["peak_memory_bytes"] >= roof["bytes"]
     assert m["deferred_work_suspected"] is None
+
+
+def test_a_runs_breakdown_keeps_the_work_done_in_kopts_own_process(tmp_path: Path) -> None:
+    """Seconds outside any worker job (the verifier's draws and judge, the architect's region
+    profile) are kept by name, survive a resume's reload, and show in `kopt run`'s line."""
+    from types import SimpleNamespace
+
+    from kopt.phases.breakdown import TimingBreakdown
+    from kopt.workbench.commands.run import breakdown_line
+
+    b = TimingBreakdown()
+    b.add_verification(SimpleNamespace(steps={"draws": 1.5, "reference": 3.0, "candidate": 4.0,
+                                              "judge": 0.5}))
+    b.add_verification(SimpleNamespace(steps={"draws": 1.0, "judge": 0.25, "truth": 2.0}))
+    with b.clocked("architect region profile"):
+        time.sleep(0.05)
+    b.phases["optimizer"] = 10.0
+    b.save(tmp_path)
+    again = TimingBreakdown.load(tmp_path).to_dict()
+    # the jobs' own seconds (reference, candidate) are clocked as jobs, not here
+    assert {k: v for k, v in again["parent"].items() if k.startswith("verify")} == {
+        "verify draws": 2.5, "verify judge": 0.75, "verify truth": 2.0}
+    assert again["parent"]["architect region profile"] >= 0.05
+    line = breakdown_line(again)
+    assert "in this process: verify draws 2.5, verify judge 0.8, verify truth 2.0" in line

@@ -151,9 +151,12 @@ def breakdown_line(b: dict[str, Any]) -> str:
     jobs = ", ".join(f"{k} {int(v.get('count', 0))}x {float(v.get('seconds', 0)):.1f}"
                      + (f" (import {float(v['import_s']):.1f})" if v.get("import_s") else "")
                      for k, v in (b.get("jobs") or {}).items())
+    here = ", ".join(f"{k} {float(v):.1f}" for k, v in (b.get("parent") or {}).items()
+                     if float(v) >= 0.05)
     return (f"{phases} (total {b.get('total_s', 0):.1f})"
             + (f"; engineer {b['engineer_s']:.1f}" if b.get("engineer_s") else "")
-            + (f"; worker jobs: {jobs}" if jobs else ""))
+            + (f"; worker jobs: {jobs}" if jobs else "")
+            + (f"; in this process: {here}" if here else ""))
 
 
 def _confirm(question: str) -> bool:
