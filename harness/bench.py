@@ -56,11 +56,13 @@ def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: st
                unverified: bool = False, target: Target | str | None = None,
                timeout: float = DEFAULT_TIMEOUT_S, baselines: Sequence[str] = BASELINES,
                input_set: str | None = None, on_line: LineSink | None = None,
-               timing_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+               timing_options: dict[str, Any] | None = None,
+               verified: Sequence[Path | str] = ()) -> list[dict[str, Any]]:
     """Rows `{variant, median_ms, p20_ms, p80_ms, gbps, tflops, pct_of_floor,
     speedup_vs_eager, speedup_vs_compile, verified, timing_label, note}`: eager and compile
     first, then one per candidate (a candidate not timed has `median_ms` None and says why
-    in `note`)."""
+    in `note`). `verified`: candidates the caller has just verified and accepted, these very
+    files (a snapshot nothing writes to), which are timed without a second verification."""
     case = case if isinstance(case, Case) else load_case(case)
     paths = candidate_files(candidates)
     dev = resolve_device(case, device)
@@ -68,10 +70,12 @@ def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: st
     runner = as_target(target)
     set_name = input_set or default_input_set(case, dev)
 
-    verdicts: dict[Path, tuple[bool, str]] = {}
-    if paths and not unverified:
-        for p, report in zip(paths, verify_candidates(case, paths, device=dev, target=runner,
-                                                      timeout=timeout, on_line=on_line),
+    done = {Path(v).resolve() for v in verified}
+    verdicts: dict[Path, tuple[bool, str]] = {p: (True, "") for p in paths if p.resolve() in done}
+    todo = [p for p in paths if p not in verdicts]
+    if todo and not unverified:
+        for p, report in zip(todo, verify_candidates(case, todo, device=dev, target=runner,
+                                                     timeout=timeout, on_line=on_line),
                                      strict=True):
             verdicts[p] = (report.accepted, "" if report.accepted else
                            f"rejected by verification ({', '.join(report.failed())})")

@@ -147,3 +147,31 @@ def test_sample_check_refuses_a_stale_output() -> None:
     nan = ref.clone()
     nan[5, 0] = float("nan")
     assert _sample_row(nan, ref)["median_ms"] is None
+
+
+def test_a_candidate_the_caller_just_verified_is_timed_without_a_second_verification(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A saved edit in the workbench is verified, then benched: the bench takes the caller's
+    verdict for those very files instead of running the verifier again; any other candidate
+    is still verified."""
+    import kopt.harness.bench as bench
+
+    verified_here: list[list[str]] = []
+    real = bench.verify_candidates
+
+    def spy(case, paths, **kw):  # type: ignore[no-untyped-def]
+        verified_here.append([Path(p).name for p in paths])
+        return real(case, paths, **kw)
+
+    monkeypatch.setattr(bench, "verify_candidates", spy)
+    honest = CORPUS / "honest" / "layernorm_gelu.py"
+    rows = bench_case(CASE, [honest], device="cpu", verified=[honest], baselines=("eager",),
+                      timing_options={"max_iters": 5, "max_seconds": 1.0})
+    assert verified_here == []
+    row = next(r for r in rows if r["variant"] == "layernorm_gelu")
+    assert row["verified"] is True and row["median_ms"] is not None
+    wrong = CORPUS / "cheats" / "cached_output.py"
+    rows = bench_case(CASE, [honest, wrong], device="cpu", verified=[honest],
+                      baselines=("eager",), timing_options={"max_iters": 5, "max_seconds": 1.0})
+    assert verified_here == [["cached_output.py"]]  # only the one the caller did not verify
+    assert next(r for r in rows if r["variant"] == "cached_output")["verified"] is False

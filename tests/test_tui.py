@@ -155,7 +155,10 @@ async def test_watch_reverifies_a_saved_kernel_and_commits_it(backend: FakeBacke
         tmp.replace(kernel)  # an editor's atomic save
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         assert [p.name for p in backend.verify_calls] == ["layernorm_gelu.py"]
-        assert len(backend.bench_calls) == 1
+        # the saved bytes were copied once, verified, then timed without a second
+        # verification; the copy is gone and the report names the user's file
+        assert backend.bench_calls == backend.verify_calls and backend.bench_verified == [True]
+        assert backend.verify_calls[0] != kernel and not backend.verify_calls[0].exists()
         # the pane shows the new verification (a reload of the run may redraw it just after
         # the question appears, on a loaded machine)
         view = screen.query_one(VerificationView)

@@ -102,6 +102,8 @@ class FakeBackend(Backend):
         self.requests: list[RunRequest] = []
         self.verify_calls: list[Path] = []
         self.bench_calls: list[Path] = []
+        self.bench_verified: list[bool] = []
+        """Per bench call: whether the caller said it had just verified those bytes."""
         self.feedback_seen: list[str | None] = []
         self.commits = 0
         self.clock = 1000.0
@@ -293,8 +295,9 @@ class FakeBackend(Backend):
             self.verify_gate.wait(20)
         return self._report("BROKEN" not in candidate.read_text(), str(candidate.name))
 
-    def bench(self, case: str, candidate: Path) -> list[dict[str, Any]]:
+    def bench(self, case: str, candidate: Path, *, verified: bool = False) -> list[dict[str, Any]]:
         self.bench_calls.append(candidate)
+        self.bench_verified.append(verified)
         return [{"variant": "eager", "median_ms": 1.29, "p20_ms": 1.28, "p80_ms": 1.31,
                  "pct_of_floor": 7.0, "speedup_vs_eager": 1.0, "speedup_vs_compile": 0.8,
                  "verified": True, "timing_label": "cpu-interpreter"},

@@ -223,6 +223,7 @@ class Backend:
         if run_a.run_id == run_b.run_id:
             return self.diff(run_a.run_id, a, b)
         import git
+
         from kopt.phases import history
 
         with history.open_repo() as repo:
@@ -278,6 +279,7 @@ class Backend:
     def iteration_detail(self, run: Any, iteration: Any) -> IterationDetail:
         """The verification and metrics files committed with the iteration."""
         import git
+
         from kopt.phases import history
 
         detail = IterationDetail()
@@ -315,10 +317,31 @@ class Backend:
 
         return verify_candidate(case, candidate).to_dict()
 
-    def bench(self, case: str, candidate: Path) -> list[dict[str, Any]]:
+    def bench(self, case: str, candidate: Path, *, verified: bool = False) -> list[dict[str, Any]]:
+        """Eager, torch.compile and `candidate` timed side by side. `verified`: the caller
+        has just verified and accepted these very bytes (a `snapshot`), so they are timed
+        without being verified a second time."""
         from kopt.harness.bench import bench_case
 
-        return list(bench_case(case, [candidate]))
+        return list(bench_case(case, [candidate], verified=[candidate] if verified else []))
+
+    def snapshot(self, path: Path) -> Path:
+        """A private copy of `path`, with its file name, that no editor writes to: what a saved
+        edit's check verifies and then times, so the timed bytes are the verified ones. The
+        caller removes it (`drop_snapshot`)."""
+        import shutil
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="kopt-edit-"))
+        copy = folder / path.name
+        shutil.copyfile(path, copy)
+        return copy
+
+    def drop_snapshot(self, copy: Path) -> None:
+        import shutil
+
+        if copy.parent.name.startswith("kopt-edit-"):
+            shutil.rmtree(copy.parent, ignore_errors=True)
 
     def import_kernelbench(self, path: Path, name: str | None = None) -> str:
         from kopt.harness.kernelbench import import_kernelbench

@@ -14,6 +14,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
+from textual.worker import get_current_worker
+
 from kopt.harness.errors import KoptError
 from kopt.phases import events as ev
 from kopt.workbench.backend import (
@@ -34,16 +45,6 @@ from kopt.workbench.widgets.metrics_chart import MetricsChart
 from kopt.workbench.widgets.phase_strip import PhaseStrip
 from kopt.workbench.widgets.profile_view import ProfileView
 from kopt.workbench.widgets.verification_view import VerificationView
-from rich.text import Text
-from textual import on, work
-from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
-from textual.message import Message
-from textual.reactive import reactive
-from textual.screen import Screen
-from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
-from textual.worker import get_current_worker
 
 TABS = ("diff", "verification", "profile", "metrics", "log", "manifest")
 TAB_LABELS = {"diff": ("1 Diff", "1 Diff"), "verification": ("2 Verification", "2 Ver"),
@@ -582,6 +583,7 @@ class RunScreen(Screen[None]):
         worker = get_current_worker()
         label = f"iteration {iteration.iteration}" if iteration is not None else \
             (path.name if path else "")
+        snap: Path | None = None
         try:
             if iteration is not None:
                 path = backend.review_copy(run, iteration)
@@ -592,23 +594,34 @@ class RunScreen(Screen[None]):
                     "unchanged": f"{path.name} holds what iteration {latest} committed: "
                                  "nothing to verify or commit"}))
                 return
-            report = backend.verify(self.case, path)
+            # the edit's bytes as they are now: verified, then timed without a second
+            # verification (an editor saving again meanwhile changes neither)
+            snap = backend.snapshot(path) if iteration is None else path
+            report = backend.verify(self.case, snap)
+            if snap != path and report.get("candidate") == str(snap):
+                report["candidate"] = str(path)  # the file the user edits, not the copy
         except KoptError as err:
             self.post_message(self.JobFinished("verify", error=err.one_line()))
+            if snap is not None and snap != path:
+                backend.drop_snapshot(snap)
             return
-        if worker.is_cancelled:
-            return
-        self.post_message(self.JobFinished("verify", {"report": report, "path": path,
-                                                       "label": label,
-                                                       "worktree": iteration is None}))
-        if not report.get("accepted") or iteration is not None:
-            return  # a committed iteration was benched when it was made; `b` re-benches
-        self.post_message(self.JobFinished("bench-start"))
         try:
-            rows = backend.bench(self.case, path)
-        except KoptError as err:
-            self.post_message(self.JobFinished("bench", error=err.one_line()))
-            return
+            if worker.is_cancelled:
+                return
+            self.post_message(self.JobFinished("verify", {"report": report, "path": path,
+                                                           "label": label,
+                                                           "worktree": iteration is None}))
+            if not report.get("accepted") or iteration is not None:
+                return  # a committed iteration was benched when it was made; `b` re-benches
+            self.post_message(self.JobFinished("bench-start"))
+            try:
+                rows = backend.bench(self.case, snap, verified=True)
+            except KoptError as err:
+                self.post_message(self.JobFinished("bench", error=err.one_line()))
+                return
+        finally:
+            if snap is not None and snap != path:
+                backend.drop_snapshot(snap)
         if worker.is_cancelled:
             return
         self.post_message(self.JobFinished("bench", {"rows": rows, "path": path,
