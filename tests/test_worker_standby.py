@@ -229,3 +229,21 @@ def test_a_standby_with_cuda_initialised_leaves_and_its_job_starts_cold(
     assert worker._standby() is None  # left before reading its job
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     assert worker.fork_safe() is True
+
+
+def test_the_compile_preload_only_imports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU standby imports what the torch.compile draw needs, and does nothing else: no
+    compile (which would initialise CUDA before the fork), a missing module skipped."""
+    import sys
+
+    import torch
+
+    from kopt.harness import worker
+
+    compiled: list[object] = []
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: compiled.append(a))
+    monkeypatch.setattr(worker, "COMPILE_MODULES", (*worker.COMPILE_MODULES, "no_such_module_kopt"))
+    worker.preload_compile_modules()
+    assert compiled == []
+    assert all(name in sys.modules for name in worker.COMPILE_MODULES[:-1])
+    assert worker.fork_safe()
