@@ -13,8 +13,10 @@ and the candidate's with the reference run: a small `kopt verify` on the 2-core 
 8.5-10.6 s to 5.7-6.1 s (2026-11-26, the candidate's standby), then from 7.7-8.1 s to 6.9-7.3 s
 for layernorm_gelu (2026-11-27, both before the draws).
 
-What a standby has done before its job: imported torch, dynamo and triton, nothing else; it has run no
-job, no candidate code, and has not initialised CUDA. It is still a fresh process for the job
+What a standby has done before its job: imported torch, dynamo and triton (and, for GPU jobs,
+the modules the verifier's torch.compile draw loads: `worker.COMPILE_MODULES`), nothing else;
+it has run no job, no candidate code, and has not initialised CUDA (one that finds CUDA
+initialised leaves: `worker.fork_safe`). It is still a fresh process for the job
 it runs. The verifier's reference job (`COLD_JOBS`) never takes this one: it runs in an
 isolated interpreter (`python -I -S`, `local.isolated_worker_command`), taken from a second
 standby of that kind (`local.ISOLATED`), prepared before the draws and again when a candidate
