@@ -101,6 +101,8 @@ class FakeBackend(Backend):
         self.runs_by_id: dict[str, FakeRun] = {}
         self.requests: list[RunRequest] = []
         self.verify_calls: list[Path] = []
+        self.verify_sources: list[str] = []
+        """What each verified file held when it was verified (an edit is verified as a copy)."""
         self.bench_calls: list[Path] = []
         self.bench_verified: list[bool] = []
         """Per bench call: whether the caller said it had just verified those bytes."""
@@ -290,6 +292,7 @@ class FakeBackend(Backend):
 
     def verify(self, case: str, candidate: Path) -> dict[str, Any]:
         self.verify_calls.append(candidate)
+        self.verify_sources.append(candidate.read_text())
         time.sleep(self.verify_delay)
         if self.verify_gate is not None:
             self.verify_gate.wait(20)

@@ -246,7 +246,9 @@ async def test_an_uncommitted_edit_is_its_own_row(workspace: Path) -> None:
         assert "not an iteration yet" in notes(app)
         await pilot.press("v")
         await wait_for(pilot, lambda: bool(backend.verify_calls) and not screen.jobs)
-        assert backend.verify_calls[-1] == kernel
+        # the edit's bytes, verified as a private copy of the worktree's file
+        assert backend.verify_calls[-1].name == kernel.name
+        assert backend.verify_sources[-1] == kernel.read_text()
 
 
 async def test_watch_does_not_offer_to_commit_the_last_iterations_content(
