@@ -258,5 +258,7 @@ def test_a_given_warmup_overrides_the_long_call_warmup(monkeypatch: pytest.Monke
           "min_seconds": 0.0, "warmup": 2}
     short = time_callable(fn, warmup_seconds=0.02, **kw)
     default = time_callable(fn, **kw)
-    assert short.warmup <= 60  # ~20 calls of 1 ms
-    assert default.warmup >= 250  # ~400: 1 ms calls filled the 0.4 s long warm-up
+    # ~20 calls of 1 ms against ~400 filling the 0.4 s long warm-up (a loaded machine's calls
+    # take longer, alike in both: the ratio holds where counts do not)
+    assert short.warmup <= 60
+    assert default.warmup >= 5 * short.warmup
