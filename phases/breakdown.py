@@ -98,30 +98,29 @@ class TimingBreakdown:
                 self.add_parent(f"verify {step}", seconds)
 
     @contextmanager
+    def _clock(self, add: Any) -> Any:
+        """The block's wall seconds, handed to `add` however the block ends."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            add(time.monotonic() - t0)
+
     def clocked(self, name: str) -> Any:
-        t0 = time.monotonic()
-        try:
-            yield
-        finally:
-            self.add_parent(name, time.monotonic() - t0)
+        """Named work in this process (`parent`)."""
+        return self._clock(lambda s: self.add_parent(name, s))
 
-    @contextmanager
     def phase(self, name: str) -> Any:
-        t0 = time.monotonic()
-        try:
-            yield
-        finally:
+        def add(seconds: float) -> None:
             with self.lock:
-                self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - t0
+                self.phases[name] = self.phases.get(name, 0.0) + seconds
+        return self._clock(add)
 
-    @contextmanager
     def engineer(self) -> Any:
-        t0 = time.monotonic()
-        try:
-            yield
-        finally:
+        def add(seconds: float) -> None:
             with self.lock:
-                self.engineer_s += time.monotonic() - t0
+                self.engineer_s += seconds
+        return self._clock(add)
 
 
 def _rounded(value: Any) -> Any:
