@@ -19,17 +19,9 @@ from safetensors.torch import load_file, save_file
 
 from kopt.harness.case import Case
 from kopt.harness.errors import BadInputError
-from kopt.harness.paths import kopt_dir
+from kopt.harness.paths import jobs_root
 from kopt.harness.targets.base import LineSink, Target, WorkerOutcome
 from kopt.harness.targets.resolve import resolve_target
-
-
-def jobs_root() -> Path:
-    """Where job directories are made unless a caller names another folder (created: a
-    sandboxed standby reserves its folder there before the first job is staged)."""
-    root = kopt_dir() / "jobs"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
 
 
 def new_job_dir(job: str, root: Path | None = None) -> Path:

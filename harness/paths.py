@@ -36,6 +36,14 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KOPT_CACHE") or kopt_dir() / "cache")
 
 
+def jobs_root() -> Path:
+    """Where job directories are made unless a caller names another folder (created: a
+    sandboxed standby reserves its folder there before the first job is staged)."""
+    root = kopt_dir() / "jobs"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def manifests_dir() -> Path:
     return workspace_root() / "manifests"
 

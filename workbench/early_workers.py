@@ -38,13 +38,11 @@ def start(argv: list[str]) -> bool:
     device = _device(argv)
     if device not in ("cuda", "cpu"):
         return False
-    from kopt.harness.paths import kopt_dir
+    from kopt.harness.paths import jobs_root
     from kopt.harness.targets.local import LocalTarget
 
     try:
-        root = kopt_dir() / "jobs"
-        root.mkdir(parents=True, exist_ok=True)
-        LocalTarget().prepare({"TRITON_INTERPRET": "1"} if device == "cpu" else {}, root)
+        LocalTarget().prepare({"TRITON_INTERPRET": "1"} if device == "cpu" else {}, jobs_root())
     except OSError:
         return False
     return bool(os.environ.get("KOPT_WORKER_STANDBY", "1").strip().lower()
