@@ -78,6 +78,9 @@ def main(cases: list[str]) -> int:
             if b.get("parent"):
                 print(f"{'':<26}in kopt's own process: " + ", ".join(
                     f"{k} {v:.1f}" for k, v in b["parent"].items()))
+            if b.get("unclocked"):
+                print(f"{'':<26}no clock running, per phase: " + ", ".join(
+                    f"{k} {v:.1f}" for k, v in b["unclocked"].items()))
             for kind, v in (b.get("jobs") or {}).items():
                 if v.get("steps"):
                     print(f"{'':<26}{kind} steps: " + ", ".join(

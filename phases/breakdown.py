@@ -40,6 +40,10 @@ class TimingBreakdown:
     """Seconds of named work in this process, outside any worker job: the verifier's draws
     (fresh inputs drawn and staged) and judge (outputs compared), the architect's per-region
     profile, summed over the run."""
+    unclocked: dict[str, float] = field(default_factory=dict)
+    """Per phase, the wall seconds during which no job, engineer or named parent work was
+    running (git, manifests, reports, imports in this process...)."""
+    spans: list[tuple[float, float]] = field(default_factory=list, repr=False, compare=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -47,6 +51,7 @@ class TimingBreakdown:
         return {"phases": {k: round(v, 3) for k, v in self.phases.items()},
                 "jobs": jobs, "engineer_s": round(self.engineer_s, 3),
                 "parent": {k: round(v, 3) for k, v in self.parent.items()},
+                "unclocked": {k: round(v, 3) for k, v in self.unclocked.items()},
                 "total_s": round(sum(self.phases.values()), 3),
                 "jobs_s": round(sum(d.get("seconds", 0.0) for d in self.jobs.values()), 3)}
 
@@ -59,7 +64,8 @@ class TimingBreakdown:
         return cls(phases={k: float(v) for k, v in (data.get("phases") or {}).items()},
                    jobs={k: dict(v) for k, v in (data.get("jobs") or {}).items()},
                    engineer_s=float(data.get("engineer_s") or 0.0),
-                   parent={k: float(v) for k, v in (data.get("parent") or {}).items()})
+                   parent={k: float(v) for k, v in (data.get("parent") or {}).items()},
+                   unclocked={k: float(v) for k, v in (data.get("unclocked") or {}).items()})
 
     def save(self, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -97,30 +103,60 @@ class TimingBreakdown:
             if step not in ("reference", "candidate") and isinstance(seconds, int | float):
                 self.add_parent(f"verify {step}", seconds)
 
+    def add_span(self, t0: float, t1: float) -> None:
+        """A clocked stretch of the current phase (a job, the engineer, named parent work)."""
+        with self.lock:
+            self.spans.append((t0, t1))
+
     @contextmanager
-    def _clock(self, add: Any) -> Any:
+    def _clock(self, add: Any, span: bool = True) -> Any:
         """The block's wall seconds, handed to `add` however the block ends."""
         t0 = time.monotonic()
         try:
             yield
         finally:
-            add(time.monotonic() - t0)
+            t1 = time.monotonic()
+            add(t1 - t0)
+            if span:
+                self.add_span(t0, t1)
 
     def clocked(self, name: str) -> Any:
         """Named work in this process (`parent`)."""
         return self._clock(lambda s: self.add_parent(name, s))
 
+    @contextmanager
     def phase(self, name: str) -> Any:
-        def add(seconds: float) -> None:
+        """A phase's wall seconds, and the part of them no other clock covered (`unclocked`)."""
+        with self.lock:
+            self.spans = []
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            t1 = time.monotonic()
             with self.lock:
-                self.phases[name] = self.phases.get(name, 0.0) + seconds
-        return self._clock(add)
+                covered = _union_length(self.spans, t0, t1)
+                self.phases[name] = self.phases.get(name, 0.0) + (t1 - t0)
+                self.unclocked[name] = self.unclocked.get(name, 0.0) + max(
+                    0.0, (t1 - t0) - covered)
+                self.spans = []
 
     def engineer(self) -> Any:
         def add(seconds: float) -> None:
             with self.lock:
                 self.engineer_s += seconds
         return self._clock(add)
+
+
+def _union_length(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Seconds of [lo, hi] covered by at least one span (overlapping jobs count once)."""
+    total, reach = 0.0, lo
+    for a, b in sorted(spans):
+        a, b = max(a, reach), min(b, hi)
+        if b > a:
+            total += b - a
+            reach = b
+    return total
 
 
 def _rounded(value: Any) -> Any:
@@ -157,7 +193,9 @@ class ClockedTarget:
         kind = _job_kind(job_dir)
         t0 = time.monotonic()
         outcome = self.inner.run(job_dir, timeout=timeout, env=env, on_line=on_line)
-        self.breakdown.add_job(kind, time.monotonic() - t0, getattr(outcome, "response", None))
+        t1 = time.monotonic()
+        self.breakdown.add_job(kind, t1 - t0, getattr(outcome, "response", None))
+        self.breakdown.add_span(t0, t1)
         return outcome
 
     def __getattr__(self, name: str) -> Any:  # name, gpu, describe(), use_standby...

@@ -195,3 +195,20 @@ def test_a_runs_breakdown_keeps_the_work_done_in_kopts_own_process(tmp_path: Pat
     assert again["parent"]["architect region profile"] >= 0.05
     line = breakdown_line(again)
     assert "in this process: verify draws 2.5, verify judge 0.8, verify truth 2.0" in line
+
+
+def test_a_phase_says_how_many_of_its_seconds_no_clock_covered(tmp_path: Path) -> None:
+    """`unclocked`: a phase's seconds outside every job, engineer and named parent work;
+    overlapping jobs (a verification's reference and candidate side by side) count once."""
+    from kopt.phases.breakdown import TimingBreakdown, _union_length
+
+    assert _union_length([(1.0, 3.0), (2.0, 4.0), (6.0, 7.0), (0.0, 0.5)], 0.5, 6.5) == 3.5
+    assert _union_length([], 0.0, 2.0) == 0.0
+    b = TimingBreakdown()
+    with b.phase("optimizer"):
+        with b.clocked("verify draws"):
+            time.sleep(0.2)
+        time.sleep(0.3)  # nothing clocked
+    b.save(tmp_path)
+    again = TimingBreakdown.load(tmp_path).to_dict()
+    assert 0.25 <= again["unclocked"]["optimizer"] <= again["phases"]["optimizer"] - 0.19

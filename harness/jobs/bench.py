@@ -151,9 +151,11 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
     from kopt.harness import timing
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import instantiate, model_class
+    from kopt.harness.steps import Steps
     from kopt.harness.verification import guards, tensors
 
     device = request["device"]
+    steps = Steps()
     if device == "cpu":
         # One intra-op thread gives stable interpreter figures on a small shared machine.
         torch.set_num_threads(1)
@@ -163,22 +165,25 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
     resolved = case.input_set(input_set)
     counter = guards.LaunchCounter()
     counter.install()
-    if device == "cuda":
-        torch.cuda.init()
-    guards.warm_up_triton(device)
+    with steps("cuda start"):
+        if device == "cuda":
+            torch.cuda.init()
+        guards.warm_up_triton(device)
     base = guards.take_baseline()
 
     variants = request["variants"]
     # A candidate is imported before any input exists in its process (sent after import).
-    cls = load_candidate() if load_candidate is not None else model_class(case)
-    weights = load("weights", "cpu")
-    pool = [load(g, device) for g in request["pool"]]
-    check = load(request["check"], device)
-    live = {k: v.clone() for k, v in pool[0].items()}
-    inputs = tensors.materialize(resolved, live, device)
-    model = instantiate(cls, resolved, case.model_file)
-    model.load_state_dict(weights, strict=True)
-    model = model.to(device).eval()
+    with steps("candidate import"):
+        cls = load_candidate() if load_candidate is not None else model_class(case)
+    with steps("model and inputs"):
+        weights = load("weights", "cpu")
+        pool = [load(g, device) for g in request["pool"]]
+        check = load(request["check"], device)
+        live = {k: v.clone() for k, v in pool[0].items()}
+        inputs = tensors.materialize(resolved, live, device)
+        model = instantiate(cls, resolved, case.model_file)
+        model.load_state_dict(weights, strict=True)
+        model = model.to(device).eval()
 
     def rotate(i: int) -> None:
         src = pool[i % len(pool)]
@@ -202,9 +207,10 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
 
         try:
             counter.take()
-            fn()  # first call outside timing
-            if device == "cuda":
-                torch.cuda.synchronize()
+            with steps(f"first call, {variant}"):
+                fn()  # first call outside timing (torch.compile compiles here)
+                if device == "cuda":
+                    torch.cuda.synchronize()
             ready[variant] = (fn, len(counter.take()))
         except Exception as err:
             results[variant] = {"ok": False, "error": f"{type(err).__name__}: {err}"[:1000]}
@@ -214,8 +220,9 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
         for variant, (fn, launches) in ready.items():
             try:
                 counter.take()
-                timed = timing.time_callable(fn, device=device, rotate=rotate,
-                                             **(request.get("timing_options") or {}))
+                with steps(f"timing, {variant}"):
+                    timed = timing.time_callable(fn, device=device, rotate=rotate,
+                                                 **(request.get("timing_options") or {}))
                 launches_timed = len(counter.take())
                 # The sample re-check: known values in, outputs out, after all timed calls.
                 for k, v in check.items():
@@ -249,10 +256,12 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
         from kopt.harness.roofline import roofline_summary
 
         try:
-            response["roofline"] = roofline_summary(
-                case, input_set, device, results["eager"]["timing"]["median_ms"])
+            with steps("roofline"):
+                response["roofline"] = roofline_summary(
+                    case, input_set, device, results["eager"]["timing"]["median_ms"])
         except Exception as err:  # no ceilings here: the table shows no % of floor
             response["roofline_error"] = f"{type(err).__name__}: {err}"[:500]
+    response["steps"] = steps.to_dict()
     return response
 
 

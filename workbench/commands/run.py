@@ -153,10 +153,12 @@ def breakdown_line(b: dict[str, Any]) -> str:
                      for k, v in (b.get("jobs") or {}).items())
     here = ", ".join(f"{k} {float(v):.1f}" for k, v in (b.get("parent") or {}).items()
                      if float(v) >= 0.05)
+    unclocked = sum(float(v) for v in (b.get("unclocked") or {}).values())
     return (f"{phases} (total {b.get('total_s', 0):.1f})"
             + (f"; engineer {b['engineer_s']:.1f}" if b.get("engineer_s") else "")
             + (f"; worker jobs: {jobs}" if jobs else "")
-            + (f"; in this process: {here}" if here else ""))
+            + (f"; in this process: {here}" if here else "")
+            + (f"; no clock running {unclocked:.1f}" if unclocked >= 0.05 else ""))
 
 
 def _confirm(question: str) -> bool:
