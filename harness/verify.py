@@ -29,6 +29,7 @@ from kopt.harness.device import resolve_device, worker_env
 from kopt.harness.errors import BadInputError
 from kopt.harness.job import as_target, candidate_files, cleanup, jobs_root, stage_job
 from kopt.harness.paths import PACKAGE_ROOT
+from kopt.harness.steps import Steps
 from kopt.harness.targets.base import LineSink, Target, WorkerOutcome
 from kopt.harness.tolerance import tolerance_for
 from kopt.harness.verification import conditions
@@ -268,9 +269,19 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
                 judge.truth, judge.truth_wanted = truth, set()  # the same outputs, read once
                 checks = judge.checks()
                 extra["truth"] = time.monotonic() - t_truth
+            judge_s = time.monotonic() - t_judge - sum(extra.values())
+            # the judgement's parts (reading the candidate's outputs is counted once, not also
+            # inside the check that read them first), and the rest as `judge`
+            parts = judge.clock.to_dict()
+            reads = parts.pop("read outputs", 0.0)
+            parts = {k: v for k, v in parts.items() if v >= 0.01}
+            detail = {f"judge {k}": v for k, v in parts.items()}
+            if reads:
+                detail["judge read outputs"] = reads
             judged[path] = VerificationReport(
                 case.name, str(path), dev, checks, list(sets), time.monotonic() - start,
-                steps={**steps, **extra, "judge": time.monotonic() - t_judge - sum(extra.values())})
+                steps={**steps, **extra, **detail,
+                       "judge": max(0.0, judge_s - sum(detail.values()))})
         return [judged[p] if p in judged else
                 _not_a_candidate(case.name, p, dev, findings[p], time.monotonic() - start)
                 for p in all_paths]
@@ -419,6 +430,9 @@ class _Judge:
         self.completed = (outcome.ok and outcome.returncode == 0
                           and self.resp.get("stage") == "done")
         self._cand: dict[str, list[torch.Tensor] | None] = {}
+        self.clock = Steps()
+        """Seconds of this judgement by part: `read outputs` (the candidate's files) and each
+        check by name, reported as `judge <part>` steps."""
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -426,7 +440,8 @@ class _Judge:
         """The candidate's outputs in `out/<name>.safetensors`, read from disk once (several
         checks look at the same draw; at full size each read is hundreds of MB)."""
         if name not in self._cand:
-            self._cand[name] = load_outputs(self.out / f"{name}.safetensors")
+            with self.clock("read outputs"):
+                self._cand[name] = load_outputs(self.out / f"{name}.safetensors")
         return self._cand[name]
 
     def compare(self, out: list[torch.Tensor], group: str) -> tuple[Any, str | None]:
@@ -495,8 +510,10 @@ class _Judge:
                          ("no_mutation", self.no_mutation), ("no_aliasing", self.no_aliasing),
                          ("triton_launched", self.triton_launched),
                          ("no_pytorch_fallback", self.no_pytorch_fallback)):
-            found[name] = fn() if self.completed else self.not_checked(name)
-        conditions.apply(self, found, Check)  # weights, extra input sets, call conditions
+            with self.clock(name):
+                found[name] = fn() if self.completed else self.not_checked(name)
+        with self.clock("weights, sets, conditions"):
+            conditions.apply(self, found, Check)  # weights, extra input sets, call conditions
         return [found[n] for n in CHECK_NAMES]
 
     def static_clean(self) -> Check:
