@@ -45,6 +45,9 @@ class TensorComparison:
     tolerance: str = ""
     norm_missed: bool = False
     """Only the whole-tensor relative bound failed (`_whole_tensor`)."""
+    all_finite: bool = False
+    """Both tensors were seen free of NaN/Inf (the comparison's finite path): a later
+    NaN/Inf check of the same pair has nothing to find."""
 
     def to_text(self) -> str:
         if self.problem and not self.numel:
@@ -251,6 +254,7 @@ def _compare_finite(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
             stats = _finite_stats(o, r, tol, "cpu", CHUNK)
     if stats is None:
         return False
+    result.all_finite = True
     result.max_abs_err = stats.max_abs
     _whole_tensor(result, tol, math.sqrt(stats.err_sq), math.sqrt(stats.ref_sq),
                   lambda: math.sqrt(sum(float(torch.dot(c, c)) for c in

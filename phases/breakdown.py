@@ -97,11 +97,20 @@ class TimingBreakdown:
         with self.lock:
             self.parent[name] = self.parent.get(name, 0.0) + float(seconds)
 
-    def add_verification(self, report: Any) -> None:
-        """A verification's own work in this process (its jobs are clocked as jobs)."""
+    def add_verification(self, report: Any, judge_only: bool = False) -> None:
+        """A verification's own work in this process (its jobs are clocked as jobs): its
+        draws, truth and judgement by part; `judge_only` for a report that shared another's
+        draws and jobs (verify_candidates)."""
         for step, seconds in (getattr(report, "steps", None) or {}).items():
-            if step not in ("reference", "candidate") and isinstance(seconds, int | float):
+            if step in ("reference", "candidate") or not isinstance(seconds, int | float):
+                continue
+            if not judge_only or step.startswith("judge"):
                 self.add_parent(f"verify {step}", seconds)
+
+    def covered(self) -> Any:
+        """A stretch whose seconds other records account for (a verification: its jobs and
+        steps): counted as clocked, added nowhere."""
+        return self._clock(lambda _s: None)
 
     def add_span(self, t0: float, t1: float) -> None:
         """A clocked stretch of the current phase (a job, the engineer, named parent work)."""

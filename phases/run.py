@@ -303,7 +303,8 @@ class RunContext:
         from kopt.harness.verify import verify_candidate
 
         kw.setdefault("target", self.clocked_target())
-        report = verify_candidate(self.case, path, device=self.device, **kw)
+        with self.breakdown.covered():  # its jobs are clocked as jobs, the rest by its steps
+            report = verify_candidate(self.case, path, device=self.device, **kw)
         self.breakdown.add_verification(report)
         return report
 
@@ -323,12 +324,12 @@ class RunContext:
         from kopt.harness.verify import verify_candidates
 
         kw.setdefault("target", self.clocked_target())
-        reports = verify_candidates(self.case, paths, device=self.device, **kw)
+        with self.breakdown.covered():
+            reports = verify_candidates(self.case, paths, device=self.device, **kw)
         if reports:  # one shared set of draws; each report carries its own judge
             self.breakdown.add_verification(reports[0])
-            for report in reports[1:]:
-                self.breakdown.add_parent("verify judge",
-                                          float((report.steps or {}).get("judge") or 0.0))
+            for report in reports[1:]:  # shared draws and jobs: only its own judgement
+                self.breakdown.add_verification(report, judge_only=True)
         return reports
 
     def time_trials(self, paths: list[Path], *, budget_s: float,

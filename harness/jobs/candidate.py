@@ -167,10 +167,19 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
                         conds: dict[str, Any] = conds) -> dict[str, Any]:
                 cond = conds.get(group) or {}
                 record.ops, record.launches = {}, []
-                with record.steps("compiled calls" if cond.get("compile") else "forward calls"):
-                    link.send({"op": "inplace" if inplace else "forward",
-                               "inputs": staged[group], "poison": poison, "cond": cond})
-                    msg = _expect(link, record, "forward")
+                kind = "compiled calls" if cond.get("compile") else "forward calls"
+                t_call = time.monotonic()
+                link.send({"op": "inplace" if inplace else "forward",
+                           "inputs": staged[group], "poison": poison, "cond": cond})
+                msg = _expect(link, record, "forward")
+                # the round trip by part: the child's own (inputs in, the call, outputs out...)
+                # and the rest (the link's copies, this side's bookkeeping)
+                parts = {str(k): float(v) for k, v in (msg.get("steps") or {}).items()
+                         if isinstance(v, int | float)}
+                for name, seconds in parts.items():
+                    record.steps.add(f"{kind}: {name}", seconds)
+                record.steps.add(f"{kind}: link and other",
+                                 max(0.0, time.monotonic() - t_call - sum(parts.values())))
                 fact = dict(msg.get("fact") or {})
                 # Launches and ops are the ones streamed while forward ran, not a summary.
                 fact["launches"] = len(record.launches)
@@ -325,7 +334,9 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
                       if isinstance(v, torch.Tensor)}
             send({"ev": "reloaded"})
         elif op in ("forward", "inplace"):
-            new = {k: v.to(device) for k, v in st_load(msg["inputs"]).items()}
+            clock = Steps()
+            with clock("inputs in"):
+                new = {k: v.to(device) for k, v in st_load(msg["inputs"]).items()}
             fact: dict[str, Any] = {}
             if op == "inplace":  # new values written into the storage the last draw used
                 ptrs = {k: v.data_ptr() for k, v in bases.items()}
@@ -336,18 +347,24 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
                                                    for k, p in ptrs.items())
             else:
                 bases = new
-            pristine = {k: v.detach().clone() for k, v in bases.items()}
+            with clock("pristine copy"):
+                pristine = {k: v.detach().clone() for k, v in bases.items()}
             try:
-                seen, outs, more = _forward(model, resolved, bases, device, msg["poison"], counter,
-                                            params, send_op, views, msg.get("cond") or {})
+                with clock("the call"):
+                    seen, outs, more = _forward(model, resolved, bases, device, msg["poison"],
+                                                counter, params, send_op, views,
+                                                msg.get("cond") or {})
             except BaseException as err:
                 fail("forward", err)
                 return
             fact.update(more)
-            reply: dict[str, Any] = {"ev": "forward", "fact": fact,
-                                     "outputs": pack({f"o{i}": t for i, t in enumerate(seen)})}
+            with clock("outputs out"):
+                packed = pack({f"o{i}": t for i, t in enumerate(seen)})
+            reply: dict[str, Any] = {"ev": "forward", "fact": fact, "outputs": packed}
             # Inputs after forward: sent only when a bit differs from the harness's own copy.
-            if all(same_bits(bases[k], pristine[k]) for k in bases):
+            with clock("bit checks"):
+                unchanged = all(same_bits(bases[k], pristine[k]) for k in bases)
+            if unchanged:
                 reply["post_unchanged"] = True
             else:
                 reply["post"] = pack(bases)
@@ -362,6 +379,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
                     tensors.aliasing(outs, {f"previous output[{j}]": p
                                             for j, p in enumerate(previous)}))
             previous, previous_seen = list(outs), seen
+            reply["steps"] = clock.to_dict()
             send(reply)
         elif op == "weights":
             send({"ev": "weights", "data": pack({k: v for k, v in model.state_dict().items()
