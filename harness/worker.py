@@ -149,12 +149,17 @@ def _standby() -> Path | None:
     job directory on stdin. None when stdin closes first (the standby was discarded)."""
     _die_with_parent()
     import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401  (the candidate job's launch counter and dispatch modes need it: 1.8 s)
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    if not sys.flags.isolated and os.environ.get("TRITON_INTERPRET") != "1":
-        preload_compile_modules()
+    if not sys.flags.isolated:
+        # the candidate job's launch counter and dispatch modes need dynamo (1.8 s on the H100
+        # host); the reference job, in the isolated interpreter, never imports it, and waited
+        # for that import on a verification's critical path
+        import torch._dynamo  # noqa: F401
+
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            preload_compile_modules()
     if not fork_safe():
         return None  # the job that would have taken it starts a cold worker instead
     line = sys.stdin.readline().strip()
@@ -180,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m kopt.harness.worker JOB_DIR", file=sys.stderr)
         return 2
+    given_at = time.time()  # the wall clock: the parent compares it with its own
     job_dir = Path(argv[0]).resolve()
     _die_with_parent()
     request = json.loads((job_dir / "request.json").read_text())
@@ -202,11 +208,13 @@ def main(argv: list[str] | None = None) -> int:
         response.setdefault("worker_started", started)
         response.setdefault("isolated", bool(sys.flags.isolated and sys.flags.no_site))  # -I -S
         response.setdefault("sandbox", os.environ.get("KOPT_SANDBOXED", "none"))  # harness.sandbox
+        response["given_at"] = given_at
     except BaseException as err:  # the job's failure is data for the parent
         traceback.print_exc()
         response = {"ok": False, "error": f"{type(err).__name__}: {err}".strip()[:2000],
                     "traceback": traceback.format_exc()[-4000:], "worker_started": started,
                     "isolated": bool(sys.flags.isolated and sys.flags.no_site)}
+    response["responded_at"] = time.time()
     _write_response(job_dir, response)
     sys.stdout.flush()
     # Skip interpreter teardown: threads a candidate left behind must not keep us alive
