@@ -148,18 +148,16 @@ def _standby() -> Path | None:
     """`--standby` (harness.targets.standby): import what every job needs, then wait for the
     job directory on stdin. None when stdin closes first (the standby was discarded)."""
     _die_with_parent()
+    # dynamo: the candidate job's launch counter and dispatch modes need it (1.8 s on the H100
+    # host), and the reference job's op recorder imports it at its first forward (skipped here
+    # on 2026-11-28, the reference's forward step went 0.2 -> 1.5 s on the H100)
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    if not sys.flags.isolated:
-        # the candidate job's launch counter and dispatch modes need dynamo (1.8 s on the H100
-        # host); the reference job, in the isolated interpreter, never imports it, and waited
-        # for that import on a verification's critical path
-        import torch._dynamo  # noqa: F401
-
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            preload_compile_modules()
+    if not sys.flags.isolated and os.environ.get("TRITON_INTERPRET") != "1":
+        preload_compile_modules()
     if not fork_safe():
         return None  # the job that would have taken it starts a cold worker instead
     line = sys.stdin.readline().strip()

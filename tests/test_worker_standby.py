@@ -259,3 +259,28 @@ def test_the_compile_preload_only_imports(monkeypatch: pytest.MonkeyPatch) -> No
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
     assert int(out[0]) > 0 and out[1] == "True", out
+
+
+@pytest.mark.parametrize("interpret", [False, True])
+def test_the_next_worker_imports_beside_a_running_job_off_the_interpreter(
+        workspace: Path, interpret: bool, monkeypatch) -> None:
+    """On a GPU host a standby for the next job starts when a job takes its worker, so it
+    imports while the job runs; under the CPU interpreter (the cores are the job's) only after
+    the job ends."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # this test process's own setting
+    target = LocalTarget()
+    # unsandboxed, so that the echo job (ours) sees the test's file: a sandbox's /tmp is private
+    env = {"KOPT_SANDBOX": "0", **({"TRITON_INTERPRET": "1"} if interpret else {})}
+    flag = workspace / "go"
+    seen: dict[str, object] = {}
+
+    def watch(line: str) -> None:
+        if line.startswith("echo:") and "waiting" not in seen:
+            seen["waiting"] = standby.STANDBY._proc is not None
+            flag.touch()
+
+    job = stage_job("echo", {"message": "m", "await_file": str(flag), "await_s": 60})
+    outcome = target.run(job, timeout=120, env=env, on_line=watch)
+    assert outcome.ok and outcome.response["acknowledged"] is True
+    assert seen["waiting"] is (not interpret)
+    assert standby.STANDBY._proc is not None  # after the job, one is waiting either way
