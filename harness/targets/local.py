@@ -128,13 +128,15 @@ class LocalTarget:
         isolated = kind in standby.COLD_JOBS
         proc = None
         if self.use_standby:
-            proc = (ISOLATED if isolated else standby.STANDBY).take(full_env, job_dir)
-            if not isolated and full_env.get("TRITON_INTERPRET") != "1":
+            pool = ISOLATED if isolated else standby.STANDBY
+            proc = pool.take(full_env, job_dir)
+            if full_env.get("TRITON_INTERPRET") != "1":
                 # On a GPU host the next job's worker imports now, beside this job, not after
                 # it: the H100 run of 2026-11-28 waited 20 s for standbys still importing
-                # (`waiting for the worker`: bench 5.5, measure 8.1, candidate 1.0-5.0). On the
-                # CPU interpreter the cores are the jobs' own: a standby starts after the job.
-                standby.STANDBY.prepare(full_env, job_dir.parent)
+                # (`waiting for the worker`: bench 5.5, measure 8.1, candidate 1.0-5.0), then,
+                # with that, 10.5 s for the reference's isolated one. On the CPU interpreter
+                # the cores are the jobs' own: a standby starts after the job.
+                pool.prepare(full_env, job_dir.parent)
         if proc is None:
             command = isolated_worker_command(job_dir) if isolated else worker_command(job_dir)
             argv, proc_env, _how = sandbox.wrap(command, full_env, job_dir)
