@@ -267,6 +267,8 @@ def test_the_next_worker_imports_beside_a_running_job_off_the_interpreter(
     """On a GPU host a standby for the next job starts when a job takes its worker, so it
     imports while the job runs; under the CPU interpreter (the cores are the job's) only after
     the job ends."""
+    from kopt.harness.targets.local import ISOLATED
+
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # this test process's own setting
     target = LocalTarget()
     # unsandboxed, so that the echo job (ours) sees the test's file: a sandbox's /tmp is private
@@ -277,10 +279,12 @@ def test_the_next_worker_imports_beside_a_running_job_off_the_interpreter(
     def watch(line: str) -> None:
         if line.startswith("echo:") and "waiting" not in seen:
             seen["waiting"] = standby.STANDBY._proc is not None
+            seen["isolated"] = ISOLATED._proc is not None
             flag.touch()
 
     job = stage_job("echo", {"message": "m", "await_file": str(flag), "await_s": 60})
     outcome = target.run(job, timeout=120, env=env, on_line=watch)
     assert outcome.ok and outcome.response["acknowledged"] is True
     assert seen["waiting"] is (not interpret)
+    assert seen["isolated"] is (not interpret)  # the next verification's reference, likewise
     assert standby.STANDBY._proc is not None  # after the job, one is waiting either way
