@@ -433,11 +433,11 @@ class _Judge:
                           and self.resp.get("stage") == "done")
         self._cand: dict[str, list[torch.Tensor] | None] = {}
         self.clock = Steps()
-        self.finite_pairs: set[tuple[int, int]] = set()
-        """(id(output), id(reference)) pairs a comparison saw free of NaN/Inf (`finite` skips
-        them; the tensors stay alive in `_cand` and `ref`, so their ids stay theirs)."""
         """Seconds of this judgement by part: `read outputs` (the candidate's files) and each
         check by name, reported as `judge <part>` steps."""
+        self.finite_pairs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        """(id(output), id(reference)) -> the pair, for pairs a comparison saw free of NaN/Inf
+        (`finite` skips them). The pair is held here, so no other tensor can take its ids."""
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -470,7 +470,7 @@ class _Judge:
         cmp = compare_outputs(out, ref, tol)
         for o, r, t in zip(out, ref, cmp.tensors, strict=False):
             if t.all_finite:
-                self.finite_pairs.add((id(o), id(r)))
+                self.finite_pairs[(id(o), id(r))] = (o, r)
         if cmp.ok:
             return cmp, None
         if not (cmp.within_norm(tol, ref) or cmp.within_elementwise()):
