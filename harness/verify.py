@@ -40,7 +40,7 @@ from kopt.harness.verification.draws import (
     reference_request_sets,
 )
 from kopt.harness.verification.guards import library_ops_of
-from kopt.harness.verification.tensors import differing_elements, load_outputs, same_bytes
+from kopt.harness.verification.tensors import bitwise_equal, differing_elements, load_outputs
 
 CHECK_NAMES = (
     "loads", "correct", "general_inputs", "hard_values", "finite", "isolated_reference",
@@ -320,7 +320,7 @@ def _unlike_elements(x: torch.Tensor, y: torch.Tensor, tol: Any, chunk: int = 1 
         return max(x.numel(), y.numel())
     if tol is None or not x.dtype.is_floating_point:
         return differing_elements(x, y)
-    if same_bytes(x, y):  # the usual answer, in one pass
+    if bitwise_equal(x, y):  # the usual answer, in one pass
         return 0
     fx, fy = x.reshape(-1), y.reshape(-1)
     n = 0
@@ -638,7 +638,7 @@ class _Judge:
                 if later is None:
                     continue
                 first = self.cand(f"cand-{group}") or []
-                if len(later) == len(first) and all(map(same_bytes, later, first)):
+                if len(later) == len(first) and all(map(bitwise_equal, later, first)):
                     continue  # the very bytes judged above
                 _cmp, problem = self.compare(later, group)
                 if problem:
@@ -734,7 +734,7 @@ class _Judge:
                 o0, o1, r0, r1 = self.cand(f"cand-{g0}"), self.cand(f"cand-{g1}"), self.ref[g0], self.ref[g1]
                 if o0 and o1 and r0 and r1 and len(o0) == len(o1) == len(r0) == len(r1):
                     for j in range(len(o0)):
-                        if not same_bytes(r0[j], r1[j]) and same_bytes(o0[j], o1[j]):
+                        if not bitwise_equal(r0[j], r1[j]) and bitwise_equal(o0[j], o1[j]):
                             return Check("depends_on_inputs", False,
                                          f"{set_name}: output[{j}] identical for different inputs")
         return Check("depends_on_inputs", True, "outputs follow new values written into the "

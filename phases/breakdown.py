@@ -118,7 +118,7 @@ class TimingBreakdown:
             self.spans.append((t0, t1))
 
     @contextmanager
-    def _clock(self, add: Any, span: bool = True) -> Any:
+    def _clock(self, add: Any) -> Any:
         """The block's wall seconds, handed to `add` however the block ends."""
         t0 = time.monotonic()
         try:
@@ -126,8 +126,7 @@ class TimingBreakdown:
         finally:
             t1 = time.monotonic()
             add(t1 - t0)
-            if span:
-                self.add_span(t0, t1)
+            self.add_span(t0, t1)
 
     def clocked(self, name: str) -> Any:
         """Named work in this process (`parent`)."""

@@ -180,24 +180,24 @@ def test_every_element_within_bounds_but_a_cancelling_norm_goes_to_the_float64_t
 
 
 def test_the_judges_one_pass_shortcuts_answer_as_the_full_counts_do() -> None:
-    """`same_bytes` (the judge's shortcut before counting) is true only for the same shape,
+    """`bitwise_equal` (the judge's shortcut before counting) is true only for the same shape,
     dtype and bytes: NaN payloads count, -0.0 is not 0.0; `all_finite` marks only a pair seen
     free of NaN/Inf, so the `finite` check may skip it."""
-    from kopt.harness.verification.tensors import differing_elements, same_bytes
+    from kopt.harness.verification.tensors import bitwise_equal, differing_elements
 
     a = torch.randn(33, 7)
-    assert same_bytes(a, a.clone()) and differing_elements(a, a.clone()) == 0
+    assert bitwise_equal(a, a.clone()) and differing_elements(a, a.clone()) == 0
     b = a.clone()
     b[5, 3] = -b[5, 3]
-    assert not same_bytes(a, b) and differing_elements(a, b) == 1
-    assert not same_bytes(torch.zeros(3), -torch.zeros(3))
+    assert not bitwise_equal(a, b) and differing_elements(a, b) == 1
+    assert not bitwise_equal(torch.zeros(3), -torch.zeros(3))
     nan = torch.tensor([float("nan"), 1.0])
-    assert same_bytes(nan, nan.clone())
+    assert bitwise_equal(nan, nan.clone())
     other_nan = nan.clone().view(torch.int32)
     other_nan[0] += 1  # another NaN payload
-    assert not same_bytes(nan, other_nan.view(torch.float32))
-    assert not same_bytes(a, a.double()) and not same_bytes(a, a.reshape(7, 33))
-    assert same_bytes(torch.empty(0), torch.empty(0))
+    assert not bitwise_equal(nan, other_nan.view(torch.float32))
+    assert not bitwise_equal(a, a.double()) and not bitwise_equal(a, a.reshape(7, 33))
+    assert bitwise_equal(torch.empty(0), torch.empty(0))
     tol = Tolerance(atol=1e-5, rtol=1e-5, rel=1e-4)
     assert compare_tensor(a, a.clone(), tol).all_finite
     assert not compare_tensor(nan, nan.clone(), tol).all_finite

@@ -131,13 +131,10 @@ class LocalTarget:
             pool = ISOLATED if isolated else standby.STANDBY
             proc = pool.take(full_env, job_dir)
             if full_env.get("TRITON_INTERPRET") != "1":
-                # On a GPU host the next job's worker imports now, beside this job, not after
-                # it: the H100 run of 2026-11-28 waited 20 s for standbys still importing
-                # (`waiting for the worker`: bench 5.5, measure 8.1, candidate 1.0-5.0), then,
-                # with that, 10.5 s for the reference's isolated one. On the CPU interpreter
-                # the cores are the jobs' own: a standby starts after the job. The reference's
-                # isolated interpreter is kept ready from a run's first job on (its jobs still
-                # waited 9.0 s over a first run in the H100 call of 2026-11-28).
+                # On a GPU host the next job's worker (and, from a run's first job on, the
+                # reference's isolated one) imports now, beside this job: started after it,
+                # an H100 run waited ~20 s for them (2026-11-28, `waiting for the worker`).
+                # Under the CPU interpreter the cores are the job's: a standby starts after it.
                 pool.prepare(full_env, job_dir.parent)
                 if not isolated:
                     ISOLATED.prepare(full_env, job_dir.parent)

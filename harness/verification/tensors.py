@@ -91,15 +91,9 @@ def aliasing(outputs: list[torch.Tensor], others: dict[str, torch.Tensor]) -> li
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same shape, dtype and bytes (so NaN equals NaN)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return differing_elements(a, b) == 0
-
-
-def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same shape, dtype and bytes (NaN payloads included): one pass, no count (a 67 M-element
-    bf16 output: ~0.05 s on 2 CPU cores, against ~0.5 s for the element count below)."""
+    """Same shape, dtype and bytes (NaN payloads included, so NaN equals NaN): one pass, no
+    count (a 67 M-element bf16 output: ~0.05 s on 2 CPU cores, against ~0.5 s for the element
+    count below)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.numel() == 0:
@@ -112,7 +106,7 @@ def differing_elements(a: torch.Tensor, b: torch.Tensor) -> int:
     """Elements whose bytes differ (shape/dtype mismatch counts every element)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return max(a.numel(), b.numel())
-    if a.numel() == 0 or same_bytes(a, b):
+    if a.numel() == 0 or bitwise_equal(a, b):
         return 0
     size = a.element_size()
     ua = a.contiguous().reshape(-1).view(torch.uint8).reshape(-1, size)
