@@ -10,6 +10,7 @@ run (seconds, verdict), then the median of the warm runs.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -33,11 +34,23 @@ def main() -> int:
     for i in range(args.repeats):
         t0 = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "kopt", "verify", args.case, args.candidate,
-                               "--device", args.device], capture_output=True, text=True, env=env)
+                               "--device", args.device, "--json", "--timing"], capture_output=True, text=True,
+                              env=env)
         took.append(time.monotonic() - t0)
-        last = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
+        lines = done.stdout.strip().splitlines() or ["(no output)"]
         print(f"run {i} ({'cold' if i == 0 else 'warm'}): {took[-1]:.1f} s, exit {done.returncode}: "
-              f"{last[:120]}", flush=True)
+              f"{(lines[-2] if len(lines) > 1 else lines[-1])[:120]}", flush=True)
+        try:  # the CLI's own verification, by step (`timing` of its --json line)
+            timing = json.loads(lines[-1]).get("timing") or {}
+        except ValueError:
+            timing = {}
+        if timing:
+            print(f"  verification {timing['elapsed_s']:.2f} s: " + ", ".join(
+                f"{k} {v:.2f}" for k, v in timing["steps"].items()))
+            for kind, d in timing["jobs"].items():
+                print(f"  {kind} job {d['seconds']:.2f} s ({'standby' if d.get('standby') else 'cold'}): "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in (d.get("steps") or {}).items()
+                                  if v >= 0.01))
         if done.returncode not in (0, 1):
             print(done.stderr[-2000:], flush=True)
     if len(took) > 1:

@@ -92,7 +92,7 @@ class _InterpreterDriver:
         return 0
 
 
-def _interpreter_support() -> None:
+def interpreter_support() -> None:
     """Let honest code that runs on a GPU run on the interpreter too: an autotuned kernel
     (a benchmarker, `_InterpreterDriver`), and a launcher inside `torch.compile` (the launch
     counter keeps dynamo out of the interpreter, harness.verification.guards)."""
@@ -160,6 +160,10 @@ def _standby() -> Path | None:
         preload_compile_modules()
     if not fork_safe():
         return None  # the job that would have taken it starts a cold worker instead
+    if not sys.flags.isolated:  # the reference's interpreter never runs a candidate
+        from kopt.harness.jobs import candidate, supervised
+
+        supervised.fork_early(candidate.early_child)
     line = sys.stdin.readline().strip()
     if not line:
         return None
@@ -191,9 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     if name not in JOBS:
         _write_response(job_dir, {"ok": False, "error": f"unknown job {name!r}"})
         return 2
+    if name != "candidate":  # a standby's early candidate child must not hold the GPU
+        from kopt.harness.jobs import supervised
+
+        supervised.drop_early()
     if request.get("interpret"):
         os.environ["TRITON_INTERPRET"] = "1"
-        _interpreter_support()
+        interpreter_support()
     module_name, func_name = JOBS[name].split(":")
     try:
         t0 = time.monotonic()

@@ -50,3 +50,16 @@ def test_bad_input_exits_2(workspace: Path, capsys: pytest.CaptureFixture[str], 
                            needle: str) -> None:
     assert main(args) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_timing_says_where_the_seconds_went(workspace: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["verify", str(CORPUS / "cases" / "softmax_small"),
+                 str(CORPUS / "honest" / "softmax.py"), "--device", "cpu", "--json", "--timing"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out
+    timing = _last_json(captured.out)["timing"]
+    assert timing["elapsed_s"] > 0 and {"draws", "reference", "candidate"} <= set(timing["steps"])
+    assert {"reference", "candidate"} <= set(timing["jobs"])
+    assert "start and import" in timing["jobs"]["candidate"]["steps"]
+    assert "seconds:" in captured.err and "candidate job" in captured.err

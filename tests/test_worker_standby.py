@@ -14,6 +14,8 @@ from kopt.harness.job import stage_job
 from kopt.harness.targets import standby
 from kopt.harness.targets.local import LocalTarget
 
+CORPUS = Path(__file__).parent / "corpus"
+
 
 @pytest.fixture(autouse=True)
 def _no_leftover_standby():
@@ -288,3 +290,34 @@ def test_the_next_worker_imports_beside_a_running_job_off_the_interpreter(
     assert seen["waiting"] is (not interpret)
     assert seen["isolated"] is (not interpret)  # the next verification's reference, likewise
     assert standby.STANDBY._proc is not None  # after the job, one is waiting either way
+
+
+def test_a_standby_forks_its_candidate_child_before_the_job_and_drops_it_for_others(
+        workspace: Path) -> None:
+    """A standby forks the candidate's child while it waits (its imports, and on a GPU CUDA's
+    context, made before the job); a candidate job drives that child, any other job ends it
+    first (it must not hold the GPU while a job times), and a reference's isolated standby
+    forks none."""
+    from kopt.harness.verify import verify_candidate
+
+    case, candidate = CORPUS / "cases" / "softmax_small", CORPUS / "honest" / "softmax.py"
+    target = LocalTarget()
+    env = {"KOPT_SANDBOX": "0"}  # unsandboxed: the echo job's /proc shows the host's pids
+    assert target.run(_echo(), timeout=120, env=env).ok  # leaves a standby with an early child
+    other = target.run(_echo(), timeout=120, env=env)
+    assert other.ok and other.response["worker_started"] == "standby"
+    assert other.response["children"] == []  # the early child was ended before the job ran
+    standby.STANDBY.clear()
+    jobs: list[dict] = []
+
+    class Recording(LocalTarget):
+        def run(self, job_dir, **kw):  # type: ignore[override]
+            outcome = super().run(job_dir, **kw)
+            jobs.append(outcome.response or {})
+            return outcome
+
+    report = verify_candidate(case, candidate, device="cpu", target=Recording())
+    assert report.accepted, report.failed()
+    cand = [r for r in jobs if "child" in r]
+    assert cand and cand[0]["worker_started"] == "standby" and cand[0]["child"] == "early"
+    assert report.check("no_tampering").passed and report.check("isolated_reference").passed

@@ -10,6 +10,7 @@ from typing import Any
 
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     from kopt.harness.environment import describe_environment
+    from kopt.harness.verification.guards import child_processes
 
     # `repeat`/`interval_s`: a job that streams output over time (targets' streaming tests).
     # `await_file`: after the first line, wait (at most `await_s`) until the driver creates that
@@ -23,7 +24,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
         if i == 0 and request.get("await_file"):
             acknowledged = _await(Path(request["await_file"]), float(request.get("await_s", 60.0)))
     return {"ok": True, "message": request.get("message"), "acknowledged": acknowledged,
-            "environment": describe_environment(),
+            "environment": describe_environment(), "children": child_processes(),
             "kopt_settings": {k: v for k, v in os.environ.items() if k.startswith("KOPT_")}}
 
 

@@ -191,6 +191,42 @@ def fork_child(child_main: Callable[[Link], None]) -> tuple[int, Link]:
     return pid, Link(ours)
 
 
+_EARLY: tuple[int, Link] | None = None
+"""A child forked before this process had a job (`fork_early`), waiting for one."""
+
+
+def fork_early(child_main: Callable[[Link], None]) -> None:
+    """Fork a child now, before any job: a standby's (harness.worker) candidate child does its
+    own start (imports, CUDA, Triton's first launch) while the parent still waits, then waits
+    for the job on its link (`take_early`). One at a time."""
+    global _EARLY
+    drop_early()
+    _EARLY = fork_child(child_main)
+
+
+def take_early() -> tuple[int, Link] | None:
+    """The child `fork_early` started, if it is still alive (this process's to drive now)."""
+    global _EARLY
+    early, _EARLY = _EARLY, None
+    if early is None:
+        return None
+    try:
+        done, _raw = os.waitpid(early[0], os.WNOHANG)
+    except ChildProcessError:
+        done = early[0]
+    if done:  # it died while waiting: the job forks its own
+        early[1].close()
+        return None
+    return early
+
+
+def drop_early() -> None:
+    """End the early child unused (a job that runs no candidate: it must not hold the GPU)."""
+    early = take_early()
+    if early is not None:
+        end_child(*early)
+
+
 def _die_with_supervisor() -> None:
     if not sys.platform.startswith("linux"):
         return

@@ -14,10 +14,12 @@ and the candidate's with the reference run: a small `kopt verify` on the 2-core 
 for layernorm_gelu (2026-11-27, both before the draws).
 
 What a standby has done before its job: imported torch, dynamo and triton (and, for GPU jobs,
-the modules the verifier's torch.compile draw loads: `worker.COMPILE_MODULES`), nothing else;
-it has run no job, no candidate code, and has not initialised CUDA (one that finds CUDA
-initialised leaves: `worker.fork_safe`). It is still a fresh process for the job
-it runs. The verifier's reference job (`COLD_JOBS`) never takes this one: it runs in an
+the modules the verifier's torch.compile draw loads: `worker.COMPILE_MODULES`) and forked the
+candidate job's child ahead (`candidate.early_child`: its imports, and on a GPU its CUDA
+context and a first harness launch, made while it waits; ended unused by any other job),
+nothing else; it has run no job, no candidate code, and has not initialised CUDA itself (one
+that finds CUDA initialised leaves: `worker.fork_safe`). It is still a fresh process for the
+job it runs. The verifier's reference job (`COLD_JOBS`) never takes this one: it runs in an
 isolated interpreter (`python -I -S`, `local.isolated_worker_command`), taken from a second
 standby of that kind (`local.ISOLATED`), prepared before the draws and again when a candidate
 job ends (or started cold when none is ready): the same imports, and no candidate code run in

@@ -52,6 +52,8 @@ EXTRA_KINDS = {"x-lead": "general_inputs", "x-rows": "general_inputs",
 """Extra input set -> the check that judges it."""
 CPU_ELEMENT_BUDGET = 1 << 22
 """Most elements (inputs + weights) an extra set may have on the CPU interpreter."""
+TINY_ELEMENTS = 1 << 16
+"""A set this small (inputs + weights) is tried on the CPU before the `meta` device."""
 HARD_MAGNITUDE = 200.0
 """Spread (std, or half-range) floating-point inputs are scaled to in `x-hard`'s first draw:
 a softmax without its max subtraction overflows float32 above ~88."""
@@ -250,13 +252,16 @@ def materialize(resolved: ResolvedInputSet, bases: dict[str, torch.Tensor], devi
 def baseline_accepts(case: Case, resolved: ResolvedInputSet,
                      views: dict[str, dict[str, int]] | None = None) -> str | None:
     """None when the baseline runs on these inputs (shapes, dtypes, strides), else why not.
-    Tried on the `meta` device (no values), then on the CPU when the model is small."""
+    Tried on the `meta` device (no values) and, when the model is small, on the CPU: first
+    when it is tiny (a process's first `meta` call imports sympy and torch's meta kernels,
+    0.5 s of a `kopt verify` on a 2-core CPU), else when `meta` refused."""
     cls = model_class(case)
     errors = []
-    for device in ("meta", "cpu"):
-        if device == "cpu" and (parameter_count(case, resolved) + _elements(resolved)
-                                > CPU_ELEMENT_BUDGET):
-            break
+    size = parameter_count(case, resolved) + _elements(resolved)
+    order = ("cpu", "meta") if size <= TINY_ELEMENTS else ("meta", "cpu")
+    for device in order:
+        if device == "cpu" and size > CPU_ELEMENT_BUDGET:
+            continue
         try:
             with torch.device(device):
                 model = instantiate(cls, resolved, case.model_file)

@@ -1,7 +1,10 @@
 """`kopt verify CASE CANDIDATE`: the verification tool from the command line.
 
 Exit 0 accepted, 1 rejected, 2 bad input. One line per check; `--json` prints the report's
-object (`accepted`, `case`, `candidate`, `device`, `checks`) as the last line.
+object (`accepted`, `case`, `candidate`, `device`, `checks`) as the last line. `--timing` says
+where the verification's seconds went, on stderr and as the JSON object's `timing`
+(`elapsed_s`; `steps`, the verifier's own; `jobs`, each worker job's seconds by step, as in
+`kopt run --json`'s `timing_breakdown`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import time
 from rich.markup import escape
 
 from kopt.harness.case import load_case
+from kopt.harness.targets.resolve import resolve_target
 from kopt.harness.verify import MAX_TIMEOUT_S, TIMEOUT_FACTOR, TIMEOUT_FLOOR_S, verify_candidate
+from kopt.phases.breakdown import ClockedTarget, TimingBreakdown
 from kopt.workbench.output import console, err_console, print_json_line
 from kopt.workbench.sandbox_option import add_option
 
@@ -34,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"and {2 * TIMEOUT_FLOOR_S:g} s on the CPU, at most {MAX_TIMEOUT_S:g} s)")
     p.add_argument("--verbose", action="store_true", help="stream the workers' output")
     add_option(p)
+    p.add_argument("--timing", action="store_true",
+                   help="say where the seconds went: the verifier's steps and each worker job's "
+                        "(stderr; `timing` in --json's object)")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=handle)
 
@@ -54,13 +62,21 @@ def handle(args: argparse.Namespace) -> int:
     case = load_case(args.case)
     on_line = (lambda line: err_console.print(f"[dim]worker: {escape(line)}[/dim]")) \
         if args.verbose else None
+    breakdown = TimingBreakdown()
+    target = ClockedTarget(resolve_target(args.target), breakdown)
     with _progress(f"verifying {args.candidate} against {case.name}", quiet=args.verbose):
-        report = verify_candidate(case, args.candidate, device=args.device, target=args.target,
+        report = verify_candidate(case, args.candidate, device=args.device, target=target,
                                   timeout=args.timeout, on_line=on_line)
+    extra = {}
+    if args.timing:
+        extra["timing"] = {"elapsed_s": round(report.elapsed_s, 3),
+                           "steps": {k: round(v, 3) for k, v in report.steps.items()},
+                           "jobs": breakdown.to_dict()["jobs"]}
+        _print_timing(extra["timing"])
     if report.not_a_candidate:
         err_console.print(f"kopt: error: {escape(report.not_a_candidate)}", soft_wrap=True)
         if args.json:
-            print_json_line(report.to_dict())
+            print_json_line({**report.to_dict(), **extra})
         return 2
     for check in report.checks:
         mark = ("[green]pass[/green]" if check.passed else
@@ -71,8 +87,18 @@ def handle(args: argparse.Namespace) -> int:
     console.print(f"{report.case}: {escape(report.candidate)} {verdict} on {report.device} "
                   f"in {report.elapsed_s:.1f} s")
     if args.json:
-        print_json_line(report.to_dict())
+        print_json_line({**report.to_dict(), **extra})
     return 0 if report.accepted else 1
+
+
+def _print_timing(timing: dict) -> None:
+    err_console.print(f"seconds: {timing['elapsed_s']:.2f} in all; " + ", ".join(
+        f"{k} {v:.2f}" for k, v in timing["steps"].items() if v >= 0.01), soft_wrap=True)
+    for kind, d in timing["jobs"].items():
+        err_console.print(f"  {kind} job {d['seconds']:.2f} s "
+                          f"({'standby' if d.get('standby') else 'cold'}): " + ", ".join(
+                              f"{k} {v:.2f}" for k, v in (d.get("steps") or {}).items()
+                              if v >= 0.01), soft_wrap=True)
 
 
 class _progress:
