@@ -172,7 +172,7 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
         timing_label=optimizer.timing_label,
         inputs=[FileRef.of(ctx.run_dir / "optimizer.json", ctx.root)],
         outputs=[FileRef.of(kernel_file, ctx.root)],
-        details={"gpu": _timing_gpu(ctx) if on_gpu else NO_GPU, "tunables": space,
+        details={"gpu": ctx.timing_gpu() if on_gpu else NO_GPU, "tunables": space,
                  "budget": _budget(on_gpu, trials, space_size, seconds),
                  "trials": trials,
                  "winner": {"config": winner["config"], "kernel": FileRef.of(kernel_file,
@@ -188,15 +188,10 @@ def _kernel_dimensions(space: dict[str, list[Any]]) -> list[tuple[str, list[str]
     return [(k, keys) for k, keys in dimensions(space) if not any(map(is_region_key, keys))]
 
 
-def _bucket(ctx: RunContext) -> str:
-    return tuning_memory.shape_bucket(
-        [list(s.shape) for s in ctx.case.input_set(ctx.input_set).tensor_specs()])
-
-
 def _recall(ctx: RunContext, events: EventSink, source: str, space: dict[str, list[Any]],
             default: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The default with every remembered kernel's winner in place, and what was recalled."""
-    gpu, bucket = _timing_gpu(ctx), _bucket(ctx)
+    gpu, bucket = ctx.timing_gpu(), ctx.shape_bucket()
     config, recalled = dict(default), {}
     for kernel, keys in _kernel_dimensions(space):
         pattern = tuning_memory.kernel_pattern(source, kernel or None)
@@ -221,7 +216,7 @@ def _recall(ctx: RunContext, events: EventSink, source: str, space: dict[str, li
 def _remember(ctx: RunContext, source: str, space: dict[str, list[Any]],
               winner: dict[str, Any], commit: str | None, optimizer: Manifest) -> Path:
     """Each kernel's winning parameters, with their evidence, in the tuning memory."""
-    gpu, bucket = _timing_gpu(ctx), _bucket(ctx)
+    gpu, bucket = ctx.timing_gpu(), ctx.shape_bucket()
     file = tuning_memory.gpu_file(gpu)
     for kernel, keys in _kernel_dimensions(space):
         entry = {"config": {k.split(SEP)[-1]: winner["config"][k] for k in keys},
@@ -412,20 +407,6 @@ def _verify_default(ctx: RunContext, events: EventSink, optimizer: Manifest,
     return [t], (t if report.accepted and median is not None else None)
 
 
-def _gpu_name() -> str:
-    import torch
-
-    return torch.cuda.get_device_name(0)
-
-
-def _timing_gpu(ctx: RunContext) -> str:
-    """The GPU model that timed the trials: the run's timing slots' (a remote GPU through
-    ssh or ray), else this machine's."""
-    from kopt.harness.parallel import gpu_model
-
-    return gpu_model(ctx.timing_slots()[0]) or _gpu_name()
-
-
 def _failed(ctx: RunContext, optimizer: Manifest, trials: list[dict[str, Any]],
             space: dict[str, list[Any]], space_size: int, started: float,
             on_gpu: bool) -> Manifest:
@@ -434,7 +415,7 @@ def _failed(ctx: RunContext, optimizer: Manifest, trials: list[dict[str, Any]],
         commit=tip_commit(ctx.worktree), baseline_ms=optimizer.baseline_ms, best_ms=None,
         speedup=None, timing_label=optimizer.timing_label,
         inputs=[FileRef.of(ctx.run_dir / "optimizer.json", ctx.root)], outputs=[],
-        details={"gpu": _timing_gpu(ctx) if on_gpu else NO_GPU, "tunables": space,
+        details={"gpu": ctx.timing_gpu() if on_gpu else NO_GPU, "tunables": space,
                  "budget": _budget(on_gpu, trials, space_size, time.monotonic() - started),
                  "trials": trials,
                  "winner": {"config": {}, "kernel": "", "median_ms": None, "commit": None,

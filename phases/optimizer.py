@@ -23,12 +23,14 @@ from typing import Any
 
 from kopt.harness.errors import BadInputError, EngineerError
 from kopt.harness.speedup import CPU_VERIFIED, format_speedup, speed_measured
+from kopt.phases import strategy_memory
 from kopt.phases.engineers.base import EngineerRequest, Proposal, Toolbox, VerifyResult
 from kopt.phases.events import ITERATION, LOG, VERIFICATION, Event, EventSink
 from kopt.phases.history import commit_iteration, get_run, list_runs, tip_commit
 from kopt.phases.manifest import FileRef, Manifest, check_handoff, sha256_file
 from kopt.phases.run import RunContext
 from kopt.phases.strategy import Hypothesis, ProfileFacts, facts_of, pick_next
+from kopt.phases.tuning_memory import kernel_pattern
 
 PHASE = "optimizer"
 AUTHORS = ("offline", "anthropic", "replay", "user")
@@ -83,6 +85,8 @@ class IterationRecorder:
         self.notes = ""
         self.hypothesis: str | None = None
         """The name of the hypothesis this round tests (the offline strategy space), or None."""
+        self.settled: dict[str, str] = {}
+        """Hypotheses not tested because the strategy memory says they lost: name -> why."""
         self.profiles: dict[int, dict[str, Any]] = {}
         """Per iteration, the profile its own timing job took (GPU only): the next round's
         facts read it from here instead of timing the same kernel again in a second job."""
@@ -367,10 +371,14 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
     kernels = next((r["kernels"] for r in reversed(rounds) if r.get("kernels")), [])
     bound = (architect.details.get("roofline") or {}).get("bound")
     stop = False
+    recalled = False
     for round_no in range(done + 1, ctx.config.iterations + 1):
         ctx.check_cancel()
         rec.round = round_no
         before = len(rec.records)
+        if walk and not recalled and rec.records:
+            recalled = True
+            _skip_settled(ctx, rec, events, tried)
         facts = _profile_facts(ctx, rec, kernels, bound) if rec.records else None
         hypothesis = pick_next(facts, tried) if walk and facts is not None else None
         if walk and facts is not None and hypothesis is None:
@@ -478,7 +486,64 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
         rounds.append(entry)
         with open(_round_log(rec.dir), "a") as f:
             f.write(json.dumps(entry, default=str) + "\n")
+    if walk:
+        _remember_walk(ctx, rec, rounds)
     return _manifest(ctx, architect, rec, rounds, user_feedback)
+
+
+def _walk_key(ctx: RunContext, rec: IterationRecorder) -> tuple[str, str, str, dict[str, Any]] | None:
+    """(GPU, pattern of the first candidate, shape bucket, its record) for the strategy
+    memory; None when the first round's candidate was not accepted and timed."""
+    first = rec.records[0] if rec.records else None
+    if not first or first.get("hypothesis") or first.get("verdict") != "accepted" \
+            or not first.get("median_ms"):
+        return None
+    try:
+        source = Path(first["kernel"]).read_text()
+        gpu = ctx.timing_gpu()
+    except (OSError, RuntimeError, AssertionError):  # no GPU model to keep it by
+        return None
+    return gpu, kernel_pattern(source, None), ctx.shape_bucket(), first
+
+
+def _skip_settled(ctx: RunContext, rec: IterationRecorder, events: EventSink,
+                  tried: set[str]) -> None:
+    """Hypotheses the strategy memory says lost from this first candidate on this GPU and
+    shapes: marked tried, each with the evidence in the log."""
+    key = _walk_key(ctx, rec)
+    entry = strategy_memory.recall(*key[:3]) if key else None
+    if entry is None:
+        return
+    for name, why in strategy_memory.settled(entry).items():
+        if name not in tried:
+            tried.add(name)
+            rec.settled[name] = why
+            events(Event(LOG, PHASE, f"strategy memory: not testing {name!r} again ({why} on "
+                                     f"{key[0]}, run {entry.get('run_id')} of "
+                                     f"{entry.get('date')})"))
+
+
+def _remember_walk(ctx: RunContext, rec: IterationRecorder, rounds: list[dict[str, Any]]) -> None:
+    """What each hypothesis tested in this run measured (its round's fastest accepted
+    iteration; None when none was), kept by GPU, first candidate and shapes."""
+    key = _walk_key(ctx, rec)
+    if key is None:
+        return
+    gpu, pattern, bucket, first = key
+    by_iteration = {r["iteration"]: r for r in rec.records}
+    results: dict[str, float | None] = {}
+    for r in rounds:
+        name = r.get("hypothesis")
+        if not name or not r.get("iterations"):
+            continue
+        medians = [by_iteration[i]["median_ms"] for i in r["iterations"]
+                   if i in by_iteration and by_iteration[i].get("verdict") == "accepted"
+                   and by_iteration[i].get("median_ms")]
+        results[str(name)] = min(medians) if medians else None
+    if results:
+        strategy_memory.remember(gpu, pattern, bucket, float(first["median_ms"]), results,
+                                 {"case": ctx.case.name, "run_id": ctx.run_id,
+                                  "commit": first.get("commit")})
 
 
 def _profile_facts(ctx: RunContext, rec: IterationRecorder, kernels: list[dict[str, Any]],
@@ -553,5 +618,6 @@ def _manifest(ctx: RunContext, architect: Manifest, rec: IterationRecorder,
                  "hypotheses": [{"round": r["round"], "name": r["hypothesis"],
                                  "options": r.get("hypothesis_options") or {},
                                  "why": r.get("hypothesis_why") or ""}
-                                for r in rounds if r.get("hypothesis")]})
+                                for r in rounds if r.get("hypothesis")],
+                 "settled_by_memory": [{"name": k, "why": v} for k, v in rec.settled.items()]})
 

@@ -95,6 +95,13 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
+def local_gpu_name() -> str:
+    """This machine's first GPU's model."""
+    import torch
+
+    return torch.cuda.get_device_name(0)
+
+
 @dataclass
 class RunContext:
     """One run, as every phase sees it."""
@@ -210,6 +217,20 @@ class RunContext:
         if model is None:
             return [s for s in slots if s.target is slots[0].target and s.gpu is None]
         return [s for s in slots if gpu_model(s) == model]
+
+    def timing_gpu(self) -> str:
+        """The GPU model that times candidates: the timing slots' (a remote GPU through ssh or
+        ray), else this machine's. What the tuning and strategy memories are kept by."""
+        from kopt.harness.parallel import gpu_model
+
+        return gpu_model(self.timing_slots()[0]) or local_gpu_name()
+
+    def shape_bucket(self) -> str:
+        """The timed input set's shapes, each dimension rounded up to a power of two."""
+        from kopt.phases.tuning_memory import shape_bucket
+
+        return shape_bucket([list(s.shape) for s in
+                             self.case.input_set(self.input_set).tensor_specs()])
 
     def baseline_gpu(self) -> str | None:
         """The GPU model the architect timed the baseline on (its metrics' environment)."""

@@ -237,7 +237,7 @@ def test_accelerator_search_spread_over_gpus_with_a_lost_host(
 
     run_pipeline("layernorm_gelu", iterations=2, run_id="r1", phases="architect,optimizer",
                  fakes=fakes())
-    monkeypatch.setattr(accelerator, "_gpu_name", lambda: "not this machine's GPU")
+    monkeypatch.setattr("kopt.phases.run.local_gpu_name", lambda: "not this machine's GPU")
     steady, flaky = FakeHost("steady", gpus=2), FakeHost("flaky", lose_after=0)
     # the flaky host first: the search's first tune job goes to it, and is lost
     f = {**fakes(), "verify": verify_on, "measure": measure_on, "tune": tune_on,

@@ -201,7 +201,7 @@ def test_accelerator_on_a_gpu_searches_verifies_commits_and_remembers(
 
     run_pipeline("layernorm_gelu", iterations=2, run_id="r1", phases="architect,optimizer",
                  fakes=fakes())
-    monkeypatch.setattr(accelerator, "_gpu_name", lambda: "Fake H100")
+    monkeypatch.setattr("kopt.phases.run.local_gpu_name", lambda: "Fake H100")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "Fake H100")
     verified: list[str] = []
     tuned: list[list[str]] = []
@@ -272,7 +272,7 @@ def test_accelerator_falls_back_to_the_next_fastest_when_the_winner_is_rejected(
 
     run_pipeline("layernorm_gelu", iterations=2, run_id="r1", phases="architect,optimizer",
                  fakes=fakes())
-    monkeypatch.setattr(accelerator, "_gpu_name", lambda: "Fake H100")
+    monkeypatch.setattr("kopt.phases.run.local_gpu_name", lambda: "Fake H100")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "Fake H100")
     f = fakes()
     verified: list[dict[str, int]] = []

@@ -139,9 +139,7 @@ def gpu_fakes(monkeypatch: Any, engineers: list[FakeEngineer] | None = None,
     `cuda-events`, the GPU is a "Fake H100" (nothing touches CUDA)."""
     import torch
 
-    from kopt.phases import accelerator
-
-    monkeypatch.setattr(accelerator, "_gpu_name", lambda: "Fake H100")
+    monkeypatch.setattr("kopt.phases.run.local_gpu_name", lambda: "Fake H100")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "Fake H100")
 
     def measure(case: Any, variant: Any, **kw: Any) -> dict[str, Any]:

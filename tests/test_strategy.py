@@ -187,3 +187,67 @@ def test_a_cpu_run_tests_no_hypothesis(repo: Path) -> None:
     assert all("hypothesis" not in r.options for r in engineers[0].requests)
     assert any("again (already verified); stopping the optimizer early" in s for s in seen)
     assert read_manifest(repo / "manifests/r1/optimizer.json").details["hypotheses"] == []
+
+
+class RememberingEngineer(FakeEngineer):
+    """The first hypothesis ever asked for wins (0.5 ms); every other one gives a different
+    kernel as slow as round 1's (0.9 ms)."""
+
+    asked: list[str] = []
+
+    def propose(self, request, events):  # type: ignore[no-untyped-def]
+        h = request.options.get("hypothesis")
+        if h is not None:
+            type(self).asked.append(h)
+        out = request.worktree / "kernels" / f"{request.case.name}.py"
+        out.parent.mkdir(exist_ok=True)
+        ms = 0.9 if h is None or h != type(self).asked[0] else 0.5
+        out.write_text(GOOD_KERNEL.format(ms=ms) + (f"# tested: {h}\n" if h else ""))
+        return Proposal(candidate=f"kernels/{request.case.name}.py", notes="fake",
+                        kernels=[{"name": "_g0_norm_kernel", "kind": "reduction"}])
+
+
+def test_the_strategy_memory_skips_what_lost_and_tests_again_what_won(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopt.phases import strategy_memory
+
+    RememberingEngineer.asked = []
+    f = gpu_fakes(monkeypatch, engineer=RememberingEngineer)
+    run_pipeline("layernorm_gelu", iterations=3, run_id="r1", phases="architect,optimizer",
+                 fakes=f)
+    won, lost = RememberingEngineer.asked
+    [walk] = strategy_memory.entries()
+    assert walk["gpu"] == "Fake H100" and walk["default_ms"] == pytest.approx(0.9)
+    assert walk["results"] == {won: pytest.approx(0.5), lost: pytest.approx(0.9)}
+    seen: list[str] = []
+    run_pipeline("layernorm_gelu", iterations=3, run_id="r2", phases="architect,optimizer",
+                 fakes=f, events=lambda e: seen.append(e.message))
+    opt = read_manifest(repo / "manifests/r2/optimizer.json")
+    tested = [h["name"] for h in opt.details["hypotheses"]]
+    assert won in tested and lost not in tested and len(tested) == 2  # a new one instead
+    assert [s["name"] for s in opt.details["settled_by_memory"]] == [lost]
+    assert any(f"strategy memory: not testing {lost!r} again (0.9 ms against the first "
+               "candidate's 0.9 ms on Fake H100, run r1" in s for s in seen), seen
+    # what r1 measured for the hypothesis r2 skipped is kept beside r2's own figures
+    [walk] = strategy_memory.entries()
+    assert set(walk["results"]) == {won, lost, *tested} and walk["run_id"] == "r2"
+
+
+def test_strategy_evidence_from_other_compilers_is_not_used(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from kopt.phases import strategy_memory
+
+    strategy_memory.remember("G", "p", "b", 1.0, {"slower": 1.01, "faster": 0.9, "broken": None},
+                             {"case": "c", "run_id": "r"})
+    entry = strategy_memory.recall("G", "p", "b")
+    assert entry is not None
+    # within the timer's noise, or rejected: settled; a real gain: tested again
+    assert set(strategy_memory.settled(entry)) == {"slower", "broken"}
+    from kopt.workbench.cli import main
+
+    assert main(["memory", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [w["pattern"] for w in listed["strategies"]] == ["p"] and listed["entries"] == []
+    monkeypatch.setattr(strategy_memory, "versions", lambda: {"torch": "9.9", "triton": "9.9"})
+    assert strategy_memory.recall("G", "p", "b") is None
+    assert strategy_memory.clear() == 1 and strategy_memory.entries() == []

@@ -4,6 +4,11 @@ Per GPU model, kernel pattern (a signature of the fused kernel's source) and sha
 (input shapes rounded up to powers of two): the launch configuration that won and its
 evidence (ms, date, commit, case). A later run of a matching kernel starts its search from
 it, after timing it against the kernel's default.
+
+The strategy memory (`.kopt/tuning/strategies/<gpu>.json`, phases.strategy_memory) is listed
+after it: per GPU, first candidate and shapes, what each hypothesis of the optimizer's walk
+measured; a later run does not test again a hypothesis that lost. `--clear` forgets both;
+`--json`'s object has `entries` (the tuning memory) and `strategies`.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import argparse
 
 from rich.table import Table
 
-from kopt.phases import tuning_memory
+from kopt.phases import strategy_memory, tuning_memory
 from kopt.workbench.output import console, print_json_line
 
 
@@ -26,12 +31,28 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     if args.clear:
-        n = tuning_memory.clear()
+        n = tuning_memory.clear() + strategy_memory.clear()
         console.print(f"tuning memory cleared: {n} entr{'y' if n == 1 else 'ies'} forgotten")
         if args.json:
-            print_json_line({"cleared": n, "entries": []})
+            print_json_line({"cleared": n, "entries": [], "strategies": []})
         return 0
     rows = tuning_memory.entries()
+    walks = strategy_memory.entries()
+    if walks:
+        table = Table(title=f"strategy memory ({strategy_memory.strategies_dir()})",
+                      title_justify="left")
+        for col in ("gpu", "first candidate", "shapes", "first ms", "hypotheses (ms)", "date",
+                    "case", "torch", "triton"):
+            table.add_column(col)
+        for w in walks:
+            tested = "; ".join(f"{name}: {'rejected' if ms is None else f'{ms:.4g}'}"
+                               for name, ms in sorted((w.get("results") or {}).items()))
+            default = w.get("default_ms")
+            table.add_row(str(w["gpu"]), w["pattern"], w["bucket"],
+                          "-" if default is None else f"{default:.4g}", tested,
+                          str(w.get("date") or "-"), str(w.get("case") or "-"),
+                          str(w.get("torch") or "-"), str(w.get("triton") or "-"))
+        console.print(table)
     if not rows:
         console.print(f"the tuning memory is empty ({tuning_memory.memory_dir()}): a GPU run's "
                       "accelerator fills it")
@@ -48,5 +69,5 @@ def handle(args: argparse.Namespace) -> int:
                           str(r.get("case") or "-"), str(r.get("commit") or "")[:10])
         console.print(table)
     if args.json:
-        print_json_line({"entries": rows})
+        print_json_line({"entries": rows, "strategies": walks})
     return 0
