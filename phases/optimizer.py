@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.harness.errors import BadInputError, EngineerError
-from kopt.harness.speedup import CPU_VERIFIED, format_speedup, speed_measured
+from kopt.harness.speedup import CPU_VERIFIED, beats, format_speedup, speed_measured
 from kopt.phases import strategy_memory
 from kopt.phases.engineers.base import EngineerRequest, Proposal, Toolbox, VerifyResult
 from kopt.phases.events import ITERATION, LOG, VERIFICATION, Event, EventSink
@@ -34,6 +34,10 @@ from kopt.phases.tuning_memory import kernel_pattern
 
 PHASE = "optimizer"
 AUTHORS = ("offline", "anthropic", "replay", "user")
+PATIENCE = 2
+"""The strategy walk stops after this many hypotheses in a row gained nothing over the
+timer's noise on the best kernel so far (a rejected candidate gains nothing), counting those
+the strategy memory settled when it knows of no hypothesis that won."""
 
 
 def checks_summary(report: Any) -> dict[str, Any]:
@@ -372,13 +376,20 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
     bound = (architect.details.get("roofline") or {}).get("bound")
     stop = False
     recalled = False
+    idle = 0  # hypotheses in a row that gained nothing (PATIENCE)
     for round_no in range(done + 1, ctx.config.iterations + 1):
         ctx.check_cancel()
         rec.round = round_no
         before = len(rec.records)
+        best_before = (best_record(rec.records) or {}).get("median_ms")
         if walk and not recalled and rec.records:
             recalled = True
-            _skip_settled(ctx, rec, events, tried)
+            idle += _skip_settled(ctx, rec, events, tried)
+        if walk and idle >= PATIENCE:
+            events(Event(LOG, PHASE, f"round {round_no}: the last {idle} hypotheses gained "
+                                     "nothing over the timer's noise on the best kernel so far"
+                                     " (strategy memory included); stopping the optimizer"))
+            break
         facts = _profile_facts(ctx, rec, kernels, bound) if rec.records else None
         hypothesis = pick_next(facts, tried) if walk and facts is not None else None
         if walk and facts is not None and hypothesis is None:
@@ -472,6 +483,9 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
             results = ([result] if result else []) + rec.verify_many(main + proposal.alternatives)
             result = _best_of(results)
         feedback = _feedback_after(result, proposal)
+        if hypothesis is not None:
+            now = (best_record(rec.records[before:]) or {}).get("median_ms")
+            idle = 0 if best_before and beats(now, best_before) else idle + 1
         entry = {"round": round_no, "candidate": proposal.candidate, "notes": proposal.notes[-2000:],
                  "unfused": proposal.unfused, "tunables": proposal.tunables,
                  "usage": proposal.usage, "transcript": proposal.transcript,
@@ -507,20 +521,24 @@ def _walk_key(ctx: RunContext, rec: IterationRecorder) -> tuple[str, str, str, d
 
 
 def _skip_settled(ctx: RunContext, rec: IterationRecorder, events: EventSink,
-                  tried: set[str]) -> None:
+                  tried: set[str]) -> int:
     """Hypotheses the strategy memory says lost from this first candidate on this GPU and
-    shapes: marked tried, each with the evidence in the log."""
+    shapes: marked tried, each with the evidence in the log. How many count toward PATIENCE:
+    all of them, unless the memory knows of one that won (tested again first)."""
     key = _walk_key(ctx, rec)
     entry = strategy_memory.recall(*key[:3]) if key else None
     if entry is None:
-        return
-    for name, why in strategy_memory.settled(entry).items():
+        return 0
+    settled = strategy_memory.settled(entry)
+    for name, why in settled.items():
         if name not in tried:
             tried.add(name)
             rec.settled[name] = why
             events(Event(LOG, PHASE, f"strategy memory: not testing {name!r} again ({why} on "
                                      f"{key[0]}, run {entry.get('run_id')} of "
                                      f"{entry.get('date')})"))
+    won = set(entry["results"]) - set(settled)
+    return 0 if won else len(settled)
 
 
 def _remember_walk(ctx: RunContext, rec: IterationRecorder, rounds: list[dict[str, Any]]) -> None:

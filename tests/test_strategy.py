@@ -251,3 +251,36 @@ def test_strategy_evidence_from_other_compilers_is_not_used(
     monkeypatch.setattr(strategy_memory, "versions", lambda: {"torch": "9.9", "triton": "9.9"})
     assert strategy_memory.recall("G", "p", "b") is None
     assert strategy_memory.clear() == 1 and strategy_memory.entries() == []
+
+
+class NothingGains(FakeEngineer):
+    """Every hypothesis gives a different kernel exactly as fast as round 1's."""
+
+    def propose(self, request, events):  # type: ignore[no-untyped-def]
+        h = request.options.get("hypothesis")
+        out = request.worktree / "kernels" / f"{request.case.name}.py"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(GOOD_KERNEL.format(ms=0.9) + (f"# tested: {h}\n" if h else ""))
+        return Proposal(candidate=f"kernels/{request.case.name}.py", notes="fake",
+                        kernels=[{"name": "_g0_norm_kernel", "kind": "reduction"}])
+
+
+def test_the_walk_stops_after_two_hypotheses_that_gain_nothing_memory_included(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopt.phases.optimizer import PATIENCE
+
+    f = gpu_fakes(monkeypatch, engineer=NothingGains)
+    seen: list[str] = []
+    run_pipeline("layernorm_gelu", iterations=6, run_id="r1", phases="architect,optimizer",
+                 fakes=f, events=lambda e: seen.append(e.message))
+    opt = read_manifest(repo / "manifests/r1/optimizer.json")
+    assert len(opt.details["hypotheses"]) == PATIENCE == 2  # not 5: the budget was 6 rounds
+    assert any("round 4: the last 2 hypotheses gained nothing" in s for s in seen), seen
+    # the next run knows both lost from this first candidate: round 1 only
+    seen.clear()
+    run_pipeline("layernorm_gelu", iterations=6, run_id="r2", phases="architect,optimizer",
+                 fakes=f, events=lambda e: seen.append(e.message))
+    opt = read_manifest(repo / "manifests/r2/optimizer.json")
+    assert opt.details["hypotheses"] == [] and len(opt.details["settled_by_memory"]) == 2
+    assert len(history.get_run("r2").iterations) == 1
+    assert any("round 2: the last 2 hypotheses gained nothing" in s for s in seen), seen
