@@ -41,6 +41,7 @@ from kopt.phases.optimizer import IterationRecorder, checks_summary, speedup_of
 from kopt.phases.run import RunContext
 from kopt.phases.search import CoordinateSearch, dimensions, kernel_of, time_files
 from kopt.phases.source_edit import literal, replace_value
+from kopt.phases.strategy_memory import versions
 
 PHASE = "accelerator"
 MAX_TRIALS = 40
@@ -160,7 +161,7 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
         commit = rec.record(winner["report"], winner["metrics"]).commit
     remembered = None
     if on_gpu and space and winner.get("median_ms"):
-        remembered = str(_remember(ctx, source, space, winner, commit, optimizer))
+        remembered = str(_remember(ctx, source, space, winner, commit, optimizer, steps))
     for t in trials:
         t.pop("report", None), t.pop("metrics", None)
     seconds = time.monotonic() - started
@@ -189,10 +190,14 @@ def _kernel_dimensions(space: dict[str, list[Any]]) -> list[tuple[str, list[str]
 
 
 def _recall(ctx: RunContext, events: EventSink, source: str, space: dict[str, list[Any]],
-            default: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The default with every remembered kernel's winner in place, and what was recalled."""
+            default: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
+                                              dict[str, tuple[dict[str, Any], list[Any]]]]:
+    """The default with every remembered kernel's winner in place, what was recalled, and the
+    neighbours of each winner that gained nothing when it won (`CoordinateSearch.settled`:
+    only with the same torch and Triton versions)."""
     gpu, bucket = ctx.timing_gpu(), ctx.shape_bucket()
     config, recalled = dict(default), {}
+    settled: dict[str, tuple[dict[str, Any], list[Any]]] = {}
     for kernel, keys in _kernel_dimensions(space):
         pattern = tuning_memory.kernel_pattern(source, kernel or None)
         entry = tuning_memory.recall(gpu, pattern, bucket)
@@ -204,25 +209,43 @@ def _recall(ctx: RunContext, events: EventSink, source: str, space: dict[str, li
             continue
         config.update(usable)
         recalled[kernel or "kernel"] = {"pattern": pattern, "bucket": bucket, **entry}
+        if len(usable) == len(keys) and all(entry.get(k) == v for k, v in versions().items()):
+            for param, values in (entry.get("settled") or {}).items():
+                key = f"{kernel}{SEP}{param}" if kernel else param
+                if key in keys and isinstance(values, list):
+                    settled[key] = (usable, values)
         shown = {k.split(SEP)[-1]: v for k, v in usable.items()}
         events(Event(LOG, PHASE, f"tuning memory: {kernel or 'the kernel'} starts from {shown} "
                                  f"(won at {entry.get('median_ms')} ms on {entry.get('date')}, "
                                  f"case {entry.get('case')}, commit "
                                  f"{str(entry.get('commit'))[:10]}); re-timed against the "
                                  "default"))
-    return config, recalled
+    return config, recalled, settled
 
 
 def _remember(ctx: RunContext, source: str, space: dict[str, list[Any]],
-              winner: dict[str, Any], commit: str | None, optimizer: Manifest) -> Path:
-    """Each kernel's winning parameters, with their evidence, in the tuning memory."""
+              winner: dict[str, Any], commit: str | None, optimizer: Manifest,
+              steps: list[dict[str, Any]]) -> Path:
+    """Each kernel's winning parameters, with their evidence, in the tuning memory; with
+    `settled`: per parameter, the values a step tried from the winning value that gained
+    nothing (the search's steps that ended there)."""
     gpu, bucket = ctx.timing_gpu(), ctx.shape_bucket()
     file = tuning_memory.gpu_file(gpu)
     for kernel, keys in _kernel_dimensions(space):
+        settled: dict[str, list[Any]] = {}
+        for step in steps:
+            key = f"{kernel}{SEP}{step['param']}" if kernel else step["param"]
+            if (step.get("kernel") or "") != kernel or key not in keys:
+                continue
+            won = winner["config"][key]
+            if step.get("from") == won and step.get("to") == won:
+                settled.setdefault(step["param"], [])
+                settled[step["param"]] += [v for v in step.get("tried") or []
+                                           if v != won and v not in settled[step["param"]]]
         entry = {"config": {k.split(SEP)[-1]: winner["config"][k] for k in keys},
                  "median_ms": winner.get("median_ms"), "baseline_ms": optimizer.baseline_ms,
                  "commit": commit, "case": ctx.case.name, "kernel": kernel or None,
-                 "run_id": ctx.run_id}
+                 "run_id": ctx.run_id, "settled": settled, **versions()}
         file = tuning_memory.remember(gpu, tuning_memory.kernel_pattern(source, kernel or None),
                                       bucket, entry)
     return file
@@ -258,14 +281,19 @@ def _coordinate(ctx: RunContext, events: EventSink, optimizer: Manifest, source:
                 f"rejected ({str(t.get('detail'))[:120]})")))
         return rows
 
+    remembered, recalled, settled = _recall(ctx, events, source, space, default)
     search = CoordinateSearch(space, time_configs, max_trials=MAX_TRIALS,
-                              log=lambda m: events(Event(LOG, PHASE, m)))
-    remembered, recalled = _recall(ctx, events, source, space, default)
+                              log=lambda m: events(Event(LOG, PHASE, m)), settled=settled)
     starts = [("default", default)] + ([("remembered", remembered)]
                                        if remembered != default else [])
     start, row = search.start(starts)
     best, _row = search.run(start, row)
-    keep, _keep_row = search.joint_check(default, best)
+    if best == start != default:  # the start's job already timed it against the default
+        keep = best
+        events(Event(LOG, PHASE, "joint check: the remembered start beat the default side by "
+                                 "side and nothing moved since: kept"))
+    else:
+        keep, _keep_row = search.joint_check(default, best)
     ctx.check_cancel()
 
     trials: list[dict[str, Any]] = []

@@ -80,12 +80,17 @@ class CoordinateSearch:
 
     def __init__(self, space: dict[str, list[Any]], time_configs: TimeConfigs, *,
                  max_trials: int, noise_floor: float = NOISE_FLOOR,
-                 log: Callable[[str], None] = lambda _m: None) -> None:
+                 log: Callable[[str], None] = lambda _m: None,
+                 settled: dict[str, tuple[dict[str, Any], list[Any]]] | None = None) -> None:
         self.space = space
         self.time_configs = time_configs
         self.max_trials = max_trials
         self.noise_floor = noise_floor
         self.log = log
+        self.settled = settled or {}
+        """key -> (the kernel's configuration, values): evidence (the tuning memory) that at
+        that configuration of its kernel, these values of `key` gained nothing; a first step
+        to one of them is not timed again while the kernel is at that configuration."""
         self.timed: dict[str, dict[str, Any]] = {}
         self.trials: list[dict[str, Any]] = []
         self.steps: list[dict[str, Any]] = []
@@ -160,6 +165,14 @@ class CoordinateSearch:
                                 "from": current.get(key), "tried": []}
         configs = self._first_steps(current, key)
         if not configs:
+            known = self.settled_here(current, key)
+            if known:
+                step.update({"tried": [], "to": current.get(key), "median_ms": row.get("median_ms"),
+                             "stopped": f"the tuning memory: {', '.join(map(str, known))} "
+                                        "gained nothing here (not timed again)"})
+                self.steps.append(step)
+                self.log(f"tuning {what}: the tuning memory says {', '.join(map(str, known))} "
+                         f"gained nothing from {current.get(key)}; not timed again")
             return current, row
         if not _ordered(values) or current.get(key) not in values:
             others = configs
@@ -213,10 +226,20 @@ class CoordinateSearch:
         if len(values) < 2:
             return []
         if not _ordered(values) or current.get(key) not in values:
-            return [{**current, key: v} for v in values if v != current.get(key)]
-        order = sorted(values)
-        i = order.index(current[key])
-        return [{**current, key: order[j]} for j in (i + 1, i - 1) if 0 <= j < len(order)]
+            steps = [{**current, key: v} for v in values if v != current.get(key)]
+        else:
+            order = sorted(values)
+            i = order.index(current[key])
+            steps = [{**current, key: order[j]} for j in (i + 1, i - 1) if 0 <= j < len(order)]
+        at, lost = self.settled.get(key, ({}, []))
+        if at and all(current.get(k) == v for k, v in at.items()):
+            steps = [c for c in steps if c[key] not in lost]
+        return steps
+
+    def settled_here(self, current: dict[str, Any], key: str) -> list[Any]:
+        """The values of `key` the evidence settles at `current` (not timed again)."""
+        at, lost = self.settled.get(key, ({}, []))
+        return list(lost) if at and all(current.get(k) == v for k, v in at.items()) else []
 
     def sweep(self, current: dict[str, Any], reserve: int = SWEEP_RESERVE
               ) -> dict[str, list[dict[str, Any]]]:

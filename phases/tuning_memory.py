@@ -4,7 +4,12 @@
 
     {"config": {"BLOCK_SIZE": 2048, "num_warps": 8}, "median_ms": 0.121,
      "baseline_ms": 0.217, "date": "2026-11-25", "commit": "...", "case": "...",
-     "kernel": "_g0_softmax_kernel", "run_id": "..."}
+     "kernel": "_g0_softmax_kernel", "run_id": "...", "torch": "2.11.0", "triton": "3.6.0",
+     "settled": {"BLOCK_SIZE": [1024, 4096], "num_warps": [4, 16]}}
+
+`settled`: the values each parameter's steps tried from the winning value that gained
+nothing; a later search at the same configuration of the kernel (and the same compilers'
+versions) does not time them again (phases.search.CoordinateSearch.settled).
 
 - The *pattern* is a stable signature of the fused group: the sha256 of the kernel's
   `@triton.jit` function with its name replaced and comments dropped (`ast.unparse`), so

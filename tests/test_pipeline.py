@@ -251,6 +251,9 @@ def test_accelerator_on_a_gpu_searches_verifies_commits_and_remembers(
     [entry] = tuning_memory.entries()
     assert entry["config"] == {"BLOCK_ROWS": 4, "num_warps": 4} and entry["gpu"] == "Fake H100"
     assert entry["commit"] == d["winner"]["commit"] and entry["median_ms"] and entry["date"]
+    # the neighbours timed from the winning values that gained nothing, for the next run
+    assert set(entry["settled"]) == {"BLOCK_ROWS", "num_warps"}
+    assert 4 not in entry["settled"]["BLOCK_ROWS"] and entry["settled"]["num_warps"]
 
     # the next run of a matching kernel starts from the memory, re-timed against the default
     lines.clear()
@@ -259,8 +262,16 @@ def test_accelerator_on_a_gpu_searches_verifies_commits_and_remembers(
     assert any(line.startswith("tuning memory: the kernel starts from") for line in lines)
     assert len(tuned[0]) == 2  # default and remembered, side by side
     assert d2["memory"]["kernel"]["config"] == {"BLOCK_ROWS": 4, "num_warps": 4}
-    assert d2["budget"]["trials_run"] < d["budget"]["trials_run"] + 1
     assert d2["winner"]["config"] == {"BLOCK_ROWS": 4, "num_warps": 4}
+    # no neighbour the memory settled is timed again: the start's job is the only one
+    assert len(tuned) == 1 and d2["budget"]["trials_run"] == 2
+    assert all("the tuning memory" in step["stopped"] for step in d2["search"])
+    assert any("the tuning memory says" in line for line in lines)
+    # evidence from other compilers' versions is a starting point only: the search runs
+    monkeypatch.setattr(accelerator, "versions", lambda: {"torch": "0.0", "triton": "0.0"})
+    tuned.clear()
+    accelerator.run(ctx, lambda e: None)
+    assert len(tuned) > 1
 
 
 def test_accelerator_falls_back_to_the_next_fastest_when_the_winner_is_rejected(
