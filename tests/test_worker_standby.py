@@ -206,7 +206,7 @@ def test_kopt_verify_starts_both_workers_before_its_own_imports(
 def test_early_workers_only_for_a_local_verification() -> None:
     from kopt.workbench import early_workers
 
-    for argv in (["run", "softmax"], ["verify", "--help"], ["verify", "c", "k", "--target", "gpu1"],
+    for argv in (["cases"], ["run", "softmax", "--target", "gpu1"], ["verify", "--help"], ["verify", "c", "k", "--target", "gpu1"],
                  ["verify", "c", "k", "--no-sandbox"], ["verify", "c", "k", "--device", "tpu"], []):
         assert early_workers.start(argv) is False, argv
     assert standby.STANDBY._proc is None

@@ -1,4 +1,5 @@
-"""`kopt verify` starts its verification's two workers before this process imports torch.
+"""`kopt verify` (and `run`, `bench`, `baseline`) starts its first workers before this process
+imports torch.
 
 A verification's critical path on a GPU host was: this process imports torch (1.8 s on the
 H100 host), draws the inputs, then waits for the reference's isolated interpreter, prepared
@@ -17,7 +18,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-COMMANDS = frozenset({"verify"})
+COMMANDS = frozenset({"verify", "run", "bench", "baseline"})
+"""Commands whose first worker job runs here: `kopt run`'s architect times the baseline in a
+standby (on the H100 its first measure job started cold, 2-3 s of a 43 s second run), and
+its first verification's reference takes the isolated one."""
 
 
 def _device(argv: list[str]) -> str:
