@@ -161,9 +161,9 @@ def _standby() -> Path | None:
     if not fork_safe():
         return None  # the job that would have taken it starts a cold worker instead
     if not sys.flags.isolated:  # the reference's interpreter never runs a candidate
-        from kopt.harness.jobs import candidate, supervised
+        from kopt.harness.jobs import supervised
 
-        supervised.fork_early(candidate.early_child)
+        supervised.fork_early(supervised.early_child)
     line = sys.stdin.readline().strip()
     if not line:
         return None
@@ -195,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     if name not in JOBS:
         _write_response(job_dir, {"ok": False, "error": f"unknown job {name!r}"})
         return 2
-    if name != "candidate":  # a standby's early candidate child must not hold the GPU
-        from kopt.harness.jobs import supervised
+    from kopt.harness.jobs import supervised
 
+    if name not in supervised.CHILDREN:  # a standby's early child must not hold the GPU
         supervised.drop_early()
     if request.get("interpret"):
         os.environ["TRITON_INTERPRET"] = "1"

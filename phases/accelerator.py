@@ -286,7 +286,20 @@ def _coordinate(ctx: RunContext, events: EventSink, optimizer: Manifest, source:
                               log=lambda m: events(Event(LOG, PHASE, m)), settled=settled)
     starts = [("default", default)] + ([("remembered", remembered)]
                                        if remembered != default else [])
-    start, row = search.start(starts)
+    if len(starts) == 1 and not any(search.first_steps(default, key)
+                                    for _kernel, keys in dimensions(space) for key in keys):
+        # nothing to compare: every neighbour settled by the tuning memory, the default the
+        # remembered winner. Its timing is the optimizer's, of these very bytes (iteration
+        # `best`): a tune job would only time it again.
+        start, row = default, _optimizer_row(optimizer, default, file_of(default))
+        search.timed[_key(default)] = row
+        search.trials.append(row)
+        events(Event(LOG, PHASE, ("tuning memory: the kernel's configuration won before and "
+                                  "every neighbour is settled" if settled else
+                                  "no launch parameter has another value to try")
+                     + "; the optimizer's timing of it stands (no tune job)"))
+    else:
+        start, row = search.start(starts)
     best, _row = search.run(start, row)
     if best == start != default:  # the start's job already timed it against the default
         keep = best
@@ -309,7 +322,7 @@ def _coordinate(ctx: RunContext, events: EventSink, optimizer: Manifest, source:
                        "source": FileRef.of(path, ctx.root).path, "checked": bool(median),
                        "check": str(t.get("detail"))[:300], "fully_verified": False,
                        "step": t.get("step"), "report": None, "metrics": None,
-                       **{k: t[k] for k in ("host", "gpu") if k in t}})
+                       **{k: t[k] for k in ("host", "gpu", "timing_source") if k in t}})
     paths = [ctx.root / t["source"] for t in trials]
     # each configuration by its last timing; full verification tries the kept one first,
     # then the other checked ones by speed; the optimizer's default closes the list
@@ -354,6 +367,18 @@ def _key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
+def _optimizer_row(optimizer: Manifest, config: dict[str, Any], source: Path) -> dict[str, Any]:
+    """A trial row for the optimizer's best kernel from the optimizer's own timing."""
+    best = optimizer.details["best"]
+    it = next((i for i in optimizer.details["iterations"]
+               if i["iteration"] == best["iteration"]), {})
+    return {"config": config, "checked": True, "median_ms": best.get("median_ms"),
+            "p20_ms": it.get("p20_ms"), "p80_ms": it.get("p80_ms"), "step": "start",
+            "detail": f"the optimizer's timing (iteration {best['iteration']})",
+            "source": source, "timing_source": f"optimizer iteration {best['iteration']} "
+                                                "(its measure job)"}
+
+
 def _short(config: dict[str, Any]) -> str:
     one_kernel = len({kernel_of(k) for k in config}) == 1
     return "{" + ", ".join(f"{k.split(SEP)[-1] if one_kernel else k}={v}"
@@ -364,7 +389,7 @@ def _trial_metrics(ctx: RunContext, t: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "timing_label": ctx.timing_label, "input_set": ctx.input_set,
             "latency_ms": {"median": t["median_ms"], "p20": t.get("p20_ms") or t["median_ms"],
                            "p80": t.get("p80_ms") or t["median_ms"]},
-            "source": "accelerator tune job (harness.tune)"}
+            "source": t.get("timing_source") or "accelerator tune job (harness.tune)"}
 
 
 def _budget(on_gpu: bool, trials: list[dict[str, Any]], space_size: int,

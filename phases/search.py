@@ -163,7 +163,7 @@ class CoordinateSearch:
         what = f"{kernel + ' ' if kernel else ''}{param}"
         step: dict[str, Any] = {"kernel": kernel or None, "param": param,
                                 "from": current.get(key), "tried": []}
-        configs = self._first_steps(current, key)
+        configs = self.first_steps(current, key)
         if not configs:
             known = self.settled_here(current, key)
             if known:
@@ -219,7 +219,7 @@ class CoordinateSearch:
         self.steps.append(step)
         return current, row
 
-    def _first_steps(self, current: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    def first_steps(self, current: dict[str, Any], key: str) -> list[dict[str, Any]]:
         """The configurations a dimension's first step times: both neighbours of an ordered
         value, every other value of an unordered one."""
         values = self.space[key]
@@ -254,7 +254,7 @@ class CoordinateSearch:
         count = 0
         for _kernel, keys in dimensions(self.space):
             for key in keys:
-                configs = self._first_steps(current, key)
+                configs = self.first_steps(current, key)
                 if configs and count + len(configs) <= room:
                     picked[key] = configs
                     count += len(configs)

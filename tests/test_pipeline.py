@@ -267,6 +267,23 @@ def test_accelerator_on_a_gpu_searches_verifies_commits_and_remembers(
     assert len(tuned) == 1 and d2["budget"]["trials_run"] == 2
     assert all("the tuning memory" in step["stopped"] for step in d2["search"])
     assert any("the tuning memory says" in line for line in lines)
+    # a kernel whose default is the remembered winner, every neighbour settled: nothing to
+    # compare, so no tune job; the optimizer's timing of those bytes stands
+    memory_file = Path(d["remembered"])
+    data = json.loads(memory_file.read_text())
+    [key] = data
+    default = {"BLOCK_ROWS": 1, "num_warps": 4}
+    space = d["tunables"]
+    data[key]["config"] = default
+    data[key]["settled"] = {k: [v for v in space[k] if v != default[k]] for k in default}
+    memory_file.write_text(json.dumps(data))
+    tuned.clear()
+    lines.clear()
+    d3 = accelerator.run(ctx, lambda e: lines.append(e.message)).details
+    assert tuned == [] and d3["winner"]["config"] == default and not d3["winner"]["changed"]
+    assert any("the optimizer's timing of it stands (no tune job)" in line for line in lines)
+    opt_best = json.loads((repo / "manifests/r1/optimizer.json").read_text())["details"]["best"]
+    assert d3["winner"]["median_ms"] == opt_best["median_ms"]
     # evidence from other compilers' versions is a starting point only: the search runs
     monkeypatch.setattr(accelerator, "versions", lambda: {"torch": "0.0", "triton": "0.0"})
     tuned.clear()

@@ -32,7 +32,9 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     if request["variants"] == ["candidate"]:
         return _run_supervised(job_dir, request)
     from kopt.harness import gpu_gate
+    from kopt.harness.jobs import supervised
 
+    supervised.drop_early()  # eager and torch.compile run here: no other process on the GPU
     return _bench(job_dir, request, _files(job_dir), _save_file(job_dir), None,
                   gpu_gate.timing_window)
 
@@ -51,6 +53,49 @@ def _save_file(job_dir: Path) -> Any:
         seen, job_dir / "out" / f"check-{variant}.safetensors")
 
 
+def _bench_child(link: Any, job_dir: Path, request: dict[str, Any],
+                 warmed: str | None = None) -> None:
+    """The candidate's process (`harness.jobs.supervised.CHILDREN`): import, then inputs over
+    the link, then the timings; the sample and the result leave through `link`."""
+    from safetensors.torch import load as st_load
+    from safetensors.torch import save as st_save
+
+    send = link.send
+    given: dict[str, bytes] = {}
+
+    def load_candidate() -> Any:
+        from kopt.harness.jobs.candidate import _load_candidate
+
+        cls = _load_candidate(job_dir / request["candidate"])
+        send({"ev": "imported"})
+        msg = link.recv()
+        given.update({k: bytes(v) for k, v in (msg.get("inputs") or {}).items()})
+        return cls
+
+    def load(name: str, device: str) -> Any:
+        return {k: v.to(device) for k, v in st_load(given[name]).items()}
+
+    def save(variant: str, seen: list[Any]) -> None:
+        send({"ev": "sample", "data": st_save({f"o{i}": t.detach().to("cpu").contiguous()
+                                               for i, t in enumerate(seen)})})
+
+    @contextmanager
+    def window() -> Iterator[None]:
+        # the supervisor holds the GPU gate (harness.gpu_gate) while the child times
+        send({"ev": "gate"})
+        link.recv()
+        try:
+            yield
+        finally:
+            send({"ev": "gate_done"})
+
+    try:
+        response = _bench(job_dir, request, load, save, load_candidate, window, warmed=warmed)
+    except BaseException as err:  # candidate code: any failure is data
+        response = {"ok": False, "error": f"{type(err).__name__}: {err}"[:1000]}
+    send({"ev": "result", "response": _plain_json(response)})
+
+
 def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     """A candidate is timed in a forked child (harness.jobs.supervised): the staged inputs
     are taken off the disk first and sent after import; the output sample and the results
@@ -61,49 +106,9 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
 
     staged = supervised.take_staged_inputs(job_dir)
 
-    def child(link: Any) -> None:
-        from safetensors.torch import load as st_load
-        from safetensors.torch import save as st_save
-
-        send = link.send
-
-        def load_candidate() -> Any:
-            from kopt.harness.jobs.candidate import _load_candidate
-
-            cls = _load_candidate(job_dir / request["candidate"])
-            send({"ev": "imported"})
-            msg = link.recv()
-            given.update({k: bytes(v) for k, v in (msg.get("inputs") or {}).items()})
-            return cls
-
-        given: dict[str, bytes] = {}
-
-        def load(name: str, device: str) -> Any:
-            return {k: v.to(device) for k, v in st_load(given[name]).items()}
-
-        def save(variant: str, seen: list[Any]) -> None:
-            send({"ev": "sample", "data": st_save({f"o{i}": t.detach().to("cpu").contiguous()
-                                                   for i, t in enumerate(seen)})})
-
-        @contextmanager
-        def window() -> Iterator[None]:
-            # the supervisor holds the GPU gate (harness.gpu_gate) while the child times
-            send({"ev": "gate"})
-            link.recv()
-            try:
-                yield
-            finally:
-                send({"ev": "gate_done"})
-
-        try:
-            response = _bench(job_dir, request, load, save, load_candidate, window)
-        except BaseException as err:  # candidate code: any failure is data
-            response = {"ok": False, "error": f"{type(err).__name__}: {err}"[:1000]}
-        send({"ev": "result", "response": _plain_json(response)})
-
     gate = gpu_gate.from_env()
     held, holding = ExitStack(), False
-    pid, link = supervised.fork_child(child)
+    pid, link, _early = supervised.start_child("bench", job_dir, request)
     sample: bytes | None = None
     result: dict[str, Any] | None = None
     try:
@@ -144,7 +149,8 @@ def _plain_json(value: Any) -> Any:
 
 
 def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
-           load_candidate: Any, window: Callable[[], AbstractContextManager[None]]) -> dict[str, Any]:
+           load_candidate: Any, window: Callable[[], AbstractContextManager[None]],
+           warmed: str | None = None) -> dict[str, Any]:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
@@ -166,9 +172,10 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
     counter = guards.LaunchCounter()
     counter.install()
     with steps("cuda start"):
-        if device == "cuda":
-            torch.cuda.init()
-        guards.warm_up_triton(device)
+        if warmed != device:  # else an early child made both before its job
+            if device == "cuda":
+                torch.cuda.init()
+            guards.warm_up_triton(device)
     base = guards.take_baseline()
 
     variants = request["variants"]

@@ -65,15 +65,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     # The child knows where the case and the candidate are, not the plan: every set, draw and
     # condition reaches it over the link, after import.
     child_request = {k: v for k, v in request.items() if k != "sets"}
-    early = supervised.take_early()
-    if early is not None:  # forked while this standby waited, its start done (`early_child`)
-        try:
-            early[1].send({"op": "job", "job_dir": str(job_dir), "request": child_request,
-                           "env": dict(os.environ), "cwd": os.getcwd()})
-        except (supervised.ChannelClosed, OSError):
-            supervised.end_child(*early)
-            early = None
-    pid, link = early or supervised.fork_child(lambda lk: _child(lk, job_dir, child_request))
+    pid, link, early = supervised.start_child("candidate", job_dir, child_request)
     record.response["child"] = "early" if early else "forked"
     try:
         _drive(link, request, staged, record, out_dir)
@@ -245,45 +237,6 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
                     resp[key] = msg.get(key)
         except Exception:  # noqa: BLE001 (it may be gone)
             pass
-
-
-def early_child(link: Any) -> None:
-    """A candidate child forked by a standby before its job (`supervised.fork_early`): the
-    start every child makes (imports, CUDA's context, Triton's first launch: 1.0-1.3 s of a
-    small candidate job on the H100) is done while the standby waits; then it waits for the
-    job (its folder, request and the job's environment) and goes on as `_child`. No candidate
-    code, job file or input exists in it before the job arrives."""
-    _child_imports()
-    warmed = None
-    if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available():
-        from kopt.harness.verification import guards
-
-        torch.cuda.init()
-        guards.warm_up_triton("cuda")
-        warmed = "cuda"
-    msg = link.recv()
-    if msg.get("op") != "job":
-        return
-    os.environ.clear()
-    os.environ.update({str(k): str(v) for k, v in msg["env"].items()})
-    os.chdir(msg["cwd"])
-    request = msg["request"]
-    if request.get("interpret"):
-        from kopt.harness.worker import interpreter_support
-
-        interpreter_support()
-    _child(link, Path(msg["job_dir"]), request, warmed=warmed)
-
-
-def _child_imports() -> None:
-    """What `_child` imports before the candidate, imported ahead."""
-    import safetensors.torch  # noqa: F401
-    import triton  # noqa: F401
-    import triton.language  # noqa: F401
-
-    import kopt.harness.case  # noqa: F401
-    import kopt.harness.data  # noqa: F401
-    from kopt.harness.verification import conditions, draws, guards, tensors  # noqa: F401
 
 
 def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None = None) -> None:

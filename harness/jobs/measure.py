@@ -58,11 +58,15 @@ def load_candidate_class(path: Path) -> type:
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     if request.get("variant") == "candidate":
         return _run_supervised(job_dir, request)
+    from kopt.harness.jobs import supervised
+
+    supervised.drop_early()  # the baseline runs here: no other process on the GPU
     return _run_baseline(job_dir, request)
 
 
-def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
-    """The candidate's process: import, build, time; outputs and metrics leave through `link`."""
+def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None = None) -> None:
+    """The candidate's process: import, build, time; outputs and metrics leave through `link`.
+    `warmed`: the device a standby's early child has already started."""
     import json
 
     import torch
@@ -78,7 +82,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any]) -> None:
     if device == "cpu":
         torch.set_num_threads(int(request.get("cpu_threads", 1)))
     with steps("cuda start"):
-        if device == "cuda":
+        if device == "cuda" and warmed != "cuda":
             torch.zeros(1, device="cuda")
     case = load_case_dir(job_dir / request["case_dir"])
     try:
@@ -129,7 +133,7 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
 
     steps = Steps()
     t_child = time.monotonic()
-    pid, link = supervised.fork_child(lambda lk: _child(lk, job_dir, request))
+    pid, link, _early = supervised.start_child("measure", job_dir, request)
     sample: bytes | None = None
     prints: list[Any] | None = None
     result: dict[str, Any] | None = None

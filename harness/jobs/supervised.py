@@ -227,6 +227,71 @@ def drop_early() -> None:
         end_child(*early)
 
 
+CHILDREN = {
+    "candidate": "kopt.harness.jobs.candidate:_child",
+    "measure": "kopt.harness.jobs.measure:_child",
+    "bench": "kopt.harness.jobs.bench:_bench_child",
+}
+"""The jobs whose candidate runs in a forked child, and that child's function:
+`f(link, job_dir, request, warmed=None)` (`warmed`: the device an early child has already
+started, CUDA's context and a first harness Triton launch made)."""
+
+
+def _child_function(kind: str) -> Callable[..., None]:
+    import importlib
+
+    module, name = CHILDREN[kind].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def start_child(kind: str, job_dir: Path, request: dict[str, Any]) -> tuple[int, Link, bool]:
+    """The job's child, `(pid, link, early)`: the standby's early child told its job when
+    there is one (`early_child`), else one forked now."""
+    early = take_early()
+    if early is not None:
+        try:
+            early[1].send({"op": "job", "kind": kind, "job_dir": str(job_dir),
+                           "request": request, "env": dict(os.environ), "cwd": os.getcwd()})
+            return early[0], early[1], True
+        except (ChannelClosed, OSError):
+            end_child(*early)
+    child = _child_function(kind)
+    pid, link = fork_child(lambda lk: child(lk, job_dir, request))
+    return pid, link, False
+
+
+def early_child(link: Link) -> None:
+    """A job's child forked by a standby before its job (`fork_early`): the start every child
+    makes (imports; on a GPU CUDA's context and a first harness Triton launch: 1.0-1.3 s of a
+    small candidate job on the H100) is done while the standby waits; then it waits for the
+    job (its kind, folder, request and environment) and goes on as that kind's child
+    (`CHILDREN`). No candidate code, job file or input exists in it before the job arrives."""
+    import torch
+
+    import kopt.harness.case  # noqa: F401  (what the children import before the candidate)
+    import kopt.harness.data  # noqa: F401
+    import kopt.harness.runner  # noqa: F401
+    from kopt.harness.verification import conditions, draws, guards, tensors  # noqa: F401
+
+    warmed = None
+    if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available():
+        torch.cuda.init()
+        guards.warm_up_triton("cuda")
+        warmed = "cuda"
+    msg = link.recv()
+    if msg.get("op") != "job" or msg.get("kind") not in CHILDREN:
+        return
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in msg["env"].items()})
+    os.chdir(msg["cwd"])
+    request = msg["request"]
+    if request.get("interpret"):
+        from kopt.harness.worker import interpreter_support
+
+        interpreter_support()
+    _child_function(msg["kind"])(link, Path(msg["job_dir"]), request, warmed=warmed)
+
+
 def _die_with_supervisor() -> None:
     if not sys.platform.startswith("linux"):
         return
