@@ -26,6 +26,20 @@ def workspace_root() -> Path:
     return Path(os.environ.get("KOPT_HOME") or os.getcwd()).resolve()
 
 
+def use_compile_caches(root: Path) -> dict[str, str]:
+    """Point Triton's and Inductor's compile caches at `.kopt/cache/` (unless the user set
+    them), so that every worker job of a run -- and the next run -- reuses what an earlier
+    job compiled instead of compiling into a fresh temporary folder. Set in this process's
+    environment, which every worker (and its standby) inherits: `kopt run`'s early workers
+    (workbench.early_workers) set it before they start, so their environment is the run's."""
+    base = root / ".kopt" / "cache"
+    wanted = {"TRITON_CACHE_DIR": str(base / "triton"),
+              "TORCHINDUCTOR_CACHE_DIR": str(base / "inductor")}
+    for key, value in wanted.items():
+        os.environ.setdefault(key, value)
+    return {k: os.environ[k] for k in wanted}
+
+
 def kopt_dir() -> Path:
     """`.kopt/` under the workspace: caches, worktrees, artifacts of commands outside a run."""
     return workspace_root() / ".kopt"

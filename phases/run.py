@@ -24,7 +24,7 @@ from typing import Any
 from kopt.harness.case import Case, load_case
 from kopt.harness.device import default_input_set, resolve_device, timing_label
 from kopt.harness.errors import BadInputError, KoptError
-from kopt.harness.paths import manifests_dir, workspace_root
+from kopt.harness.paths import manifests_dir, use_compile_caches, workspace_root
 from kopt.phases.breakdown import ClockedTarget, TimingBreakdown
 from kopt.phases.history import branch_name, worktree_path
 
@@ -407,19 +407,6 @@ def open_context(config: RunConfig, *, root: Path | None = None,
                       cancel=cancel or threading.Event(),
                       breakdown=TimingBreakdown.load(root / "manifests" / config.run_id),
                       **fakes)
-
-
-def use_compile_caches(root: Path) -> dict[str, str]:
-    """Point Triton's and Inductor's compile caches at `.kopt/cache/` (unless the user set
-    them), so that every worker job of a run -- and the next run -- reuses what an earlier
-    job compiled instead of compiling into a fresh temporary folder. Set in this process's
-    environment, which every worker (and its standby) inherits."""
-    base = root / ".kopt" / "cache"
-    wanted = {"TRITON_CACHE_DIR": str(base / "triton"),
-              "TORCHINDUCTOR_CACHE_DIR": str(base / "inductor")}
-    for key, value in wanted.items():
-        os.environ.setdefault(key, value)
-    return {k: os.environ[k] for k in wanted}
 
 
 def run_dir_of(run_id: str, root: Path | None = None) -> Path:

@@ -321,3 +321,20 @@ def test_a_standby_forks_its_candidate_child_before_the_job_and_drops_it_for_oth
     cand = [r for r in jobs if "child" in r]
     assert cand and cand[0]["worker_started"] == "standby" and cand[0]["child"] == "early"
     assert report.check("no_tampering").passed and report.check("isolated_reference").passed
+
+
+def test_the_early_workers_of_a_run_have_its_compile_caches(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kopt run` points the compile caches at `.kopt/cache/` in its environment; workers
+    started before that would never match its jobs (on the H100 the architect's first
+    measure job and the first reference started cold)."""
+    from kopt.harness.paths import use_compile_caches, workspace_root
+    from kopt.workbench import early_workers
+
+    for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.setenv(key, "restored after the test")
+        monkeypatch.delenv(key)
+    assert early_workers.start(["run", "softmax", "--device", "cpu"])
+    use_compile_caches(workspace_root())  # what the run does when it opens its context
+    outcome = LocalTarget().run(_echo(), timeout=120, env={"TRITON_INTERPRET": "1"})
+    assert outcome.ok and outcome.response["worker_started"] == "standby"

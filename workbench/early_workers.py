@@ -42,8 +42,11 @@ def start(argv: list[str]) -> bool:
     device = _device(argv)
     if device not in ("cuda", "cpu"):
         return False
-    from kopt.harness.paths import jobs_root
+    from kopt.harness.paths import jobs_root, use_compile_caches, workspace_root
     from kopt.harness.targets.local import LocalTarget
+
+    if argv[0] == "run":  # the run's workers have its compile caches (phases.run.open_context)
+        use_compile_caches(workspace_root())
 
     try:
         LocalTarget().prepare({"TRITON_INTERPRET": "1"} if device == "cpu" else {}, jobs_root())
