@@ -237,6 +237,11 @@ CHILDREN = {
 started, CUDA's context and a first harness Triton launch made)."""
 
 
+EARLY_LATE_S: float | None = None
+"""In an early child that took a job: how long that job waited for the child's own start
+(its imports, CUDA's context) to finish; None in a child forked for its job."""
+
+
 def _child_function(kind: str) -> Callable[..., None]:
     import importlib
 
@@ -251,7 +256,8 @@ def start_child(kind: str, job_dir: Path, request: dict[str, Any]) -> tuple[int,
     if early is not None:
         try:
             early[1].send({"op": "job", "kind": kind, "job_dir": str(job_dir),
-                           "request": request, "env": dict(os.environ), "cwd": os.getcwd()})
+                           "request": request, "env": dict(os.environ), "cwd": os.getcwd(),
+                           "sent_at": time.time()})
             return early[0], early[1], True
         except (ChannelClosed, OSError):
             end_child(*early)
@@ -278,9 +284,12 @@ def early_child(link: Link) -> None:
         torch.cuda.init()
         guards.warm_up_triton("cuda")
         warmed = "cuda"
+    ready_at = time.time()
     msg = link.recv()
     if msg.get("op") != "job" or msg.get("kind") not in CHILDREN:
         return
+    global EARLY_LATE_S
+    EARLY_LATE_S = max(0.0, ready_at - float(msg.get("sent_at") or ready_at))
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in msg["env"].items()})
     os.chdir(msg["cwd"])
