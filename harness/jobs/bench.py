@@ -20,6 +20,7 @@ supervisor takes it when the child asks ("gate" ... "gate_done").
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
@@ -104,7 +105,9 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     from kopt.harness.jobs import supervised
     from kopt.harness.jobs.candidate import _death
 
+    t_job = time.monotonic()
     staged = supervised.take_staged_inputs(job_dir)
+    staged_s = time.monotonic() - t_job
 
     gate = gpu_gate.from_env()
     held, holding = ExitStack(), False
@@ -139,6 +142,12 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     if sample:
         (out / "check-candidate.safetensors").write_bytes(sample)
     result["supervisor_pid"] = os.getpid()
+    # the supervisor's own part: inputs off the disk, and what the child's clock missed (its
+    # start, the link's copies, its end, the sample written here)
+    child = {k: v for k, v in (result.get("steps") or {}).items() if isinstance(v, int | float)}
+    result["steps"] = {**child, "staged inputs": round(staged_s, 4),
+                       "candidate process, other": round(max(
+                           0.0, time.monotonic() - t_job - staged_s - sum(child.values())), 4)}
     return result
 
 
@@ -176,7 +185,8 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
             if device == "cuda":
                 torch.cuda.init()
             guards.warm_up_triton(device)
-    base = guards.take_baseline()
+    with steps("baseline snapshot"):
+        base = guards.take_baseline()
 
     variants = request["variants"]
     # A candidate is imported before any input exists in its process (sent after import).
@@ -232,14 +242,15 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
                                                  **(request.get("timing_options") or {}))
                 launches_timed = len(counter.take())
                 # The sample re-check: known values in, outputs out, after all timed calls.
-                for k, v in check.items():
-                    live[k].copy_(v)
-                out = fn()
-                outs, _structure = tensors.flatten_outputs(out)
-                seen = [t.detach().clone() for t in outs]
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                save_check(variant, seen)
+                with steps(f"output sample, {variant}"):
+                    for k, v in check.items():
+                        live[k].copy_(v)
+                    out = fn()
+                    outs, _structure = tensors.flatten_outputs(out)
+                    seen = [t.detach().clone() for t in outs]
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    save_check(variant, seen)
             except Exception as err:
                 results[variant] = {"ok": False,
                                     "error": f"{type(err).__name__}: {err}"[:1000]}
@@ -253,12 +264,13 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
                 "launches_timed": launches_timed,
             }
 
-    response: dict[str, Any] = {
-        "ok": True, "pid": os.getpid(), "variants": results,
-        "clocks_tampered": timing.tampered_clocks(),
-        "tampering": guards.tampering(base, counter),
-        "leftovers": guards.leftovers(base),
-    }
+    with steps("checks after"):
+        response: dict[str, Any] = {
+            "ok": True, "pid": os.getpid(), "variants": results,
+            "clocks_tampered": timing.tampered_clocks(),
+            "tampering": guards.tampering(base, counter),
+            "leftovers": guards.leftovers(base),
+        }
     if "eager" in variants and results.get("eager", {}).get("ok"):
         from kopt.harness.roofline import roofline_summary
 
