@@ -393,28 +393,3 @@ def test_a_compile_draw_past_its_time_limit_runs_simulated(monkeypatch: pytest.M
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     assert signal.getsignal(signal.SIGALRM) is before
 
-
-def test_the_dynamo_warm_up_compiles_a_harness_function_and_forgets_it() -> None:
-    """An early child compiles once before its job (the torch.compile draw's first-compile
-    cost); nothing it compiled is left for a candidate to find or reuse."""
-    import torch._dynamo
-
-    from kopt.harness.verification import guards
-
-    counters = torch._dynamo.utils.counters
-    counters.clear()
-    guards.warm_up_dynamo("cpu")
-    assert counters["stats"]["unique_graphs"] >= 1  # it did compile
-    compiled_again = []
-    real = torch._dynamo.convert_frame.ConvertFrame.__call__
-
-    def spy(self, frame, *a, **k):  # type: ignore[no-untyped-def]
-        compiled_again.append(frame.f_code.co_name)
-        return real(self, frame, *a, **k)
-
-    torch._dynamo.convert_frame.ConvertFrame.__call__ = spy
-    try:
-        guards.warm_up_dynamo("cpu")  # reset() left no cache: the function is traced anew
-    finally:
-        torch._dynamo.convert_frame.ConvertFrame.__call__ = real
-    assert "_harness_warmup" in compiled_again

@@ -283,10 +283,6 @@ def early_child(link: Link) -> None:
     if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available():
         torch.cuda.init()
         guards.warm_up_triton("cuda")
-        try:  # the verifier's torch.compile draw runs on a GPU only
-            guards.warm_up_dynamo("cuda")
-        except Exception:  # noqa: BLE001 (a torch without it: the draw pays its first compile)
-            pass
         warmed = "cuda"
     ready_at = time.time()
     msg = link.recv()

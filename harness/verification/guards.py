@@ -575,21 +575,6 @@ def warm_up_triton(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def warm_up_dynamo(device: str) -> None:
-    """Compile a harness function once as the verifier's torch.compile draw does
-    (`conditions.call_model`: dynamo, `aot_eager`), then forget it (`torch._dynamo.reset`):
-    a process's first compile also builds dynamo's and AOT autograd's lazy state (0.7-0.9 s
-    of a small candidate's draw on the H100, measured 2026-11-28), which an early child
-    (harness.jobs.supervised) can do before its job. Nothing compiled survives it."""
-    import torch._dynamo
-
-    def _harness_warmup(x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x) * 2.0 + 1.0
-
-    torch.compile(_harness_warmup, backend="aot_eager")(torch.zeros(8, device=device))
-    torch._dynamo.reset()
-
-
 def take_baseline() -> Baseline:
     import torch._dynamo  # noqa: F401  (re-wraps torch.manual_seed on first import)
     from torch._dynamo import mutation_guard
