@@ -152,25 +152,17 @@ def _standby() -> Path | None:
     # host), and the reference job's op recorder imports it at its first forward (skipped here
     # on 2026-11-28, the reference's forward step went 0.2 -> 1.5 s on the H100)
     import torch  # noqa: F401
-
-    from kopt.harness.jobs import supervised
-
-    # The reference's interpreter never runs a candidate: no early child there. Off the
-    # interpreter the child is forked now, so that its CUDA start overlaps these imports (it
-    # makes its own); under the interpreter (the cores are few, no CUDA) after them.
-    gpu_host = not sys.flags.isolated and os.environ.get("TRITON_INTERPRET") != "1"
-    if gpu_host:
-        supervised.fork_early(supervised.early_child)
     import torch._dynamo  # noqa: F401
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    if gpu_host:
+    if not sys.flags.isolated and os.environ.get("TRITON_INTERPRET") != "1":
         preload_compile_modules()
     if not fork_safe():
-        supervised.drop_early()
         return None  # the job that would have taken it starts a cold worker instead
-    if not sys.flags.isolated and not gpu_host:
+    if not sys.flags.isolated:  # the reference's interpreter never runs a candidate
+        from kopt.harness.jobs import supervised
+
         supervised.fork_early(supervised.early_child)
     line = sys.stdin.readline().strip()
     if not line:

@@ -272,19 +272,7 @@ def early_child(link: Link) -> None:
     small candidate job on the H100) is done while the standby waits; then it waits for the
     job (its kind, folder, request and environment) and goes on as that kind's child
     (`CHILDREN`). No candidate code, job file or input exists in it before the job arrives."""
-    import threading
-
     import torch
-
-    # on a GPU host the standby forks this child right after importing torch: CUDA's start
-    # runs in a thread while this child makes the imports its parent makes meanwhile
-    starter = None
-    if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available():
-        starter = threading.Thread(target=torch.cuda.init, name="kopt-cuda-start", daemon=True)
-        starter.start()
-    import torch._dynamo  # noqa: F401
-    import triton  # noqa: F401
-    import triton.language  # noqa: F401
 
     import kopt.harness.case  # noqa: F401  (what the children import before the candidate)
     import kopt.harness.data  # noqa: F401
@@ -292,12 +280,8 @@ def early_child(link: Link) -> None:
     from kopt.harness.verification import conditions, draws, guards, tensors  # noqa: F401
 
     warmed = None
-    if starter is not None:
-        from kopt.harness.worker import preload_compile_modules
-
-        preload_compile_modules()
-        starter.join()
-        torch.cuda.init()  # raises here if the thread's start failed
+    if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available():
+        torch.cuda.init()
         guards.warm_up_triton("cuda")
         warmed = "cuda"
     ready_at = time.time()
