@@ -25,14 +25,20 @@ both.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from kopt.harness.speedup import beats
-from kopt.phases.tuning_memory import gpu_file, key_of, memory_dir
+from kopt.phases.tuning_memory import (
+    clear_folder,
+    entries_in,
+    gpu_file,
+    key_of,
+    load_file,
+    memory_dir,
+    write_file,
+)
 
 
 def strategies_dir() -> Path:
@@ -51,18 +57,10 @@ def versions() -> dict[str, str]:
     return {"torch": str(torch.__version__).split("+")[0], "triton": str(triton.__version__)}
 
 
-def _load(file: Path) -> dict[str, dict[str, Any]]:
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def recall(gpu: str, pattern: str, bucket: str) -> dict[str, Any] | None:
     """The evidence for this GPU, first candidate and bucket, if measured with these
     compilers' versions."""
-    entry = _load(strategy_file(gpu)).get(key_of(pattern, bucket))
+    entry = load_file(strategy_file(gpu)).get(key_of(pattern, bucket))
     if not isinstance(entry, dict) or not isinstance(entry.get("results"), dict):
         return None
     if any(entry.get(k) != v for k, v in versions().items()):
@@ -87,8 +85,7 @@ def remember(gpu: str, pattern: str, bucket: str, default_ms: float,
     """Store what this run measured (atomically), over what an earlier run measured for the
     hypotheses this one did not test."""
     file = strategy_file(gpu)
-    file.parent.mkdir(parents=True, exist_ok=True)
-    data = _load(file)
+    data = load_file(file)
     key = key_of(pattern, bucket)
     earlier = data.get(key) if isinstance(data.get(key), dict) else {}
     kept = earlier.get("results") if isinstance(earlier.get("results"), dict) and all(
@@ -96,29 +93,14 @@ def remember(gpu: str, pattern: str, bucket: str, default_ms: float,
     data[key] = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "gpu": gpu,
                  **versions(), **evidence, "default_ms": default_ms,
                  "results": {**kept, **results}}
-    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(file)
-    return file
+    return write_file(file, data)
 
 
 def entries() -> list[dict[str, Any]]:
     """Every remembered walk, on every GPU: `{"gpu", "pattern", "bucket", ...evidence}`."""
-    out = []
-    if not strategies_dir().is_dir():
-        return out
-    for file in sorted(strategies_dir().glob("*.json")):
-        for key, entry in sorted(_load(file).items()):
-            pattern, _, bucket = key.partition("|")
-            out.append({"gpu": entry.get("gpu", file.stem), "pattern": pattern, "bucket": bucket,
-                        "file": str(file), **{k: v for k, v in entry.items() if k != "gpu"}})
-    return out
+    return entries_in(strategies_dir())
 
 
 def clear() -> int:
     """Forget every remembered walk; how many there were."""
-    n = len(entries())
-    if strategies_dir().is_dir():
-        for file in strategies_dir().glob("*.json"):
-            file.unlink()
-    return n
+    return clear_folder(strategies_dir())

@@ -85,12 +85,49 @@ def key_of(pattern: str, bucket: str) -> str:
     return f"{pattern}|{bucket}"
 
 
-def load(gpu: str) -> dict[str, dict[str, Any]]:
+def load_file(file: Path) -> dict[str, dict[str, Any]]:
+    """A memory file's entries by key; empty when it is missing or unreadable."""
     try:
-        data = json.loads(gpu_file(gpu).read_text())
+        data = json.loads(file.read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def write_file(file: Path, data: dict[str, Any]) -> Path:
+    """Write a memory file atomically (a reader never sees half of it)."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(file)
+    return file
+
+
+def entries_in(folder: Path) -> list[dict[str, Any]]:
+    """Every entry of the memory files in `folder`, on every GPU: `{"gpu", "pattern",
+    "bucket", "file", ...evidence}`."""
+    out: list[dict[str, Any]] = []
+    if not folder.is_dir():
+        return out
+    for file in sorted(folder.glob("*.json")):
+        for key, entry in sorted(load_file(file).items()):
+            pattern, _, bucket = key.partition("|")
+            out.append({"gpu": entry.get("gpu", file.stem), "pattern": pattern, "bucket": bucket,
+                        "file": str(file), **{k: v for k, v in entry.items() if k != "gpu"}})
+    return out
+
+
+def clear_folder(folder: Path) -> int:
+    """Remove the memory files in `folder`; how many entries they held."""
+    n = len(entries_in(folder))
+    if folder.is_dir():
+        for file in folder.glob("*.json"):
+            file.unlink()
+    return n
+
+
+def load(gpu: str) -> dict[str, dict[str, Any]]:
+    return load_file(gpu_file(gpu))
 
 
 def recall(gpu: str, pattern: str, bucket: str) -> dict[str, Any] | None:
@@ -100,38 +137,17 @@ def recall(gpu: str, pattern: str, bucket: str) -> dict[str, Any] | None:
 
 def remember(gpu: str, pattern: str, bucket: str, entry: dict[str, Any]) -> Path:
     """Store `entry` (config + evidence) for this GPU, pattern and bucket (atomically)."""
-    file = gpu_file(gpu)
-    file.parent.mkdir(parents=True, exist_ok=True)
     data = load(gpu)
     data[key_of(pattern, bucket)] = {"date": time.strftime("%Y-%m-%d", time.gmtime()),
                                      "gpu": gpu, **entry}
-    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(file)
-    return file
+    return write_file(gpu_file(gpu), data)
 
 
 def entries() -> list[dict[str, Any]]:
     """Every remembered winner, on every GPU: `{"gpu", "pattern", "bucket", ...evidence}`."""
-    out = []
-    if not memory_dir().is_dir():
-        return out
-    for file in sorted(memory_dir().glob("*.json")):
-        try:
-            data = json.loads(file.read_text())
-        except (OSError, ValueError):
-            continue
-        for key, entry in sorted(data.items()):
-            pattern, _, bucket = key.partition("|")
-            out.append({"gpu": entry.get("gpu", file.stem), "pattern": pattern, "bucket": bucket,
-                        "file": str(file), **{k: v for k, v in entry.items() if k != "gpu"}})
-    return out
+    return entries_in(memory_dir())
 
 
 def clear() -> int:
     """Remove every remembered winner; how many entries there were."""
-    n = len(entries())
-    if memory_dir().is_dir():
-        for file in memory_dir().glob("*.json"):
-            file.unlink()
-    return n
+    return clear_folder(memory_dir())
