@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from kopt.harness.jobs.sealed import Sealed
 from kopt.harness.steps import Steps
 
 CANDIDATE_MODULE = "kopt_candidate"
@@ -76,7 +77,11 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     with record.steps("write outputs"):
         out = supervised.clear_out(job_dir)
         for name, data in record.files.items():
-            (out / f"{name}.safetensors").write_bytes(data)
+            if isinstance(data, Sealed):
+                data.write_to(out / f"{name}.safetensors")
+                data.close()
+            else:
+                (out / f"{name}.safetensors").write_bytes(data)
     response = record.response
     response["steps"] = record.steps.to_dict()
     response["pid"] = pid
@@ -87,6 +92,12 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             response["error"] = _death(status, record.lost)
     (out / "stage").write_text(str(response.get("stage")))
     return response
+
+
+def _data(value: Any) -> bytes | Sealed:
+    """A file's contents as the child sent them: a sealed memory file (kept as it is) or
+    bytes."""
+    return value if isinstance(value, Sealed) else bytes(value or b"")
 
 
 def _death(status: int | None, why: str) -> str:
@@ -108,7 +119,7 @@ class _Record:
 
     def __init__(self) -> None:
         self.response: dict[str, Any] = {"ok": False, "stage": "import", "sets": {}}
-        self.files: dict[str, bytes] = {}
+        self.files: dict[str, bytes | Sealed] = {}
         self.lost = ""
         self.ops: dict[str, int] = {}
         self.launches: list[dict[str, Any]] = []
@@ -195,13 +206,13 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
                 fact["condition"] = cond
                 # a torch.compile draw is judged for its outputs only (`conditions`)
                 facts["compiled" if cond.get("compile") else "forwards"].append(fact)
-                record.files[out_name] = bytes(msg.get("outputs") or b"")
+                record.files[out_name] = _data(msg.get("outputs"))
                 if post is not None and msg.get("post") is not None:
-                    record.files[post] = bytes(msg["post"])
+                    record.files[post] = _data(msg["post"])
                 elif post is not None and msg.get("post_unchanged") is True:
                     resp.setdefault("post_unchanged", []).append(post)
                 if msg.get("previous") is not None:
-                    record.files[f"previous-{out_name}"] = bytes(msg["previous"])
+                    record.files[f"previous-{out_name}"] = _data(msg["previous"])
                 return fact
 
             draws = item["draws"]
@@ -220,7 +231,7 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
             with record.steps("weights after"):
                 link.send({"op": "weights"})
                 msg = _expect(link, record, "weights")
-            record.files[f"weights-post-{set_name}"] = bytes(msg.get("data") or b"")
+            record.files[f"weights-post-{set_name}"] = _data(msg.get("data"))
             reload = item.get("reload")
             if reload:  # a second state_dict into the same instance (depends_on_weights)
                 resp["stage"] = "load_state_dict"
@@ -254,6 +265,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
 
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import instantiate
+    from kopt.harness.jobs import sealed
     from kopt.harness.verification import conditions, draws, guards, tensors  # noqa: F401
 
     send = link.send
@@ -265,7 +277,14 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
     def send_op(name: str, elements: int) -> None:
         send({"ev": "op", "name": name, "elements": elements})
 
-    def pack(named: dict[str, torch.Tensor]) -> bytes:
+    seal = sealed.seal_tensors  # bound before the candidate exists, as the link's calls are
+
+    def pack(named: dict[str, torch.Tensor]) -> Any:
+        """A safetensors file of `named`: in a sealed memory file (harness.jobs.sealed: the
+        device's copy lands in the pages the supervisor reads), else as bytes."""
+        found = seal(named)
+        if found is not None:
+            return found
         return st_save({k: v.detach().to("cpu", copy=True).contiguous() for k, v in named.items()})
 
     same_bits = _same_bits  # bound before the candidate exists, as the link's calls are

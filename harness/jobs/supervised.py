@@ -23,6 +23,7 @@ sends can run code in the supervisor.
 
 from __future__ import annotations
 
+import array
 import marshal
 import os
 import shutil
@@ -42,6 +43,11 @@ ATTACH_MIN = 1 << 16
 MAX_ATTACHMENTS = 4096
 _ATTACHED = "__kopt_attachment__"
 """The key of the placeholder an attachment leaves in its message: {_ATTACHED: index}."""
+_SEALED = "__kopt_sealed__"
+"""The key of the placeholder a sealed buffer leaves (harness.jobs.sealed): {_SEALED: index}
+into the descriptors the frame's header carried."""
+MAX_SEALED = 16
+"""Most descriptors one message may carry."""
 
 
 class ChannelClosed(Exception):
@@ -57,20 +63,43 @@ class Link:
         self._dumps, self._loads = marshal.dumps, marshal.loads
         self._pack, self._unpack = struct.pack, struct.unpack
         self._sendall, self._recv_into = sock.sendall, sock.recv_into
+        self._sendmsg, self._recvmsg = sock.sendmsg, sock.recvmsg
+        self._close_fd = os.close
 
     def send(self, msg: dict[str, Any]) -> None:
         attachments: list[bytes | bytearray | memoryview] = []
-        data = self._dumps(_wire(msg, attachments=attachments))
+        sealed: list[Any] = []
+        data = self._dumps(_wire(msg, attachments=attachments, sealed=sealed))
+        header = self._pack("<QI", len(data), len(attachments))
         try:
-            self._sendall(self._pack("<QI", len(data), len(attachments)) + data)
+            if sealed:  # the descriptors ride on the header's bytes (SCM_RIGHTS)
+                fds = array.array("i", [b.fd for b in sealed])
+                sent = self._sendmsg([header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+                self._sendall(header[sent:] + data)
+            else:
+                self._sendall(header + data)
             for blob in attachments:
                 self._sendall(self._pack("<Q", len(blob)))
                 self._sendall(blob)
         except OSError as err:
             raise ChannelClosed(str(err)) from err
+        finally:
+            for b in sealed:  # the receiver has its own descriptors now
+                self._close_fd(b.fd)
 
     def recv(self) -> dict[str, Any]:
-        size, count = self._unpack("<QI", self._read(12))
+        head, fds = self._read_header()
+        received: list[Any] = []
+        try:
+            from kopt.harness.jobs.sealed import Sealed
+
+            while fds:
+                received.append(Sealed.receive(fds.pop(0)))
+        except ValueError as err:
+            for fd in fds:
+                self._close_fd(fd)
+            raise ChannelClosed(f"the other side sent {err}") from err
+        size, count = self._unpack("<QI", head)
         if size > MAX_MESSAGE or count > MAX_ATTACHMENTS:
             raise ChannelClosed(f"frame of {size} bytes and {count} attachments")
         try:
@@ -83,7 +112,28 @@ class Link:
             if n > MAX_MESSAGE:
                 raise ChannelClosed(f"attachment of {n} bytes")
             attachments.append(self._read(n))
-        return _plain(msg, attachments=attachments)
+        return _plain(msg, attachments=attachments, sealed=received)
+
+    def _read_header(self) -> tuple[bytes, list[int]]:
+        """The frame's 12 header bytes and the descriptors that came with them."""
+        buf, fds = b"", []
+        while len(buf) < 12:
+            try:
+                data, ancillary, _flags, _addr = self._recvmsg(
+                    12 - len(buf), socket.CMSG_SPACE(MAX_SEALED * 4))
+            except OSError as err:
+                raise ChannelClosed(str(err)) from err
+            for level, kind, raw in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    got = array.array("i")
+                    got.frombytes(raw[:len(raw) - len(raw) % got.itemsize])
+                    fds.extend(got)
+            if not data:
+                for fd in fds:
+                    self._close_fd(fd)
+                raise ChannelClosed("end of stream")
+            buf += data
+        return buf, fds
 
     def _read(self, n: int) -> bytes:
         buf = bytearray(n)
@@ -106,22 +156,28 @@ class Link:
             pass
 
 
-def _wire(value: Any, depth: int = 0, attachments: list[Any] | None = None) -> Any:
+def _wire(value: Any, depth: int = 0, attachments: list[Any] | None = None,
+          sealed: list[Any] | None = None) -> Any:
     """`value` in the types marshal carries: tuple subclasses (torch.Size) as lists, int and
     float subclasses and scalar objects (numpy, SymInt) as int/float, anything else as text.
-    Bytes of ATTACH_MIN or more go to `attachments`, a placeholder in their place."""
+    Bytes of ATTACH_MIN or more go to `attachments`, a placeholder in their place; a sealed
+    buffer (harness.jobs.sealed.SealedBuffer) to `sealed`, likewise."""
     if isinstance(value, (bytes, bytearray, memoryview)) and attachments is not None and \
             len(value) >= ATTACH_MIN:
         attachments.append(value)
         return {_ATTACHED: len(attachments) - 1}
+    if sealed is not None and type(value).__name__ == "SealedBuffer" and \
+            len(sealed) < MAX_SEALED:
+        sealed.append(value)
+        return {_SEALED: len(sealed) - 1}
     if value is None or type(value) in (bool, int, float, str, bytes):
         return value
     if depth > 20:
         return repr(value)[:200]
     if isinstance(value, dict):
-        return {str(k): _wire(v, depth + 1, attachments) for k, v in value.items()}
+        return {str(k): _wire(v, depth + 1, attachments, sealed) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_wire(v, depth + 1, attachments) for v in value]
+        return [_wire(v, depth + 1, attachments, sealed) for v in value]
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, bool):
@@ -133,22 +189,29 @@ def _wire(value: Any, depth: int = 0, attachments: list[Any] | None = None) -> A
     return str(value)
 
 
-def _plain(value: Any, depth: int = 0, attachments: list[bytes] | None = None) -> Any:
+def _plain(value: Any, depth: int = 0, attachments: list[bytes] | None = None,
+           sealed: list[Any] | None = None) -> Any:
     """A copy made only of dict/list/str/bytes/int/float/bool/None (code objects, sets and
-    anything else marshal can carry are refused); placeholders replaced by their attachment."""
+    anything else marshal can carry are refused); placeholders replaced by their attachment
+    or their sealed buffer (harness.jobs.sealed.Sealed, verified sealed on receipt)."""
     if depth > 20:
         raise ChannelClosed("message nested too deeply")
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return value
     if isinstance(value, (list, tuple)):
-        return [_plain(v, depth + 1, attachments) for v in value]
+        return [_plain(v, depth + 1, attachments, sealed) for v in value]
     if isinstance(value, dict):
         if _ATTACHED in value:
             i = value[_ATTACHED]
             if len(value) != 1 or type(i) is not int or not 0 <= i < len(attachments or []):
                 raise ChannelClosed(f"attachment placeholder {i!r} out of range")
             return attachments[i]  # type: ignore[index]
-        return {str(k): _plain(v, depth + 1, attachments) for k, v in value.items()
+        if _SEALED in value:
+            i = value[_SEALED]
+            if len(value) != 1 or type(i) is not int or not 0 <= i < len(sealed or []):
+                raise ChannelClosed(f"sealed buffer placeholder {i!r} out of range")
+            return sealed[i]  # type: ignore[index]
+        return {str(k): _plain(v, depth + 1, attachments, sealed) for k, v in value.items()
                 if isinstance(k, str)}
     raise ChannelClosed(f"message holds a {type(value).__name__}")
 
