@@ -70,3 +70,16 @@ def test_an_unsealed_memory_file_or_a_pipe_is_refused() -> None:
 
 def test_a_dtype_without_a_safetensors_name_goes_as_bytes() -> None:
     assert sealed.seal_tensors({"c": torch.zeros(2, dtype=torch.complex64)}) is None
+
+
+def test_a_message_carries_at_most_max_sealed_buffers() -> None:
+    def child(link: supervised.Link) -> None:
+        many = [sealed.seal_tensors({"o": torch.zeros(1)})
+                for _ in range(supervised.MAX_SEALED + 1)]
+        try:
+            link.send({"outputs": many})
+        except supervised.ChannelClosed as err:
+            link.send({"refused": str(err)})
+
+    msg, _ = _roundtrip(child)
+    assert "more than" in msg["refused"]

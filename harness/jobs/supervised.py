@@ -69,9 +69,9 @@ class Link:
     def send(self, msg: dict[str, Any]) -> None:
         attachments: list[bytes | bytearray | memoryview] = []
         sealed: list[Any] = []
-        data = self._dumps(_wire(msg, attachments=attachments, sealed=sealed))
-        header = self._pack("<QI", len(data), len(attachments))
         try:
+            data = self._dumps(_wire(msg, attachments=attachments, sealed=sealed))
+            header = self._pack("<QI", len(data), len(attachments))
             if sealed:  # the descriptors ride on the header's bytes (SCM_RIGHTS)
                 fds = array.array("i", [b.fd for b in sealed])
                 sent = self._sendmsg([header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
@@ -166,8 +166,9 @@ def _wire(value: Any, depth: int = 0, attachments: list[Any] | None = None,
             len(value) >= ATTACH_MIN:
         attachments.append(value)
         return {_ATTACHED: len(attachments) - 1}
-    if sealed is not None and type(value).__name__ == "SealedBuffer" and \
-            len(sealed) < MAX_SEALED:
+    if sealed is not None and type(value).__name__ == "SealedBuffer":
+        if len(sealed) >= MAX_SEALED:
+            raise ChannelClosed(f"more than {MAX_SEALED} sealed buffers in one message")
         sealed.append(value)
         return {_SEALED: len(sealed) - 1}
     if value is None or type(value) in (bool, int, float, str, bytes):
