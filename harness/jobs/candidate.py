@@ -265,7 +265,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
 
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import instantiate
-    from kopt.harness.jobs import sealed
+    from kopt.harness.jobs import sealed, supervised
     from kopt.harness.verification import conditions, draws, guards, tensors  # noqa: F401
 
     send = link.send
@@ -278,6 +278,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
         send({"ev": "op", "name": name, "elements": elements})
 
     seal = sealed.seal_tensors  # bound before the candidate exists, as the link's calls are
+    early_late_s = supervised.EARLY_LATE_S  # read before it, likewise
 
     def pack(named: dict[str, torch.Tensor]) -> Any:
         """A safetensors file of `named`: in a sealed memory file (harness.jobs.sealed: the
@@ -315,10 +316,8 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
     except BaseException as err:  # candidate code: any failure is data
         fail("import", err)
         return
-    from kopt.harness.jobs.supervised import EARLY_LATE_S
-
     send({"ev": "imported", "import_s": round(time.monotonic() - t0, 3),
-          "early_late_s": EARLY_LATE_S})
+          "early_late_s": early_late_s})
 
     model: Any = None
     instances: dict[Any, Any] = {}  # sets with the same constructor may share one
