@@ -238,9 +238,10 @@ def _remember(ctx: RunContext, source: str, space: dict[str, list[Any]],
             if (step.get("kernel") or "") != kernel or key not in keys:
                 continue
             won = winner["config"][key]
-            if step.get("from") == won and step.get("to") == won:
+            if step.get("from") == won and step.get("to") == won:  # timed now, or settled before
                 settled.setdefault(step["param"], [])
-                settled[step["param"]] += [v for v in step.get("tried") or []
+                settled[step["param"]] += [v for v in [*(step.get("tried") or []),
+                                                       *(step.get("settled") or [])]
                                            if v != won and v not in settled[step["param"]]]
         entry = {"config": {k.split(SEP)[-1]: winner["config"][k] for k in keys},
                  "median_ms": winner.get("median_ms"), "baseline_ms": optimizer.baseline_ms,

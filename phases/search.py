@@ -167,7 +167,8 @@ class CoordinateSearch:
         if not configs:
             known = self.settled_here(current, key)
             if known:
-                step.update({"tried": [], "to": current.get(key), "median_ms": row.get("median_ms"),
+                step.update({"tried": [], "settled": known, "to": current.get(key),
+                             "median_ms": row.get("median_ms"),
                              "stopped": f"the tuning memory: {', '.join(map(str, known))} "
                                         "gained nothing here (not timed again)"})
                 self.steps.append(step)

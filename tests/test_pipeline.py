@@ -284,6 +284,10 @@ def test_accelerator_on_a_gpu_searches_verifies_commits_and_remembers(
     assert any("the optimizer's timing of it stands (no tune job)" in line for line in lines)
     opt_best = json.loads((repo / "manifests/r1/optimizer.json").read_text())["details"]["best"]
     assert d3["winner"]["median_ms"] == opt_best["median_ms"]
+    # and the memory still holds what settled it: the next run needs no tune job either
+    assert json.loads(memory_file.read_text())[key]["settled"] == data[key]["settled"]
+    accelerator.run(ctx, lambda e: None)
+    assert tuned == []
     # evidence from other compilers' versions is a starting point only: the search runs
     monkeypatch.setattr(accelerator, "versions", lambda: {"torch": "0.0", "triton": "0.0"})
     tuned.clear()
