@@ -17,6 +17,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from kopt.harness.interpreter import interpreter_support
+
 # job name -> "module:function"; imported lazily so a job pays only for what it uses.
 JOBS: dict[str, str] = {
     "echo": "kopt.harness.jobs.echo:run",
@@ -64,49 +66,9 @@ def _die_with_parent() -> None:
         os._exit(3)
 
 
-class _InterpreterDriver:
-    """What `@triton.autotune` asks of Triton's active driver, on the CPU interpreter (which
-    has none: "0 active drivers"): a benchmarker. The interpreter's times say nothing about a
-    GPU, so each config is timed once by the wall clock; the choice only has to be valid."""
-
-    def get_benchmarker(self) -> Any:
-        import time
-
-        def bench(kernel_call: Any, quantiles: Any = None, **_: Any) -> Any:
-            t0 = time.perf_counter()
-            kernel_call()
-            ms = (time.perf_counter() - t0) * 1e3
-            return [ms] * len(quantiles) if quantiles else ms
-
-        return bench
-
-    def get_current_target(self) -> Any:
-        from triton.backends.compiler import GPUTarget
-
-        return GPUTarget("interpreter", 0, 0)
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: Any = None) -> int:
-        return 0
-
-
-def interpreter_support() -> None:
-    """Let honest code that runs on a GPU run on the interpreter too: an autotuned kernel
-    (a benchmarker, `_InterpreterDriver`), and a launcher inside `torch.compile` (the launch
-    counter keeps dynamo out of the interpreter, harness.verification.guards)."""
-    try:
-        from triton.runtime.driver import driver
-    except ImportError:
-        return
-    try:
-        driver.active  # noqa: B018 (a real driver, e.g. a GPU build with TRITON_INTERPRET)
-    except RuntimeError:
-        driver.set_active(_InterpreterDriver())  # type: ignore[arg-type]
-
-
 STANDBY_FLAG = "--standby"
+EARLY_CHILD = "kopt.harness.jobs.early:early_child"
+"""What a standby's child forked before its job runs (imported in that child)."""
 
 
 COMPILE_MODULES = (
@@ -163,7 +125,7 @@ def _standby() -> Path | None:
     if not sys.flags.isolated:  # the reference's interpreter never runs a candidate
         from kopt.harness.jobs import supervised
 
-        supervised.fork_early(supervised.early_child)
+        supervised.fork_early(EARLY_CHILD)
     line = sys.stdin.readline().strip()
     if not line:
         return None

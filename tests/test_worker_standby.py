@@ -195,6 +195,7 @@ def test_kopt_verify_starts_both_workers_before_its_own_imports(
 
         monkeypatch.setattr(waiting, "take", recording_take)
     monkeypatch.setattr(cli, "build_parser", spying_build)
+    (workspace / ".kopt").mkdir()  # a workspace some kopt command has used before
     code = cli.main(["verify", str(corpus / "cases" / "softmax_small"),
                      str(corpus / "honest" / "softmax.py"), "--device", "cpu"])
     assert code == 0
@@ -334,6 +335,10 @@ def test_the_early_workers_of_a_run_have_its_compile_caches(
     for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         monkeypatch.setenv(key, "restored after the test")
         monkeypatch.delenv(key)
+    # a workspace no kopt command has used: none (a refused command must write nothing)
+    assert not early_workers.start(["run", "softmax", "--device", "cpu"])
+    assert [p.name for p in workspace.iterdir() if p.name != ".git"] == []
+    (workspace / ".kopt").mkdir()
     assert early_workers.start(["run", "softmax", "--device", "cpu"])
     use_compile_caches(workspace_root())  # what the run does when it opens its context
     outcome = LocalTarget().run(_echo(), timeout=120, env={"TRITON_INTERPRET": "1"})

@@ -16,6 +16,7 @@ discarded process: a job never takes a standby started with another environment.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 COMMANDS = frozenset({"verify", "run", "bench", "baseline"})
@@ -33,6 +34,26 @@ def _device(argv: list[str]) -> str:
     return "cuda" if Path("/dev/nvidiactl").exists() else "cpu"
 
 
+def _reserve_root(jobs: Path, workspace: Path) -> Path | None:
+    """Where a sandboxed standby may reserve its folder before the command has checked its
+    input, or None: no early workers. A refused command must leave nothing in the workspace,
+    and a sandboxed standby needs its mounts (the compile caches under `.kopt/`) to exist, so
+    a workspace without `.kopt/` (no kopt command has run there yet) gets none. Else kopt's
+    jobs folder when it exists, or the temporary folder when it is on the workspace's
+    filesystem (a job's files are moved into the reserved folder by rename)."""
+    if not jobs.parent.is_dir():
+        return None
+    if jobs.is_dir():
+        return jobs
+    tmp = Path(tempfile.gettempdir())
+    try:
+        if tmp.stat().st_dev == workspace.stat().st_dev:
+            return tmp
+    except OSError:
+        pass
+    return None
+
+
 def start(argv: list[str]) -> bool:
     """Start the standbys for `argv`'s command when it verifies locally; True if started."""
     if not argv or argv[0] not in COMMANDS:
@@ -42,14 +63,16 @@ def start(argv: list[str]) -> bool:
     device = _device(argv)
     if device not in ("cuda", "cpu"):
         return False
-    from kopt.harness.paths import jobs_root, use_compile_caches, workspace_root
+    from kopt.harness.paths import kopt_dir, use_compile_caches, workspace_root
     from kopt.harness.targets.local import LocalTarget
 
+    root = _reserve_root(kopt_dir() / "jobs", workspace_root())
+    if root is None:
+        return False
     if argv[0] == "run":  # the run's workers have its compile caches (phases.run.open_context)
         use_compile_caches(workspace_root())
-
     try:
-        LocalTarget().prepare({"TRITON_INTERPRET": "1"} if device == "cpu" else {}, jobs_root())
+        LocalTarget().prepare({"TRITON_INTERPRET": "1"} if device == "cpu" else {}, root)
     except OSError:
         return False
     return bool(os.environ.get("KOPT_WORKER_STANDBY", "1").strip().lower()

@@ -265,7 +265,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
 
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import instantiate
-    from kopt.harness.jobs import sealed, supervised
+    from kopt.harness.jobs import early, sealed
     from kopt.harness.verification import conditions, draws, guards, tensors  # noqa: F401
 
     send = link.send
@@ -278,7 +278,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
         send({"ev": "op", "name": name, "elements": elements})
 
     seal = sealed.seal_tensors  # bound before the candidate exists, as the link's calls are
-    early_late_s = supervised.EARLY_LATE_S  # read before it, likewise
+    early_late_s = early.EARLY_LATE_S  # read before it, likewise
 
     def pack(named: dict[str, torch.Tensor]) -> Any:
         """A safetensors file of `named`: in a sealed memory file (harness.jobs.sealed: the

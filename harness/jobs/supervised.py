@@ -259,13 +259,14 @@ _EARLY: tuple[int, Link] | None = None
 """A child forked before this process had a job (`fork_early`), waiting for one."""
 
 
-def fork_early(child_main: Callable[[Link], None]) -> None:
-    """Fork a child now, before any job: a standby's (harness.worker) candidate child does its
-    own start (imports, CUDA, Triton's first launch) while the parent still waits, then waits
-    for the job on its link (`take_early`). One at a time."""
+def fork_early(target: str) -> None:
+    """Fork a child now, before any job, that runs `target` ("module:function", imported in
+    the child: harness.jobs.early.early_child): a standby's (harness.worker) child does its own
+    start (imports, CUDA, Triton's first launch) while the parent still waits, then waits for
+    the job on its link (`take_early`). One at a time."""
     global _EARLY
     drop_early()
-    _EARLY = fork_child(child_main)
+    _EARLY = fork_child(lambda link: _function(target)(link))
 
 
 def take_early() -> tuple[int, Link] | None:
@@ -301,21 +302,21 @@ CHILDREN = {
 started, CUDA's context and a first harness Triton launch made)."""
 
 
-EARLY_LATE_S: float | None = None
-"""In an early child that took a job: how long that job waited for the child's own start
-(its imports, CUDA's context) to finish; None in a child forked for its job."""
-
-
-def _child_function(kind: str) -> Callable[..., None]:
+def _function(target: str) -> Callable[..., None]:
     import importlib
 
-    module, name = CHILDREN[kind].split(":")
+    module, name = target.split(":")
     return getattr(importlib.import_module(module), name)
+
+
+def child_function(kind: str) -> Callable[..., None]:
+    """The child function of a job kind (`CHILDREN`)."""
+    return _function(CHILDREN[kind])
 
 
 def start_child(kind: str, job_dir: Path, request: dict[str, Any]) -> tuple[int, Link, bool]:
     """The job's child, `(pid, link, early)`: the standby's early child told its job when
-    there is one (`early_child`), else one forked now."""
+    there is one (harness.jobs.early), else one forked now."""
     early = take_early()
     if early is not None:
         try:
@@ -325,44 +326,9 @@ def start_child(kind: str, job_dir: Path, request: dict[str, Any]) -> tuple[int,
             return early[0], early[1], True
         except (ChannelClosed, OSError):
             end_child(*early)
-    child = _child_function(kind)
+    child = child_function(kind)
     pid, link = fork_child(lambda lk: child(lk, job_dir, request))
     return pid, link, False
-
-
-def early_child(link: Link) -> None:
-    """A job's child forked by a standby before its job (`fork_early`): the start every child
-    makes (imports; on a GPU CUDA's context and a first harness Triton launch: 1.0-1.3 s of a
-    small candidate job on the H100) is done while the standby waits; then it waits for the
-    job (its kind, folder, request and environment) and goes on as that kind's child
-    (`CHILDREN`). No candidate code, job file or input exists in it before the job arrives."""
-    import torch
-
-    import kopt.harness.case  # noqa: F401  (what the children import before the candidate)
-    import kopt.harness.data  # noqa: F401
-    import kopt.harness.runner  # noqa: F401
-    from kopt.harness.verification import conditions, draws, guards, tensors  # noqa: F401
-
-    warmed = None
-    if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available():
-        torch.cuda.init()
-        guards.warm_up_triton("cuda")
-        warmed = "cuda"
-    ready_at = time.time()
-    msg = link.recv()
-    if msg.get("op") != "job" or msg.get("kind") not in CHILDREN:
-        return
-    global EARLY_LATE_S
-    EARLY_LATE_S = max(0.0, ready_at - float(msg.get("sent_at") or ready_at))
-    os.environ.clear()
-    os.environ.update({str(k): str(v) for k, v in msg["env"].items()})
-    os.chdir(msg["cwd"])
-    request = msg["request"]
-    if request.get("interpret"):
-        from kopt.harness.worker import interpreter_support
-
-        interpreter_support()
-    _child_function(msg["kind"])(link, Path(msg["job_dir"]), request, warmed=warmed)
 
 
 def _die_with_supervisor() -> None:

@@ -15,7 +15,7 @@ for layernorm_gelu (2026-11-27, both before the draws).
 
 What a standby has done before its job: imported torch, dynamo and triton (and, for GPU jobs,
 the modules the verifier's torch.compile draw loads: `worker.COMPILE_MODULES`) and forked the
-candidate job's child ahead (`candidate.early_child`: its imports, and on a GPU its CUDA
+candidate job's child ahead (`harness.jobs.early`: its imports, and on a GPU its CUDA
 context and a first harness launch, made while it waits; ended unused by any other job),
 nothing else; it has run no job, no candidate code, and has not initialised CUDA itself (one
 that finds CUDA initialised leaves: `worker.fork_safe`). It is still a fresh process for the
