@@ -181,10 +181,7 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
     counter = guards.LaunchCounter()
     counter.install()
     with steps("cuda start"):
-        if warmed != device:  # else an early child made both before its job
-            if device == "cuda":
-                torch.cuda.init()
-            guards.warm_up_triton(device)
+        guards.start_device(device, warmed)
     with steps("baseline snapshot"):
         base = guards.take_baseline()
 

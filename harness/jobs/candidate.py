@@ -296,10 +296,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
     counter = guards.LaunchCounter(sink=send_launch)
     counter.install()
     audit = guards.AuditWatch([job_dir])
-    if warmed != device:
-        if device == "cuda":
-            torch.cuda.init()
-        guards.warm_up_triton(device)
+    guards.start_device(device, warmed)
     counter.take()
     base = guards.take_baseline()
 

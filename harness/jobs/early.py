@@ -33,8 +33,7 @@ def early_child(link: Link) -> None:
 
     warmed = None
     if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available():
-        torch.cuda.init()
-        guards.warm_up_triton("cuda")
+        guards.start_device("cuda")
         warmed = "cuda"
     ready_at = time.time()
     msg = link.recv()

@@ -42,7 +42,8 @@ _mmap, _fcntl, _frombuffer = mmap.mmap, fcntl.fcntl, torch.frombuffer
 
 
 def available() -> bool:
-    return hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS")
+    """Whether this system has sealed memfds (Linux)."""
+    return _memfd_create is not None and hasattr(fcntl, "F_ADD_SEALS")
 
 
 class SealedBuffer:
@@ -56,8 +57,7 @@ class SealedBuffer:
 def seal_tensors(named: dict[str, torch.Tensor]) -> SealedBuffer | None:
     """`named` as a safetensors file in a sealed memfd; None when a dtype has no safetensors
     name here or the system has no sealed memfds (the caller sends bytes instead)."""
-    if _memfd_create is None or not hasattr(fcntl, "F_ADD_SEALS") or \
-            any(t.dtype not in NAMES for t in named.values()):
+    if not available() or any(t.dtype not in NAMES for t in named.values()):
         return None
     header: dict[str, Any] = {}
     offset = 0
@@ -109,15 +109,6 @@ class Sealed:
             os.close(fd)
             raise ValueError("a memory file that is not sealed against writes")
         return cls(fd, os.fstat(fd).st_size)
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __bool__(self) -> bool:
-        return True
-
-    def read(self) -> bytes:
-        return os.pread(self.fd, self.size, 0)
 
     def write_to(self, path: Any) -> None:
         """The bytes into a new file at `path` (copied by the kernel: `sendfile`)."""

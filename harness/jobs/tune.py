@@ -51,9 +51,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     inputs = tensors.materialize(resolved, live, device)
     out_dir = job_dir / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
-    if device == "cuda":
-        torch.cuda.init()
-    guards.warm_up_triton(device)
+    guards.start_device(device)
 
     def load(cls: type[torch.nn.Module]) -> torch.nn.Module:
         model = instantiate(cls, resolved, case.model_file)

@@ -257,10 +257,20 @@ def baseline_accepts(case: Case, resolved: ResolvedInputSet,
     0.5 s of a `kopt verify` on a 2-core CPU), else when `meta` refused."""
     cls = model_class(case)
     errors = []
-    size = parameter_count(case, resolved) + _elements(resolved)
-    order = ("cpu", "meta") if size <= TINY_ELEMENTS else ("meta", "cpu")
+    elements = _elements(resolved)
+    size = None  # inputs + weights: counted (a `meta` instance) only when needed
+
+    def small(limit: int) -> bool:
+        nonlocal size
+        if elements > limit:
+            return False
+        if size is None:
+            size = elements + parameter_count(case, resolved)
+        return size <= limit
+
+    order = ("cpu", "meta") if small(TINY_ELEMENTS) else ("meta", "cpu")
     for device in order:
-        if device == "cpu" and size > CPU_ELEMENT_BUDGET:
+        if device == "cpu" and not small(CPU_ELEMENT_BUDGET):
             continue
         try:
             with torch.device(device):

@@ -558,6 +558,16 @@ class Baseline:
     precision: dict[str, Any]
 
 
+def start_device(device: str, warmed: str | None = None) -> None:
+    """CUDA's context (on a GPU) and a first harness Triton launch, before any snapshot;
+    nothing when `warmed` says an early child (harness.jobs.early) made both already."""
+    if warmed == device:
+        return
+    if device == "cuda":
+        torch.cuda.init()
+    warm_up_triton(device)
+
+
 def warm_up_triton(device: str) -> None:
     """Launch a harness kernel once so Triton's lazy state (driver, caches, compiler
     paths) exists before the snapshot, and is not mistaken for the candidate's doing."""
