@@ -287,27 +287,11 @@ def _coordinate(ctx: RunContext, events: EventSink, optimizer: Manifest, source:
                               log=lambda m: events(Event(LOG, PHASE, m)), settled=settled)
     starts = [("default", default)] + ([("remembered", remembered)]
                                        if remembered != default else [])
-    if len(starts) == 1 and not any(search.first_steps(default, key)
-                                    for _kernel, keys in dimensions(space) for key in keys):
-        # nothing to compare: every neighbour settled by the tuning memory, the default the
-        # remembered winner. Its timing is the optimizer's, of these very bytes (iteration
-        # `best`): a tune job would only time it again.
-        start, row = default, _optimizer_row(optimizer, default, file_of(default))
-        search.timed[_key(default)] = row
-        search.trials.append(row)
-        events(Event(LOG, PHASE, ("tuning memory: the kernel's configuration won before and "
-                                  "every neighbour is settled" if settled else
-                                  "no launch parameter has another value to try")
-                     + "; the optimizer's timing of it stands (no tune job)"))
-    else:
-        start, row = search.start(starts)
+    # the optimizer timed these very bytes (iteration `best`): with nothing left to try from
+    # them (the remembered winner, every neighbour settled) that timing stands
+    start, row = search.start(starts, known=_optimizer_row(optimizer, file_of(default)))
     best, _row = search.run(start, row)
-    if best == start != default:  # the start's job already timed it against the default
-        keep = best
-        events(Event(LOG, PHASE, "joint check: the remembered start beat the default side by "
-                                 "side and nothing moved since: kept"))
-    else:
-        keep, _keep_row = search.joint_check(default, best)
+    keep, _keep_row = search.joint_check(default, best)
     ctx.check_cancel()
 
     trials: list[dict[str, Any]] = []
@@ -368,13 +352,10 @@ def _key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
-def _optimizer_row(optimizer: Manifest, config: dict[str, Any], source: Path) -> dict[str, Any]:
-    """A trial row for the optimizer's best kernel from the optimizer's own timing."""
+def _optimizer_row(optimizer: Manifest, source: Path) -> dict[str, Any]:
+    """A timing row for the optimizer's best kernel from the optimizer's own timing."""
     best = optimizer.details["best"]
-    it = next((i for i in optimizer.details["iterations"]
-               if i["iteration"] == best["iteration"]), {})
-    return {"config": config, "checked": True, "median_ms": best.get("median_ms"),
-            "p20_ms": it.get("p20_ms"), "p80_ms": it.get("p80_ms"), "step": "start",
+    return {"checked": True, "median_ms": best.get("median_ms"), "p20_ms": None, "p80_ms": None,
             "detail": f"the optimizer's timing (iteration {best['iteration']})",
             "source": source, "timing_source": f"optimizer iteration {best['iteration']} "
                                                 "(its measure job)"}

@@ -93,6 +93,8 @@ class CoordinateSearch:
         to one of them is not timed again while the kernel is at that configuration."""
         self.timed: dict[str, dict[str, Any]] = {}
         self.trials: list[dict[str, Any]] = []
+        self._beat: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
+        """(first start, the start that beat it, its row) when `start` timed them together."""
         self.steps: list[dict[str, Any]] = []
 
     # -- timing -----------------------------------------------------------------------------
@@ -143,17 +145,28 @@ class CoordinateSearch:
 
     # -- the search ---------------------------------------------------------------------------
 
-    def start(self, candidates: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any],
-                                                                         dict[str, Any]]:
+    def start(self, candidates: list[tuple[str, dict[str, Any]]],
+              known: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """Time the starting points (the kernel's default, remembered winners) side by side;
         the fastest checked one is the start (a remembered one only if it beats the default
-        beyond noise)."""
+        beyond noise). `known`: the caller's own timing of the only candidate, which stands
+        (no job) when nothing else is left to try from it (every first step settled)."""
         configs = [c for _n, c in candidates]
+        if known is not None and len(configs) == 1 and not any(
+                self.first_steps(configs[0], key) for _k, keys in dimensions(self.space)
+                for key in keys):
+            row = {**known, "config": configs[0], "step": "start"}
+            self.timed[_key(configs[0])] = row
+            self.trials.append(row)
+            self.log("nothing left to try from the start: its known timing stands (no job)")
+            return dict(configs[0]), row
         rows = self._time(configs, "start: " + ", ".join(n for n, _c in candidates))
         best = 0
         for i in range(1, len(rows)):
             if self.gains(rows[i], rows[best]):
                 best = i
+        if best:  # a remembered start beat the first one side by side, in this very job
+            self._beat = (dict(configs[0]), dict(configs[best]), rows[best])
         return dict(configs[best]), rows[best]
 
     def tune_dimension(self, current: dict[str, Any], row: dict[str, Any], key: str
@@ -305,6 +318,10 @@ class CoordinateSearch:
         its row (None when nothing changed)."""
         if best == start:
             return start, None
+        if self._beat is not None and self._beat[:2] == (start, best):
+            self.log("joint check: the remembered start beat it side by side and nothing moved "
+                     "since: kept")
+            return best, self._beat[2]
         self.log("joint check: every kernel's winner together against the start")
         start_row, best_row = self.retime([start, best], "joint check")
         if self.gains(best_row, start_row):

@@ -281,7 +281,8 @@ def test_accelerator_on_a_gpu_searches_verifies_commits_and_remembers(
     lines.clear()
     d3 = accelerator.run(ctx, lambda e: lines.append(e.message)).details
     assert tuned == [] and d3["winner"]["config"] == default and not d3["winner"]["changed"]
-    assert any("the optimizer's timing of it stands (no tune job)" in line for line in lines)
+    assert any("nothing left to try from the start: its known timing stands" in line
+               for line in lines)
     opt_best = json.loads((repo / "manifests/r1/optimizer.json").read_text())["details"]["best"]
     assert d3["winner"]["median_ms"] == opt_best["median_ms"]
     # and the memory still holds what settled it: the next run needs no tune job either
