@@ -75,12 +75,12 @@ _STRIDED_SOFTMAX = _conv_model("4, 8, 3, padding=1, stride=2",
                                "torch.softmax(torch.relu(self.conv(x)), dim=1) * 2.0")
 
 
-def _case(tmp_path: Path, name: str, source: str):
+def _case(tmp_path: Path, name: str, source: str, precision: str = "strict"):
     case_dir = tmp_path / name
     case_dir.mkdir()
     (case_dir / "model.py").write_text(textwrap.dedent(source))
     (case_dir / "manifest.yaml").write_text(
-        f"name: {name}\nmodel: {{module: model.py, class: Model}}\n"
+        f"name: {name}\nmodel: {{module: model.py, class: Model}}\nprecision: {precision}\n"
         "inputs:\n  args:\n    - {shape: [2, 4, 9, 11], dtype: float32, init: normal}\n")
     return load_case_dir(case_dir)
 
@@ -96,11 +96,27 @@ def test_grouped_conv_keeps_todays_path(tmp_path: Path) -> None:
 def test_strided_conv_into_a_reduction_reads_nhwc_by_strides(tmp_path: Path) -> None:
     # the bias add opens a pointwise group that softmax turns into a reduction: no tiled
     # epilogue, but the NHWC conv output is still read correctly through its strides
-    case = _case(tmp_path, "conv_softmax", _STRIDED_SOFTMAX)
+    case = _case(tmp_path, "conv_softmax", _STRIDED_SOFTMAX, precision="tf32")
     result = generate_candidate(case)
     # softmax over the channels (dim 1) is an outer reduction of the NCHW domain: one tiled kernel
     assert "_conv2d_nhwc" in result.source and [k["kind"] for k in result.kernels] == ["tiled_reduction"]
     _check_case(case, _load_candidate(result.source, tmp_path, "conv_softmax"), "main")
+
+
+def test_float32_conv_without_tf32_stays_nchw(tmp_path: Path) -> None:
+    """cuDNN's channels_last float32 convolution without TF32 is a generic kernel (KernelBench
+    level-2 82 on the H100: 4.33 ms against 2.66 ms NCHW): a float32 conv under `strict`
+    precision keeps the model's layout, its bias still added by the one epilogue; under `tf32`
+    it runs channels_last."""
+    source = _conv_model("4, 8, 3, padding=1", "torch.tanh(self.conv(x)) * 2.0")
+    strict = generate_candidate(_case(tmp_path, "conv_strict", source))
+    forward = strict.source.split("def forward")[1]
+    assert "_conv2d_nhwc" not in forward and "aten.convolution.default(x, p_p_conv_weight, None," in forward
+    assert len(strict.kernels) == 1 and "convolution_bias" in strict.kernels[0]["fuses"]
+    _check_case(_case(tmp_path, "conv_strict_check", source),
+                _load_candidate(strict.source, tmp_path, "conv_strict"), "main")
+    tf32 = generate_candidate(_case(tmp_path, "conv_tf32", source, precision="tf32"))
+    assert "_conv2d_nhwc(self, \"conv.weight\"" in tf32.source
 
 
 def _case_5d(tmp_path: Path, name: str, conv: str, result: str, shape: list[int]):

@@ -488,7 +488,7 @@ NHWC_CONV = "conv2d_nhwc"
 """The op of a 2-D convolution run by cuDNN in channels_last, its bias left to the epilogue."""
 
 
-def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
+def split_conv_bias(graph: Graph, policy: FusionPolicy, precision: str = "strict") -> list[Node]:
     """Convolutions (1-, 2- or 3-D, transposed or not) whose users are pointwise ops,
     reductions or a group norm's grouped view lose their bias to an `add` that opens the
     kernel reading their output (after the view: `grouped_views.bias_after_grouped_view`): ATen
@@ -496,9 +496,12 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
     of KernelBench level-2 6 and 48's 0.9-3.4 ms on the H100, 2026-11-26), which the fused
     kernel after it does for free: a pointwise epilogue, or the load of a reduction such as a
     softmax over the channels. A 2-D one (groups=1, not transposed) whose every user is
-    pointwise also becomes `conv2d_nhwc`: cuDNN runs channels_last convolutions faster without
-    a bias (0.166 vs 0.237 ms on conv2d_relu_bias's H100 shape), and the epilogue then reads
-    NHWC once and writes the model's NCHW layout.
+    pointwise also becomes `conv2d_nhwc` when its products run on tensor cores (bf16 or fp16, or
+    float32 under the `tf32` precision): cuDNN runs those channels_last convolutions faster
+    without a bias (0.166 vs 0.237 ms on conv2d_relu_bias's bf16 H100 shape), and the epilogue
+    then reads NHWC once and writes the model's NCHW layout. A float32 one under `strict`
+    precision stays NCHW: cuDNN's channels_last float32 kernel without TF32 is a generic one
+    (KernelBench level-2 82 on the H100, 2026-11-28: 4.33 ms NHWC against 2.66 ms NCHW).
     Returns the bias adds of the channels_last ones (each starts its epilogue's group)."""
     if not policy.pointwise:
         return []
@@ -533,7 +536,8 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy) -> list[Node]:
             graph.nodes[at:at] = [bview, add]
         for v in grouped:
             bias_after_grouped_view(graph, users, n, b, v)
-        if n.rank == 4 and not transposed and groups == 1 and pointwise_users:
+        tensor_cores = n.dtype in (torch.bfloat16, torch.float16) or precision == "tf32"
+        if n.rank == 4 and not transposed and groups == 1 and pointwise_users and tensor_cores:
             n.op = NHWC_CONV
             adds.append(add)
     return adds
@@ -547,7 +551,7 @@ def partition(graph: Graph, policy: FusionPolicy | None = None,
     fold_flipped_scans(graph)
     simplify(graph)
     p = _Partitioner(graph, policy or FusionPolicy())
-    bias_adds = split_conv_bias(graph, p.policy)
+    bias_adds = split_conv_bias(graph, p.policy, precision)
     for n in graph.nodes:
         p.place(n)
     users = graph.users()
