@@ -108,12 +108,30 @@ CONV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 """What the implicit-GEMM template reads and writes (accumulating in float32)."""
 
 
-def conv_group_refusal(n: Node, users: list[Node]) -> str | None:
+def _readers(n: Node, users: dict[Node, list[Node]]) -> list[Node]:
+    """What reads `n`'s values: its users, seen through views, slices and window taps (a
+    softmax over the flattened spatial dims, a pooling that computes the epilogue at its taps:
+    `window_prologues`)."""
+    out, stack, seen = [], list(users[n]), set()
+    while stack:
+        u = stack.pop()
+        if id(u) in seen:
+            continue
+        seen.add(id(u))
+        if u.op in ("view", "slice", WINDOW_TAP):
+            stack.extend(users[u])
+        else:
+            out.append(u)
+    return out
+
+
+def conv_group_refusal(n: Node, users: dict[Node, list[Node]]) -> str | None:
     """Why ATen convolution `n` stays a library call, or None when it becomes a `conv` group:
     1-, 2- or 3-D, forward or transposed, integer stride, padding, dilation, output_padding
     and groups, x, weight, bias and result of one floating dtype, and no pointwise op or
-    reduction reading the result (that epilogue is fused after cuDNN's convolution instead,
-    with the bias: `fusion.split_conv_bias`)."""
+    reduction reading the result, directly or through a reshape, slice or window tap (that
+    epilogue is fused after cuDNN's convolution instead, with the bias:
+    `fusion.split_conv_bias`). `users`: the graph's readers of each node."""
     if len(n.args) != 9:
         return "a convolution with extra arguments stays in cuDNN"
     x, w, b, stride, padding, dilation, transposed, output_padding, groups = n.args
@@ -131,6 +149,6 @@ def conv_group_refusal(n: Node, users: list[Node]) -> str | None:
     if n.dtype not in CONV_DTYPES or x.dtype != n.dtype or w.dtype != n.dtype or \
             (b is not None and (not isinstance(b, Node) or b.dtype != n.dtype or b.rank != 1)):
         return "a convolution over mixed or non-float dtypes stays in cuDNN"
-    if any(u.op in POINTWISE or u.op in REDUCTIONS for u in users):
+    if any(u.op in POINTWISE or u.op in REDUCTIONS for u in _readers(n, users)):
         return "convolution stays in cuDNN; its pointwise epilogue is fused"
     return None

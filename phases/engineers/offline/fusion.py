@@ -15,6 +15,11 @@ reads anchors a `conv` group of its own (the implicit GEMM of `kernels/convoluti
 graph cyclic or the dim maps disagree; the node then starts a group or stays in PyTorch.
 Afterwards, a matmul epilogue that only feeds another matmul's epilogue moves into it (the
 gated MLP's SiLU of the gate product runs where it meets the up product).
+
+Before the joins, pointwise ops move to where a kernel can take them: across a reshape into
+the reduction that reads it (`reshapes.py`: a softmax over flattened spatial dims takes the
+clamp before its view and the scale after it) and into the taps of a pooling that reads them
+(`window_prologues.py`: a convolution's epilogue computed where the pooling loads it).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from kopt.phases.engineers.offline.graph import (
     substitute,
 )
 from kopt.phases.engineers.offline.grouped_views import bias_after_grouped_view, grouped_view
+from kopt.phases.engineers.offline.reshapes import move_pointwise_across_views
+from kopt.phases.engineers.offline.window_prologues import compute_at_taps, exact_tap
 
 DimMap = tuple[int | None, ...]
 
@@ -386,7 +393,7 @@ class _Partitioner:
                     self._add(g, n, tuple(range(n.rank)))
                     return
         elif n.op == "fallback" and "convolution" in str(n.target):
-            reason = conv_group_refusal(n, self._users()[n])
+            reason = conv_group_refusal(n, self._users())
             if reason is None:  # the implicit-GEMM template computes it, bias included
                 g = self._new("conv", n, n.shape, n.sym)
                 g.anchor = n
@@ -491,7 +498,8 @@ NHWC_CONV = "conv2d_nhwc"
 def split_conv_bias(graph: Graph, policy: FusionPolicy, precision: str = "strict") -> list[Node]:
     """Convolutions (1-, 2- or 3-D, transposed or not) whose users are pointwise ops,
     reductions or a group norm's grouped view lose their bias to an `add` that opens the
-    kernel reading their output (after the view: `grouped_views.bias_after_grouped_view`): ATen
+    kernel reading their output (after the view: `grouped_views.bias_after_grouped_view`; at
+    the taps of a pooling: `window_prologues`): ATen
     adds a cuDNN convolution's bias in a pass of its own over the whole output (0.09-0.29 ms
     of KernelBench level-2 6 and 48's 0.9-3.4 ms on the H100, 2026-11-26), which the fused
     kernel after it does for free: a pointwise epilogue, or the load of a reduction such as a
@@ -518,7 +526,7 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy, precision: str = "strict
             continue
         grouped = [u for u in users[n] if grouped_view(n, u) and u not in outputs]
         if any(u.op not in POINTWISE and u.op not in REDUCTIONS and u not in grouped
-               for u in users[n]):
+               and not exact_tap(u, n) for u in users[n]):
             continue  # (another view or a library call after it would only move ATen's pass)
         pointwise_users = all(u.op in POINTWISE for u in users[n])
         ones = [1] * (n.rank - 2)
@@ -552,6 +560,9 @@ def partition(graph: Graph, policy: FusionPolicy | None = None,
     simplify(graph)
     p = _Partitioner(graph, policy or FusionPolicy())
     bias_adds = split_conv_bias(graph, p.policy, precision)
+    if p.policy.pointwise and move_pointwise_across_views(graph, pinned=set(bias_adds)) + \
+            compute_at_taps(graph, pinned=set(bias_adds)):
+        simplify(graph)  # what the moved ops read before is dead
     for n in graph.nodes:
         p.place(n)
     users = graph.users()

@@ -1,0 +1,117 @@
+"""Pointwise ops moved to where a reduction or a pooling can compute them (issue 18's fusion
+rules): across a reshape into a softmax over flattened dims (`reshapes.py`), and into the taps
+of a pooling that reads them (`window_prologues.py`). Each candidate is checked against eager
+in the CPU interpreter on odd sizes, on the main set and on a smoke set whose constructor
+changes the channel count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kopt.phases.engineers.offline import generate_candidate
+from kopt.phases.engineers.offline.reshapes import dim_groups, reshaped_broadcast
+from tests.test_offline import _check_case, _load_candidate
+from tests.test_offline_fusion import _constructor_case
+
+
+@pytest.mark.parametrize(("src", "dst", "groups"), [
+    ((2, 3, 4, 5), (2, 3, 20), [((0,), (0,)), ((1,), (1,)), ((2, 3), (2,))]),
+    ((6, 20), (2, 3, 4, 5), [((0,), (0, 1)), ((1,), (2, 3))]),
+    ((2, 1, 6), (2, 6, 1), [((0,), (0,)), ((1, 2), (1, 2))]),
+    ((4, 6), (3, 8), [((0, 1), (0, 1))]),
+])
+def test_dim_groups_pair_the_dims_a_reshape_merges_or_splits(src, dst, groups) -> None:
+    got = [(tuple(a), tuple(b)) for a, b in dim_groups(src, dst)]
+    assert got == groups
+
+
+@pytest.mark.parametrize(("operand", "src", "dst", "want"), [
+    ((5, 1, 1, 1), (2, 5, 3, 4, 6), (2, 5, 72), (1, 5, 1)),     # a conv bias, spatial flattened
+    ((1, 5, 1), (2, 5, 72), (2, 5, 3, 4, 6), (1, 5, 1, 1, 1)),  # and back
+    ((3, 4, 6), (2, 5, 3, 4, 6), (2, 5, 72), (1, 1, 72)),       # full over the merged dims
+    ((1, 1, 6), (2, 5, 3, 4, 6), (2, 5, 72), None),             # broadcast within them
+    ((5, 1), (5, 12), (10, 6), None),                            # a split across the channel
+])
+def test_a_broadcast_operand_reshapes_only_when_each_group_is_all_full_or_all_broadcast(
+        operand, src, dst, want) -> None:
+    assert reshaped_broadcast(operand, src, dst) == want
+
+
+def _conv3d_case(tmp: Path, name: str, forward: list[str], extra: list[str] | None = None):
+    return _constructor_case(
+        tmp, name, "c", ["self.conv = nn.Conv3d(3, c, 3)", "self.scale = nn.Parameter(torch.randn(1, c, 1, 1, 1))",
+                         *(extra or [])],
+        forward, "c: 6", [2, 3, 5, 6, 7], "c: 5", [2, 3, 4, 5, 6])
+
+
+def _generated(tmp: Path, case, name: str):
+    result = generate_candidate(case)
+    module = _load_candidate(result.source, tmp, name)
+    for input_set in ("main", "smoke"):
+        _check_case(case, module, input_set)
+    return result
+
+
+def test_a_softmax_over_flattened_dims_takes_the_ops_on_both_sides_of_its_views(tmp_path: Path) -> None:
+    # KernelBench level-2 38's shape of forward: clamp, view(b, c, -1), softmax, view back, scale
+    case = _conv3d_case(tmp_path, "view_softmax", [
+        "y = torch.clamp(self.conv(x), -0.4, 0.4)",
+        "b, ch, d, h, w = y.shape",
+        "y = torch.softmax(y.view(b, ch, -1), dim=2).view(b, ch, d, h, w)",
+        "return y * self.scale"])
+    result = _generated(tmp_path, case, "view_softmax")
+    (kernel,) = result.kernels
+    assert {"convolution_bias", "clamp", "_softmax"} <= set(kernel["fuses"])
+    assert any(f.startswith("mul") for f in kernel["fuses"])
+
+
+def test_an_operand_broadcast_inside_the_flattened_dims_stays_before_the_view(tmp_path: Path) -> None:
+    # (1, 1, 1, 1, W) varies inside the merged (D, H, W): it has no (B, C, D*H*W) form, so the
+    # add stays a kernel of its own; the result still matches
+    case = _conv3d_case(tmp_path, "view_row", [
+        "y = self.conv(x) + self.row",
+        "b, ch = y.shape[:2]",
+        "return torch.softmax(y.view(b, ch, -1), dim=2)"],
+        extra=["self.row = nn.Parameter(torch.randn(1, 1, 1, 1, c - 1))"])  # W = c - 1 in both sets
+    result = _generated(tmp_path, case, "view_row")
+    assert len(result.kernels) == 2
+
+
+def _conv2d_case(tmp: Path, name: str, pool: str):
+    return _constructor_case(
+        tmp, name, "c", ["self.conv = nn.Conv2d(3, c, 3)", "self.bias = nn.Parameter(torch.randn(c, 1, 1))"],
+        ["y = torch.tanh(self.conv(x)) * 2.0 + self.bias", f"return {pool}"],
+        "c: 6", [2, 3, 13, 12], "c: 5", [2, 3, 9, 10])
+
+
+@pytest.mark.parametrize("pool", [
+    "torch.nn.functional.max_pool2d(y, 2)",              # tiling windows (strided slices); 11 rows: one left over
+    "torch.nn.functional.avg_pool2d(y, 3, stride=1)",    # overlapping windows (window taps)
+])
+def test_a_pooling_computes_the_pointwise_chain_before_it_at_its_taps(tmp_path: Path, pool: str) -> None:
+    # KernelBench level-2 82 / 46: conv, pointwise epilogue, pooling -> the pooling's kernel
+    # reads the convolution's output once and writes only the pooled values
+    result = _generated(tmp_path, _conv2d_case(tmp_path, "tap_chain", pool), "tap_chain")
+    (kernel,) = result.kernels
+    assert {"convolution_bias", "tanh"} <= set(kernel["fuses"])
+
+
+def test_a_padded_pooling_leaves_the_chain_in_its_own_kernel(tmp_path: Path) -> None:
+    # a padded tap reads -inf outside the input; tanh(-inf) is not -inf, so the chain stays
+    result = _generated(tmp_path, _conv2d_case(
+        tmp_path, "tap_padded", "torch.nn.functional.max_pool2d(y, 3, stride=2, padding=1)"), "tap_padded")
+    assert len(result.kernels) == 2
+
+
+def test_a_convolutions_bias_is_added_at_the_taps_of_the_pooling_after_it(tmp_path: Path) -> None:
+    # ATen adds a cuDNN convolution's bias in a pass of its own; read only by a pooling, the
+    # bias moves into the pooling's taps (the convolution runs without it)
+    case = _constructor_case(tmp_path, "conv_pool", "c", ["self.conv = nn.Conv2d(3, c, 3)"],
+                             ["return torch.relu(torch.nn.functional.max_pool2d(self.conv(x), 2))"],
+                             "c: 6", [2, 3, 13, 12], "c: 5", [2, 3, 9, 10])
+    result = _generated(tmp_path, case, "conv_pool")
+    (kernel,) = result.kernels
+    assert "convolution_bias" in kernel["fuses"]
+    assert "aten.convolution.default(x, p_p_conv_weight, None," in result.source
