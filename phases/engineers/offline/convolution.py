@@ -31,6 +31,7 @@ from kopt.phases.engineers.offline.graph import (
     Node,
     pooled_size,
 )
+from kopt.phases.engineers.offline.window_prologues import exact_tap
 
 MAX_CONV_TAPS = 64
 """The largest window (elements) generated as taps: 7x7 and 4x4x4 are; a larger one is a
@@ -109,16 +110,17 @@ CONV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _readers(n: Node, users: dict[Node, list[Node]]) -> list[Node]:
-    """What reads `n`'s values: its users, seen through views, slices and window taps (a
-    softmax over the flattened spatial dims, a pooling that computes the epilogue at its taps:
-    `window_prologues`)."""
+    """What reads `n`'s values: its users, seen through views and a pooling's exact taps (a
+    softmax over the flattened spatial dims; a pooling that computes the epilogue at its taps:
+    `window_prologues`). A concatenation's clipped parts are not seen through: a convolution
+    that only a `cat` reads keeps its `conv` group."""
     out, stack, seen = [], list(users[n]), set()
     while stack:
         u = stack.pop()
         if id(u) in seen:
             continue
         seen.add(id(u))
-        if u.op in ("view", "slice", WINDOW_TAP):
+        if u.op == "view" or any(exact_tap(u, x) for x in u.inputs()[:1]):
             stack.extend(users[u])
         else:
             out.append(u)
