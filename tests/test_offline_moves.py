@@ -115,3 +115,13 @@ def test_a_convolutions_bias_is_added_at_the_taps_of_the_pooling_after_it(tmp_pa
     (kernel,) = result.kernels
     assert "convolution_bias" in kernel["fuses"]
     assert "aten.convolution.default(x, p_p_conv_weight, None," in result.source
+
+
+def test_a_convolution_only_a_concatenation_reads_keeps_its_conv_group(tmp_path: Path) -> None:
+    # a cat's parts are clipped taps (0 outside the part): nothing moves into them, and the
+    # convolution stays the implicit-GEMM `conv` group it was (GoogleNet's inception branches)
+    case = _constructor_case(tmp_path, "conv_cat", "c", ["self.conv = nn.Conv2d(3, c, 3, padding=1)"],
+                             ["return torch.cat([self.conv(x), x], dim=1)"],
+                             "c: 6", [2, 3, 7, 6], "c: 5", [2, 3, 5, 6])
+    result = _generated(tmp_path, case, "conv_cat")
+    assert [k["kind"] for k in result.kernels] == ["conv", "pointwise"]
