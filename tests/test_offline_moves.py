@@ -125,3 +125,27 @@ def test_a_convolution_only_a_concatenation_reads_keeps_its_conv_group(tmp_path:
                              "c: 6", [2, 3, 7, 6], "c: 5", [2, 3, 5, 6])
     result = _generated(tmp_path, case, "conv_cat")
     assert [k["kind"] for k in result.kernels] == ["conv", "pointwise"]
+
+
+def test_a_global_average_pool_adds_the_convolutions_bias_as_it_loads(tmp_path: Path) -> None:
+    # a mean over (H, W) reads the conv through a flatten of its spatial dims: the bias moves
+    # across it into the reduction (ATen's bias pass over the whole output is gone) and the
+    # convolution stays in cuDNN (KernelBench level-2 42)
+    case = _constructor_case(tmp_path, "conv_gap", "c", ["self.conv = nn.ConvTranspose2d(3, c, 3)"],
+                             ["return torch.mean(self.conv(x), dim=(2, 3), keepdim=True) * 2.0"],
+                             "c: 6", [2, 3, 7, 6], "c: 5", [2, 3, 5, 6])
+    result = _generated(tmp_path, case, "conv_gap")
+    (kernel,) = result.kernels
+    assert "convolution_bias" in kernel["fuses"] and kernel["kind"] != "conv"
+    assert "aten.convolution.default(x, p_p_conv_weight, None," in result.source
+
+
+def test_a_pooling_read_through_a_flatten_stays_one_kernel(tmp_path: Path) -> None:
+    # the mean over (H, W) reads the max pool through a flatten; the pool's ops read strided
+    # taps, which a flatten cannot view: nothing moves across it (moved, each tap's chain was
+    # a kernel of its own: KernelBench level-2 8 went from 3 kernels to 10)
+    case = _constructor_case(tmp_path, "pool_gap", "c", ["self.conv = nn.Conv2d(3, c, 3)"],
+                             ["return torch.mean(torch.nn.functional.max_pool2d(self.conv(x) / 2.0, 2), dim=(2, 3))"],
+                             "c: 6", [2, 3, 11, 10], "c: 5", [2, 3, 9, 10])
+    result = _generated(tmp_path, case, "pool_gap")
+    assert len(result.kernels) == 2

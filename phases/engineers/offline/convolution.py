@@ -120,7 +120,7 @@ def _readers(n: Node, users: dict[Node, list[Node]]) -> list[Node]:
         if id(u) in seen:
             continue
         seen.add(id(u))
-        if u.op == "view" or any(exact_tap(u, x) for x in u.inputs()[:1]):
+        if u.op in ("view", "flatten") or any(exact_tap(u, x) for x in u.inputs()[:1]):
             stack.extend(users[u])
         else:
             out.append(u)

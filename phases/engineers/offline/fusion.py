@@ -47,7 +47,7 @@ from kopt.phases.engineers.offline.graph import (
     substitute,
 )
 from kopt.phases.engineers.offline.grouped_views import bias_after_grouped_view, grouped_view
-from kopt.phases.engineers.offline.reshapes import move_pointwise_across_views
+from kopt.phases.engineers.offline.reshapes import move_pointwise_across_views, reshapes
 from kopt.phases.engineers.offline.window_prologues import compute_at_taps, exact_tap
 
 DimMap = tuple[int | None, ...]
@@ -499,7 +499,8 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy, precision: str = "strict
     """Convolutions (1-, 2- or 3-D, transposed or not) whose users are pointwise ops,
     reductions or a group norm's grouped view lose their bias to an `add` that opens the
     kernel reading their output (after the view: `grouped_views.bias_after_grouped_view`; at
-    the taps of a pooling: `window_prologues`): ATen
+    the taps of a pooling: `window_prologues`; across a view or flatten into the reduction
+    that reads it: `reshapes`, or as a kernel of its own where it cannot cross): ATen
     adds a cuDNN convolution's bias in a pass of its own over the whole output (0.09-0.29 ms
     of KernelBench level-2 6 and 48's 0.9-3.4 ms on the H100, 2026-11-26), which the fused
     kernel after it does for free: a pointwise epilogue, or the load of a reduction such as a
@@ -526,7 +527,7 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy, precision: str = "strict
             continue
         grouped = [u for u in users[n] if grouped_view(n, u) and u not in outputs]
         if any(u.op not in POINTWISE and u.op not in REDUCTIONS and u not in grouped
-               and not exact_tap(u, n) for u in users[n]):
+               and not exact_tap(u, n) and not reshapes(u) for u in users[n]):
             continue  # (another view or a library call after it would only move ATen's pass)
         pointwise_users = all(u.op in POINTWISE for u in users[n])
         ones = [1] * (n.rank - 2)

@@ -1,8 +1,8 @@
 """Pointwise ops moved across reshapes, so that a reduction over a reshaped value fuses with
 the ops on either side of it.
 
-A `view` that merges or splits dims (`x.view(b, c, -1)` before a softmax over the flattened
-spatial dims) starts a new domain: a fusion group walks one index space, so the clamp before
+A `view` (or `flatten`) that merges or splits dims (`x.view(b, c, -1)` before a softmax over the
+flattened spatial dims, the merged dims of a global average pool) starts a new domain: a fusion group walks one index space, so the clamp before
 the view and the scale after the view's inverse each cost a kernel, a write and a read of their
 own (KernelBench level-2 38: three passes of 2.1 GB around the softmax). Elementwise ops commute
 with a reshape of every full-size operand, as long as each broadcast operand can be reshaped
@@ -34,12 +34,17 @@ from kopt.phases.engineers.offline.graph import (
     POINTWISE,
     REDUCTIONS,
     SCANS,
+    WINDOW_TAP,
     Graph,
     Node,
     substitute,
 )
 
 _ROW_OPS = REDUCTIONS | SCANS | ARG_REDUCTIONS
+RESHAPES = ("view", "flatten")
+"""Layout ops that only merge or split dims (`flatten`: a multi-dim reduction's merged dims)."""
+_VIEWS = (*RESHAPES, "squeeze", "unsqueeze")
+"""Layout ops whose result is as contiguous as their input: a reshape of it is a view too."""
 
 
 def dim_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[range, range]] | None:
@@ -91,6 +96,12 @@ def reshaped_broadcast(operand: tuple[int, ...], src: tuple[int, ...],
 
 def _view(x: Node, shape: tuple[int, ...], sym: tuple[Any, ...], name: str, origin: str) -> Node:
     return Node(name, "view", [x, list(sym)], shape=shape, sym=sym, dtype=x.dtype, origin=origin)
+
+
+def _like(v: Node, x: Node, name: str, origin: str) -> Node:
+    """Reshape `v` (a view or flatten) applied to `x`, a value of v's input's shape."""
+    return Node(name, v.op, [x, *v.args[1:]], dict(v.kwargs), shape=v.shape, sym=v.sym,
+                dtype=x.dtype, target=v.target, origin=origin)
 
 
 class _Mover:
@@ -153,7 +164,9 @@ class _Mover:
         """`p` (read by view `v` alone) as the same op over views of its operands, recursively
         through operands that only `p` reads; the new nodes are appended to `made` in order and
         the pointwise nodes they replace to `replaced`. Returns p's value after the view, or
-        None when an operand cannot be reshaped."""
+        None when an operand cannot be reshaped, when one that would move cannot, or when one
+        is a strided or shifted view (a pooling's tap: level-2 8's max pool would have been
+        split into a kernel per tap)."""
         operands = self._operands(p, p.shape, v.shape)
         if operands is None:
             return None
@@ -161,12 +174,17 @@ class _Mover:
         for a, shape in operands:
             if shape is not None or a in full:
                 continue
-            inner = _view(a, v.shape, v.sym, self._name(a.name), v.origin)
-            inner.args[1] = list(v.args[1])
-            moved = self.hoist(a, inner, made, replaced) if self._cone(a, p) else None
-            if moved is None:
+            inner = _like(v, a, self._name(a.name), v.origin)
+            if self._cone(a, p):  # moves too, or nothing does (a fused chain is not cut in two)
+                moved = self.hoist(a, inner, made, replaced)
+                if moved is None:
+                    return None
+                full[a] = moved
+            elif a.op == WINDOW_TAP or (a.op in LAYOUT and a.op not in _VIEWS):
+                return None  # a strided or shifted view: reshaping it would copy it
+            else:
                 made.append(inner)
-            full[a] = moved or inner
+                full[a] = inner
         made.append(self._rebuilt(p, operands, full, v.shape, v.sym, made, p.name))
         replaced.append(p)
         return made[-1]
@@ -212,8 +230,8 @@ class _Mover:
         operand that is not a model input or weight), or None."""
         if not self._elementwise(p) or self._feeds_rows(p):
             return None
-        views = [a for a in dict.fromkeys(p.inputs()) if a.op == "view" and a.shape == p.shape
-                 and _reshapes(a) and a.args[0].op in POINTWISE | REDUCTIONS]
+        views = [a for a in dict.fromkeys(p.inputs()) if a.shape == p.shape and reshapes(a)
+                 and a.args[0].op in POINTWISE | REDUCTIONS]
         if not views or not self._after_rows(views[0].args[0]) or \
                 any(v.args[0].shape != views[0].args[0].shape for v in views) or \
                 any(not self._leaf(a) for a in p.inputs() if a not in views):
@@ -238,15 +256,15 @@ class _Mover:
                     full[a] = made[-1]
         inner = self._rebuilt(p, operands, full, x.shape, x.sym, made, self._name(p.name))
         made.append(inner)
-        out = _view(inner, v.shape, v.sym, p.name, p.origin)
-        out.args[1] = list(v.args[1])
-        made.append(out)
+        made.append(_like(v, inner, p.name, p.origin))
         return made
 
 
-def _reshapes(v: Node) -> bool:
-    """A view that merges or splits dims (not one that only adds or drops size-1 dims, which
-    a fusion group follows already)."""
+def reshapes(v: Node) -> bool:
+    """A view or flatten that merges or splits dims (not one that only adds or drops size-1
+    dims, which a fusion group follows already)."""
+    if v.op not in RESHAPES or not v.args or not isinstance(v.args[0], Node):
+        return False
     x = v.args[0]
     return [s for s in x.shape if s != 1] != [s for s in v.shape if s != 1]
 
@@ -283,7 +301,7 @@ def move_pointwise_across_views(graph: Graph, pinned: set[Node] | None = None) -
     for _ in range(256):  # each round moves one cone: a bound, never reached in practice
         m = _Mover(graph, pinned or set())
         for n in graph.nodes:
-            if n.op == "view" and isinstance(n.args[0], Node) and _reshapes(n) and \
+            if reshapes(n) and \
                     any(u.op in _ROW_OPS for u in m.users[n]) and m._cone(n.args[0], n):
                 made: list[Node] = []
                 replaced: list[Node] = []

@@ -70,10 +70,10 @@ def _taps_of(p: Node, taps: list[Node], names: set[str]) -> dict[Node, list[Node
     for t in taps:
         made: list[Node] = []
         swap: dict[int, Any] = {}
-        for a in p.inputs():
+        for i, a in enumerate(p.inputs()):
             if id(a) in swap:
                 continue
-            name = f"{a.name}_at_{t.name}"
+            name = f"{t.name}_a{i}"  # short: a chain moved through nested taps names each level once
             while name in names:
                 name += "_"
             names.add(name)
