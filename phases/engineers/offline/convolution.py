@@ -110,9 +110,9 @@ CONV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _readers(n: Node, users: dict[Node, list[Node]]) -> list[Node]:
-    """What reads `n`'s values: its users, seen through views and a pooling's exact taps (a
-    softmax over the flattened spatial dims; a pooling that computes the epilogue at its taps:
-    `window_prologues`). A concatenation's clipped parts are not seen through: a convolution
+    """What reads `n`'s values: its users, seen through views, flattens and a pooling's exact
+    taps (a softmax over the flattened spatial dims, a global average pool; a pooling that
+    computes the epilogue at its taps: `window_prologues`). A concatenation's clipped parts are not seen through: a convolution
     that only a `cat` reads keeps its `conv` group."""
     out, stack, seen = [], list(users[n]), set()
     while stack:
@@ -131,8 +131,8 @@ def conv_group_refusal(n: Node, users: dict[Node, list[Node]]) -> str | None:
     """Why ATen convolution `n` stays a library call, or None when it becomes a `conv` group:
     1-, 2- or 3-D, forward or transposed, integer stride, padding, dilation, output_padding
     and groups, x, weight, bias and result of one floating dtype, and no pointwise op or
-    reduction reading the result, directly or through a reshape, slice or window tap (that
-    epilogue is fused after cuDNN's convolution instead, with the bias:
+    reduction reading the result, directly or through a view, flatten or a pooling's exact tap
+    (that epilogue is fused after cuDNN's convolution instead, with the bias:
     `fusion.split_conv_bias`). `users`: the graph's readers of each node."""
     if len(n.args) != 9:
         return "a convolution with extra arguments stays in cuDNN"
