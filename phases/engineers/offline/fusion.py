@@ -500,7 +500,8 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy, precision: str = "strict
     reductions or a group norm's grouped view lose their bias to an `add` that opens the
     kernel reading their output (after the view: `grouped_views.bias_after_grouped_view`; at
     the taps of a pooling: `window_prologues`; across a view or flatten into the reduction
-    that reads it: `reshapes`, or as a kernel of its own where it cannot cross): ATen
+    that reads it: `reshapes`; a view that a product or a library call reads keeps ATen's
+    pass, and the convolution its `conv` group): ATen
     adds a cuDNN convolution's bias in a pass of its own over the whole output (0.09-0.29 ms
     of KernelBench level-2 6 and 48's 0.9-3.4 ms on the H100, 2026-11-26), which the fused
     kernel after it does for free: a pointwise epilogue, or the load of a reduction such as a
@@ -527,7 +528,8 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy, precision: str = "strict
             continue
         grouped = [u for u in users[n] if grouped_view(n, u) and u not in outputs]
         if any(u.op not in POINTWISE and u.op not in REDUCTIONS and u not in grouped
-               and not exact_tap(u, n) and not reshapes(u) for u in users[n]):
+               and not exact_tap(u, n) and not (reshapes(u) and any(r.op in REDUCTIONS for r in users[u]))
+               for u in users[n]):
             continue  # (another view or a library call after it would only move ATen's pass)
         pointwise_users = all(u.op in POINTWISE for u in users[n])
         ones = [1] * (n.rank - 2)
