@@ -11,8 +11,13 @@ read and write (impossible).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
+import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,10 @@ a product's columns as a matrix-vector product with summed weights: KernelBench 
 0.476 ms against a 2.684 ms FLOP floor on an H200, 2026-11-27). % of floor stays measured
 against the model's floor, so such a candidate shows over 100%."""
 BASELINES = ("eager", "compile")
+BASELINE_KEEP_S = 600.0
+"""How long a `BaselineMemo` keeps eager's and torch.compile's timings of a case: ten minutes of
+saved edits in the workbench time only the edit; after that, or on an explicit re-bench, the
+baselines are timed again beside it."""
 
 ROW_KEYS = ("variant", "median_ms", "p20_ms", "p80_ms", "gbps", "tflops", "pct_of_floor",
             "speedup_vs_eager", "speedup_vs_compile", "verified", "timing_label")
@@ -52,17 +61,72 @@ def _row(variant: str, label: str, verified: bool, note: str = "") -> dict[str, 
     return row
 
 
+@dataclass(frozen=True)
+class _Baseline:
+    """One baseline job's results: its rows, the output sample on the `check` values (and
+    those values and the weights), its roofline and when it ran."""
+
+    rows: tuple[dict[str, Any], ...]
+    check: dict[str, Any]
+    weights: Any
+    reference: Any
+    roof: dict[str, Any]
+    at: float
+
+
+class BaselineMemo:
+    """Eager's and torch.compile's timings of a case kept between benches in one session (the
+    workbench's saved-edit loop), so that a later bench of a candidate times only the
+    candidate. The candidate's output sample is checked against the kept baseline's on the
+    kept `check` values; the timed calls' values are drawn anew for every bench. Kept rows
+    carry `timed_s_ago`. A changed case file, device, input set, timing window or list of
+    baselines, or an age over `keep_s`, times the baselines again."""
+
+    def __init__(self, keep_s: float = BASELINE_KEEP_S) -> None:
+        self.keep_s = keep_s
+        self._kept: dict[tuple[str, ...], _Baseline] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, ...]) -> _Baseline | None:
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and time.monotonic() - kept.at > self.keep_s:
+                del self._kept[key]
+                return None
+            return kept
+
+    def put(self, key: tuple[str, ...], baseline: _Baseline) -> None:
+        with self._lock:
+            self._kept[key] = baseline
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+
+def _memo_key(case: Case, dev: str, set_name: str, timing_options: dict[str, Any] | None,
+              baselines: Sequence[str]) -> tuple[str, ...]:
+    files = hashlib.sha256()
+    for f in (case.model_file, case.manifest_file):
+        files.update(f.read_bytes())
+    return (str(case.directory.resolve()), files.hexdigest(), dev, set_name,
+            json.dumps(timing_options or {}, sort_keys=True, default=str), ",".join(baselines))
+
+
 def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: str | None = None,
                unverified: bool = False, target: Target | str | None = None,
                timeout: float = DEFAULT_TIMEOUT_S, baselines: Sequence[str] = BASELINES,
                input_set: str | None = None, on_line: LineSink | None = None,
                timing_options: dict[str, Any] | None = None,
-               verified: Sequence[Path | str] = ()) -> list[dict[str, Any]]:
+               verified: Sequence[Path | str] = (),
+               memo: BaselineMemo | None = None) -> list[dict[str, Any]]:
     """Rows `{variant, median_ms, p20_ms, p80_ms, gbps, tflops, pct_of_floor,
     speedup_vs_eager, speedup_vs_compile, verified, timing_label, note}`: eager and compile
     first, then one per candidate (a candidate not timed has `median_ms` None and says why
     in `note`). `verified`: candidates the caller has just verified and accepted, these very
-    files (a snapshot nothing writes to), which are timed without a second verification."""
+    files (a snapshot nothing writes to), which are timed without a second verification.
+    `memo`: eager's and compile's rows kept from an earlier bench of the same case are reused
+    (`BaselineMemo`); without one, they are timed every time."""
     case = case if isinstance(case, Case) else load_case(case)
     paths = candidate_files(candidates)
     dev = resolve_device(case, device)
@@ -84,8 +148,6 @@ def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: st
     specs = {k: s for k, s in input_keys(resolved).items() if isinstance(s, TensorSpec)}
     groups = {f"pool{i}": {k: draw_tensor(s, secrets.randbits(62)) for k, s in specs.items()}
               for i in range(POOL)}
-    groups["check"] = {k: draw_tensor(s, secrets.randbits(62)) for k, s in specs.items()}
-    groups["weights"] = agent_provide_weights(case, set_name)
     if dev == "cuda":  # the window the case's work calls for; the caller's options win
         from kopt.harness.roofline import timing_window
 
@@ -95,22 +157,37 @@ def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: st
                "check": "check", "timing_options": timing_options or {}}
     env = worker_env(dev)
 
-    rows: list[dict[str, Any]] = []
-    base_dir = stage_job("bench", {**request, "variants": list(baselines)}, case=case,
-                         tensors=groups)
-    try:
-        outcome = runner.run(base_dir, timeout=timeout, env=env, on_line=on_line)
-        if not outcome.ok:
-            raise BadInputError(f"the baseline of case {case.name!r} failed to bench: "
-                                f"{outcome.failure_reason()}",
-                                fix=f"run `kopt baseline {case.name}` to see the error")
-        resp = outcome.response or {}
-        roof = resp.get("roofline") or {}
-        reference = load_outputs(base_dir / "out" / "check-eager.safetensors")
-        for variant in baselines:
-            rows.append(_timed_row(variant, label, True, resp, variant, roof, None, case))
-    finally:
-        cleanup(base_dir)
+    key = _memo_key(case, dev, set_name, timing_options, baselines) if memo is not None else ()
+    base = memo.get(key) if memo is not None else None
+    rows: list[dict[str, Any]]
+    if base is None:
+        check = {k: draw_tensor(s, secrets.randbits(62)) for k, s in specs.items()}
+        weights = agent_provide_weights(case, set_name)
+        base_dir = stage_job("bench", {**request, "variants": list(baselines)}, case=case,
+                             tensors={**groups, "check": check, "weights": weights})
+        try:
+            outcome = runner.run(base_dir, timeout=timeout, env=env, on_line=on_line)
+            if not outcome.ok:
+                raise BadInputError(f"the baseline of case {case.name!r} failed to bench: "
+                                    f"{outcome.failure_reason()}",
+                                    fix=f"run `kopt baseline {case.name}` to see the error")
+            resp = outcome.response or {}
+            base = _Baseline(
+                rows=tuple(_timed_row(v, label, True, resp, v, resp.get("roofline") or {}, None,
+                                      case) for v in baselines),
+                check=check, weights=weights,
+                reference=load_outputs(base_dir / "out" / "check-eager.safetensors"),
+                roof=resp.get("roofline") or {}, at=time.monotonic())
+        finally:
+            cleanup(base_dir)
+        if memo is not None:
+            memo.put(key, base)
+        rows = [dict(r) for r in base.rows]
+    else:
+        age = round(time.monotonic() - base.at, 1)
+        rows = [{**r, "timed_s_ago": age} for r in base.rows]
+    groups.update(check=base.check, weights=base.weights)
+    roof, reference = base.roof, base.reference
 
     for p in paths:
         accepted, why = verdicts.get(p, (False, "unverified"))

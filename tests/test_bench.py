@@ -175,3 +175,44 @@ def test_a_candidate_the_caller_just_verified_is_timed_without_a_second_verifica
                       baselines=("eager",), timing_options={"max_iters": 5, "max_seconds": 1.0})
     assert verified_here == [["cached_output.py"]]  # only the one the caller did not verify
     assert next(r for r in rows if r["variant"] == "cached_output")["verified"] is False
+
+
+def test_a_baseline_memo_times_eager_once_and_checks_later_candidates_against_it(
+        workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workbench's saved-edit loop: the second bench of the case reuses eager's row (its
+    age shown) and times only the candidate, whose output sample is still compared with the
+    kept baseline's (a cached output is refused); a changed case file, or an age past the
+    memo's limit, times eager again."""
+    import shutil
+
+    import kopt.harness.bench as bench
+
+    staged: list[list[str]] = []
+    real = bench.stage_job
+
+    def spy(kind, request, **kw):  # type: ignore[no-untyped-def]
+        staged.append(list(request["variants"]))
+        return real(kind, request, **kw)
+
+    monkeypatch.setattr(bench, "stage_job", spy)
+    case = tmp_path / "ln_gelu_small"
+    shutil.copytree(CASE, case)
+    honest = CORPUS / "honest" / "layernorm_gelu.py"
+    cached = CORPUS / "cheats" / "cached_output.py"
+    memo = bench.BaselineMemo()
+    opts: dict[str, Any] = {"device": "cpu", "baselines": ("eager",), "memo": memo,
+                            "timing_options": {"max_iters": 5, "max_seconds": 1.0}}
+    first = bench_case(case, [honest], verified=[honest], **opts)
+    assert staged == [["eager"], ["candidate"]] and "timed_s_ago" not in first[0]
+    second = bench_case(case, [honest, cached], verified=[honest, cached], **opts)
+    assert staged[2:] == [["candidate"], ["candidate"]]  # eager kept
+    assert second[0]["timed_s_ago"] >= 0 and second[0]["median_ms"] == first[0]["median_ms"]
+    assert second[1]["verified"] is True and second[1]["speedup_vs_eager"] is not None
+    assert second[2]["verified"] is False and "output sample after timing is wrong" in second[2]["note"]
+
+    (case / "model.py").write_text((case / "model.py").read_text() + "\n# edited\n")
+    bench_case(case, [honest], verified=[honest], **opts)
+    assert staged[4:] == [["eager"], ["candidate"]]  # the case changed: eager timed again
+    memo.keep_s = 0.0
+    bench_case(case, [honest], verified=[honest], **opts)
+    assert staged[6:] == [["eager"], ["candidate"]]  # too old: timed again

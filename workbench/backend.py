@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,9 @@ class Backend:
         self.in_process = in_process
         """Run the pipeline in this process (tests that hand it Python fakes) instead of in
         a child process (workbench/pipeline_process.py), which keeps the UI's loop free."""
+        self._baselines: Any = None
+        """The session's `harness.bench.BaselineMemo` (made at the first bench: it imports
+        torch)."""
 
     def workspace_problem(self) -> str | None:
         """Why runs cannot be recorded here (not a git repository), or None."""
@@ -320,10 +324,40 @@ class Backend:
     def bench(self, case: str, candidate: Path, *, verified: bool = False) -> list[dict[str, Any]]:
         """Eager, torch.compile and `candidate` timed side by side. `verified`: the caller
         has just verified and accepted these very bytes (a `snapshot`), so they are timed
-        without being verified a second time."""
-        from kopt.harness.bench import bench_case
+        without being verified a second time, and eager's and compile's timings of the case
+        are reused from this session's last bench of it (`harness.bench.BaselineMemo`, up to
+        ten minutes old: a saved edit's check times only the edit). An explicit bench
+        (`verified` False) times all three anew."""
+        from kopt.harness.bench import BaselineMemo, bench_case
 
-        return list(bench_case(case, [candidate], verified=[candidate] if verified else []))
+        if self._baselines is None:
+            self._baselines = BaselineMemo()
+        if not verified:
+            self._baselines.clear()
+        return list(bench_case(case, [candidate], verified=[candidate] if verified else [],
+                               memo=self._baselines))
+
+    def check_edit(self, case: str, path: Path, *,
+                   on_verified: Callable[[dict[str, Any]], bool] | None = None,
+                   ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+        """A saved edit's check (watch mode, the workbench's `e`): the file's bytes as they
+        are now are copied (`snapshot`: an editor saving again meanwhile changes nothing),
+        the copy verified and, when accepted, timed with that verdict (`bench(verified=True)`).
+        `on_verified(report)` is called between the two; when it returns False (the user
+        moved on) nothing is timed. Returns the report (naming `path`, not the copy) and the
+        bench rows (None when not timed)."""
+        snap = self.snapshot(path)
+        try:
+            report = self.verify(case, snap)
+            if report.get("candidate") == str(snap):
+                report["candidate"] = str(path)  # the file the user edits, not the copy
+            if on_verified is not None and not on_verified(report):
+                return report, None
+            if not report.get("accepted"):
+                return report, None
+            return report, self.bench(case, snap, verified=True)
+        finally:
+            self.drop_snapshot(snap)
 
     def snapshot(self, path: Path) -> Path:
         """A private copy of `path`, with its file name, that no editor writes to: what a saved

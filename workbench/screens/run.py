@@ -583,10 +583,14 @@ class RunScreen(Screen[None]):
         worker = get_current_worker()
         label = f"iteration {iteration.iteration}" if iteration is not None else \
             (path.name if path else "")
-        snap: Path | None = None
         try:
-            if iteration is not None:
+            if iteration is not None:  # a committed iteration was benched when it was made
                 path = backend.review_copy(run, iteration)
+                report = backend.verify(self.case, path)
+                if not worker.is_cancelled:
+                    self.post_message(self.JobFinished("verify", {
+                        "report": report, "path": path, "label": label, "worktree": False}))
+                return
             assert path is not None
             if offer_commit and not backend.uncommitted_edit(run):
                 latest = run.iterations[-1].iteration if run.iterations else 0
@@ -594,35 +598,27 @@ class RunScreen(Screen[None]):
                     "unchanged": f"{path.name} holds what iteration {latest} committed: "
                                  "nothing to verify or commit"}))
                 return
-            # the edit's bytes as they are now: verified, then timed without a second
-            # verification (an editor saving again meanwhile changes neither)
-            snap = backend.snapshot(path) if iteration is None else path
-            report = backend.verify(self.case, snap)
-            if snap != path and report.get("candidate") == str(snap):
-                report["candidate"] = str(path)  # the file the user edits, not the copy
+            edited, stage = path, ["verify"]
+
+            def verified(report: dict[str, Any]) -> bool:
+                if worker.is_cancelled:
+                    return False
+                self.post_message(self.JobFinished("verify", {
+                    "report": report, "path": edited, "label": label, "worktree": True}))
+                if report.get("accepted"):
+                    stage[0] = "bench"
+                    self.post_message(self.JobFinished("bench-start"))
+                return True
+
+            try:
+                report, rows = backend.check_edit(self.case, path, on_verified=verified)
+            except KoptError as err:  # the verification's or the timing's
+                self.post_message(self.JobFinished(stage[0], error=err.one_line()))
+                return
         except KoptError as err:
             self.post_message(self.JobFinished("verify", error=err.one_line()))
-            if snap is not None and snap != path:
-                backend.drop_snapshot(snap)
             return
-        try:
-            if worker.is_cancelled:
-                return
-            self.post_message(self.JobFinished("verify", {"report": report, "path": path,
-                                                           "label": label,
-                                                           "worktree": iteration is None}))
-            if not report.get("accepted") or iteration is not None:
-                return  # a committed iteration was benched when it was made; `b` re-benches
-            self.post_message(self.JobFinished("bench-start"))
-            try:
-                rows = backend.bench(self.case, snap, verified=True)
-            except KoptError as err:
-                self.post_message(self.JobFinished("bench", error=err.one_line()))
-                return
-        finally:
-            if snap is not None and snap != path:
-                backend.drop_snapshot(snap)
-        if worker.is_cancelled:
+        if rows is None or worker.is_cancelled:
             return
         self.post_message(self.JobFinished("bench", {"rows": rows, "path": path,
                                                       "report": report,

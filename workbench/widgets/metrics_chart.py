@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kopt.workbench.backend import format_speedup
-from kopt.workbench.widgets.profile_view import bar
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
+
+from kopt.workbench.backend import format_speedup
+from kopt.workbench.widgets.profile_view import bar
 
 BAR_WIDTH = 14
 
@@ -79,7 +80,7 @@ class MetricsChart(VerticalScroll):
                               _num(row.get("pct_of_floor"), "{:.0f}%"),
                               _speedup(row.get("speedup_vs_eager")),
                               _speedup(row.get("speedup_vs_compile")),
-                              str(row.get("timing_label", "")))
+                              _timing(row))
             parts.append(bench)
         self._body.update(Group(*parts))
 
@@ -87,6 +88,13 @@ class MetricsChart(VerticalScroll):
 def _speedup(value: Any) -> str:
     """Through the backend's one speedup formatter, like every other speedup on screen."""
     return format_speedup(float(value)) if isinstance(value, int | float) else "—"
+
+
+def _timing(row: dict[str, Any]) -> str:
+    """The row's timing label, and for a baseline kept from an earlier bench how old it is."""
+    ago = row.get("timed_s_ago")
+    label = str(row.get("timing_label", ""))
+    return f"{label}, {ago:.0f} s ago" if isinstance(ago, int | float) else label
 
 
 def _ms(value: Any) -> str:
