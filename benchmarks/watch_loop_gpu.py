@@ -53,6 +53,7 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=4.0)
     args = parser.parse_args()
 
+    os.environ.setdefault("KOPT_WORKER_STANDBY", "2")  # as `kopt-tui` keeps them
     from kopt.workbench.backend import Backend
     from kopt.workbench.watch import KernelWatcher
 
@@ -100,6 +101,10 @@ def main() -> int:
                   + (f" (kept, {eager['timed_s_ago']:.0f} s old)" if eager.get("timed_s_ago")
                      is not None else "") + (f"; note {cand.get('note')}" if cand.get("note") else ""),
                   flush=True)
+            steps = cand.get("job_steps") or {}
+            if steps:
+                print("  timing job: " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()
+                                                   if v >= 0.01), flush=True)
     watcher.stop()
     for mode, vals in totals.items():
         if vals:

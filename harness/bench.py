@@ -260,6 +260,8 @@ def _timed_row(name: str, label: str, verified: bool, resp: dict[str, Any], key:
     row.update(median_ms=median, p20_ms=float(t["p20_ms"]), p80_ms=float(t["p80_ms"]))
     if result.get("graphs"):  # an offline-engineer candidate: replayed from CUDA graphs or not
         row["graphs"] = result["graphs"]
+    if key == "candidate" and isinstance(resp.get("steps"), dict):  # where the job's time went
+        row["job_steps"] = {k: v for k, v in resp["steps"].items() if isinstance(v, int | float)}
     nbytes, flops = roof.get("bytes"), roof.get("flops")
     if nbytes:
         row["gbps"] = nbytes / (median * 1e-3) / 1e9

@@ -75,7 +75,7 @@ def test_a_waiting_standby_dies_with_its_kopt_process(workspace: Path, tmp_path:
         from kopt.harness.targets import standby
         from kopt.harness.targets.local import LocalTarget
         LocalTarget().run(stage_job("echo", {{"message": "x"}}), timeout=120)
-        open({str(pid_file)!r}, "w").write(str(standby.STANDBY._proc.pid))
+        open({str(pid_file)!r}, "w").write(str(standby.STANDBY.waiting()[0].pid))
         time.sleep(120)
     """)
     _assert_dies_with(parent, pid_file, "standby")

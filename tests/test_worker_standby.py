@@ -4,6 +4,8 @@ finished the job before it (that it dies with the kopt process: test_local_worke
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -73,7 +75,7 @@ def test_the_reference_job_takes_only_an_isolated_standby(workspace: Path, monke
     assert (cold.response or {}).get("isolated") is True
     echo = target.run(_echo(), timeout=120)
     assert echo.response["isolated"] is False  # an ordinary job's worker is not
-    assert local.ISOLATED._proc is None  # and its end prepared no isolated one
+    assert not local.ISOLATED.waiting()  # and its end prepared no isolated one
 
 
 def test_switched_off_by_the_environment(workspace: Path, monkeypatch) -> None:
@@ -90,7 +92,7 @@ def test_a_target_made_without_standbys_never_uses_one(workspace: Path) -> None:
     for _ in range(2):
         outcome = target.run(_echo(), timeout=120)
         assert outcome.ok and outcome.response["worker_started"] == "cold"
-    assert standby.STANDBY._proc is None
+    assert not standby.STANDBY.waiting()
 
 
 def test_a_standby_outlives_the_thread_that_prepared_it(workspace: Path) -> None:
@@ -183,7 +185,8 @@ def test_kopt_verify_starts_both_workers_before_its_own_imports(
     build = cli.build_parser
 
     def spying_build():  # type: ignore[no-untyped-def]
-        seen["isolated"], seen["standby"] = ISOLATED._proc, standby.STANDBY._proc
+        seen["isolated"] = (ISOLATED.waiting() or [None])[0]
+        seen["standby"] = (standby.STANDBY.waiting() or [None])[0]
         return build()
 
     taken: list[object] = []
@@ -210,7 +213,7 @@ def test_early_workers_only_for_a_local_verification() -> None:
     for argv in (["cases"], ["run", "softmax", "--target", "gpu1"], ["verify", "--help"], ["verify", "c", "k", "--target", "gpu1"],
                  ["verify", "c", "k", "--no-sandbox"], ["verify", "c", "k", "--device", "tpu"], []):
         assert early_workers.start(argv) is False, argv
-    assert standby.STANDBY._proc is None
+    assert not standby.STANDBY.waiting()
     assert early_workers._device(["verify", "c", "k", "--device=cpu"]) == "cpu"
     assert early_workers._device(["verify", "c", "k", "--device", "cuda"]) == "cuda"
 
@@ -281,8 +284,8 @@ def test_the_next_worker_imports_beside_a_running_job_off_the_interpreter(
 
     def watch(line: str) -> None:
         if line.startswith("echo:") and "waiting" not in seen:
-            seen["waiting"] = standby.STANDBY._proc is not None
-            seen["isolated"] = ISOLATED._proc is not None
+            seen["waiting"] = bool(standby.STANDBY.waiting())
+            seen["isolated"] = bool(ISOLATED.waiting())
             flag.touch()
 
     job = stage_job("echo", {"message": "m", "await_file": str(flag), "await_s": 60})
@@ -290,7 +293,7 @@ def test_the_next_worker_imports_beside_a_running_job_off_the_interpreter(
     assert outcome.ok and outcome.response["acknowledged"] is True
     assert seen["waiting"] is (not interpret)
     assert seen["isolated"] is (not interpret)  # the next verification's reference, likewise
-    assert standby.STANDBY._proc is not None  # after the job, one is waiting either way
+    assert bool(standby.STANDBY.waiting())  # after the job, one is waiting either way
 
 
 def test_a_standby_forks_its_candidate_child_before_the_job_and_drops_it_for_others(
@@ -343,3 +346,33 @@ def test_the_early_workers_of_a_run_have_its_compile_caches(
     use_compile_caches(workspace_root())  # what the run does when it opens its context
     outcome = LocalTarget().run(_echo(), timeout=120, env={"TRITON_INTERPRET": "1"})
     assert outcome.ok and outcome.response["worker_started"] == "standby"
+
+
+def test_kopt_worker_standby_n_keeps_up_to_n_waiting_and_hands_out_the_oldest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workbench keeps two (a saved edit's verification and its timing job each find one
+    ready); the default keeps one; a pool made with `most` keeps that many whatever the
+    variable says (the reference's isolated interpreter)."""
+    def waiter() -> list[str]:
+        return [sys.executable, "-c", "import sys; sys.stdin.readline()"]
+
+    env = dict(os.environ)
+    pools = []
+    for value, most, kept in (("2", None, 2), ("1", None, 1), ("", None, 1), ("3", 1, 1)):
+        monkeypatch.setenv(standby.ENV_SWITCH, value)
+        pool = standby.Standby(waiter, most=most)
+        pools.append(pool)
+        for _ in range(4):
+            pool.prepare(env)
+        assert len(pool.waiting()) == kept, (value, most)
+    try:
+        monkeypatch.setenv(standby.ENV_SWITCH, "2")
+        first, second = pools[0].waiting()
+        assert pools[0].take(env) is first and pools[0].waiting() == [second]
+        pools[0].prepare(env)
+        assert pools[0].waiting()[0] is second and len(pools[0].waiting()) == 2
+        first.kill()
+        first.wait()
+    finally:
+        for pool in pools:
+            pool.clear()

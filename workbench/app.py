@@ -9,6 +9,7 @@ workers through a `Backend` (workbench/backend.py), so the UI never waits.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable
 from functools import partial
@@ -161,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     except KoptError as err:
         print(f"kopt-tui: error: {err.one_line()}", file=sys.stderr)
         return err.exit_code
+    # two workers kept waiting (harness.targets.standby): a saved edit's verification and its
+    # timing each find one ready
+    os.environ.setdefault("KOPT_WORKER_STANDBY", "2")
     KoptApp(config=config, case=args.case).run()
     return 0
 

@@ -51,7 +51,7 @@ def isolated_worker_command(job_dir: Path | str) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", boot, str(job_dir)]
 
 
-ISOLATED = standby.Standby(lambda: isolated_worker_command(STANDBY_FLAG))
+ISOLATED = standby.Standby(lambda: isolated_worker_command(STANDBY_FLAG), most=1)
 """The reference job's standby: an isolated interpreter that has imported torch and triton and
 waits (prepared before a verification draws its inputs, and when its candidate job ends for the
 process's next one: its reference finds the imports done, 1.5 s on a 2-core CPU, 4-5 s on an

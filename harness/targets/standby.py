@@ -24,7 +24,8 @@ isolated interpreter (`python -I -S`, `local.isolated_worker_command`), taken fr
 standby of that kind (`local.ISOLATED`), prepared before the draws and again when a candidate
 job ends (or started cold when none is ready): the same imports, and no candidate code run in
 it, as `isolated_reference` says. `KOPT_WORKER_STANDBY=0`
-turns standbys off.
+turns standbys off; `KOPT_WORKER_STANDBY=N` keeps up to N waiting (the workbench keeps 2: a
+saved edit's check runs a verification and then a timing job, and each finds one ready).
 
 Inside the sandbox (harness.sandbox, bubblewrap) a process sees only the folders mounted when it
 started, and the job directory does not exist yet then. So a sandboxed standby is started with
@@ -49,6 +50,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from kopt.harness import sandbox
@@ -66,6 +68,12 @@ milliseconds; a job arriving sooner would otherwise move its files before the mo
 
 def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def depth() -> int:
+    """How many standbys may wait at once: `KOPT_WORKER_STANDBY=N` (N >= 1), else 1."""
+    value = os.environ.get(ENV_SWITCH, "1").strip()
+    return max(1, int(value)) if value.isdigit() else 1
 
 
 def standby_command() -> list[str]:
@@ -103,57 +111,83 @@ def _late(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("KOPT_") and k != PARENT_ENV}
 
 
-class Standby:
-    """At most one waiting worker process per kopt process, keyed by its environment;
-    `command` makes its argv (`standby_command`, or an isolated interpreter's)."""
+@dataclass
+class _Waiting:
+    """One started standby: its process and what it was started with."""
 
-    def __init__(self, command: Callable[[], list[str]] = standby_command) -> None:
+    proc: subprocess.Popen[str]
+    env: dict[str, str]
+    mounts: tuple[object, ...]
+    how: str
+    """The sandbox mechanism it was started in (harness.sandbox.wrap)."""
+    reserved: Path | None
+    """The empty folder a sandboxed standby sees as its job directory (None unsandboxed)."""
+
+
+class Standby:
+    """Waiting worker processes of one kopt process, keyed by their environment: at most
+    `depth()` of them (`KOPT_WORKER_STANDBY=N`, default 1; the workbench keeps 2, so that a
+    saved edit's verification and its timing each find one ready), or `most`; `command` makes
+    their argv (`standby_command`, or an isolated interpreter's)."""
+
+    def __init__(self, command: Callable[[], list[str]] = standby_command, *,
+                 most: int | None = None) -> None:
         self._command = command
+        self._most = most
+        """At most this many waiting, whatever `depth()` says (None: `depth()`)."""
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen[str] | None = None
-        self._env: dict[str, str] | None = None
-        self._mounts: tuple[object, ...] = ()
-        self._how = "none"
-        """The sandbox mechanism it was started in (harness.sandbox.wrap)."""
-        self._reserved: Path | None = None
-        """The empty folder a sandboxed standby sees as its job directory (None unsandboxed)."""
+        self._waiting: list[_Waiting] = []
+
+    def _depth(self) -> int:
+        return self._most if self._most is not None else depth()
+
+    def waiting(self) -> list[subprocess.Popen[str]]:
+        """The waiting processes, oldest first."""
+        with self._lock:
+            return [w.proc for w in self._waiting]
 
     def take(self, env: dict[str, str], job_dir: Path | None = None) -> subprocess.Popen[str] | None:
-        """The waiting process, handed `job_dir` if given, when it was started with `env`
-        (kopt's own settings aside) and sandbox mounts covering the job's and is alive; else None (a
-        mismatched or dead one is discarded)."""
-        with self._lock:
-            proc, penv, mounts, reserved = self._proc, self._env, self._mounts, self._reserved
-            how = self._how
-            self._proc = self._env = self._reserved = None
-            self._mounts = ()
-        if proc is None:
-            return None
-        if (penv is None or not _same_env(penv, env) or proc.poll() is not None
-                or not sandbox.covers(mounts, sandbox.mounts_key(env))):
-            discard(proc, reserved)
-            return None
-        if job_dir is None:
-            return proc
-        seen = str(Path(job_dir).resolve())
-        if reserved is not None:
-            if not _wait_ready(reserved) or not adopt(reserved, Path(job_dir)):
-                discard(proc, reserved)
-                return None
-            seen = str(reserved)  # where the sandbox mounted it
-        if how in ("bwrap", "unshare"):  # the worker resets KOPT_* to the job's: say it again
-            env = {**env, sandbox.ACTIVE_ENV: how}
-        return proc if hand_over(proc, seen, env) else None
+        """The oldest waiting process, handed `job_dir` if given, when it was started with `env`
+        (kopt's own settings aside) and sandbox mounts covering the job's and is alive; else None.
+        Mismatched or dead ones met on the way are discarded."""
+        while True:
+            with self._lock:
+                if not self._waiting:
+                    return None
+                w = self._waiting.pop(0)
+            if (not _same_env(w.env, env) or w.proc.poll() is not None
+                    or not sandbox.covers(w.mounts, sandbox.mounts_key(env))):
+                discard(w.proc, w.reserved)
+                continue
+            if job_dir is None:
+                return w.proc
+            seen = str(Path(job_dir).resolve())
+            if w.reserved is not None:
+                if not _wait_ready(w.reserved) or not adopt(w.reserved, Path(job_dir)):
+                    discard(w.proc, w.reserved)
+                    return None
+                seen = str(w.reserved)  # where the sandbox mounted it
+            given = env
+            if w.how in ("bwrap", "unshare"):  # the worker resets KOPT_* to the job's: say it again
+                given = {**env, sandbox.ACTIVE_ENV: w.how}
+            return w.proc if hand_over(w.proc, seen, given) else None
 
     def prepare(self, env: dict[str, str], jobs_root: Path | None = None) -> None:
-        """Start a standby for `env` unless one is waiting already (errors are ignored: the
-        next job starts cold). `jobs_root`: where the next job directory will likely be (a
-        sandboxed standby's reserved folder goes there: it must be on the same filesystem)."""
+        """Start one standby for `env` unless as many as it keeps are waiting already (errors are
+        ignored: the next job starts cold). `jobs_root`: where the next job directory will
+        likely be (a sandboxed standby's reserved folder goes there: it must be on the same
+        filesystem)."""
         if not enabled():
             return
         with self._lock:
-            if self._proc is not None and self._proc.poll() is None:
-                return
+            alive = [w for w in self._waiting if w.proc.poll() is None]
+            gone = [w for w in self._waiting if w not in alive]
+            self._waiting = alive
+            full = len(alive) >= self._depth()
+        for w in gone:
+            discard(w.proc, w.reserved)
+        if full:
+            return
         reserved: Path | None = None
         argv = self._command()
         proc_env = env
@@ -176,18 +210,18 @@ class Standby:
             _remove(reserved)
             return
         with self._lock:
-            old, old_reserved = self._proc, self._reserved
-            self._proc, self._env, self._reserved, self._how = proc, dict(env), reserved, how
-            self._mounts = sandbox.mounts_key(env)
-        if old is not None:
-            discard(old, old_reserved)
+            self._waiting.append(_Waiting(proc, dict(env), sandbox.mounts_key(env), how, reserved))
+            keep = self._depth()
+            extra = self._waiting[:-keep] if len(self._waiting) > keep else []
+            self._waiting = self._waiting[len(extra):]
+        for w in extra:  # two threads prepared at once: the oldest go
+            discard(w.proc, w.reserved)
 
     def clear(self) -> None:
         with self._lock:
-            proc, reserved = self._proc, self._reserved
-            self._proc = self._env = self._reserved = None
-        if proc is not None:
-            discard(proc, reserved)
+            waiting, self._waiting = self._waiting, []
+        for w in waiting:
+            discard(w.proc, w.reserved)
 
 
 def _wait_ready(reserved: Path, wait_s: float = READY_WAIT_S) -> bool:

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from kopt.workbench.backend import format_speedup
+from kopt.workbench.widgets.profile_view import bar
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
-
-from kopt.workbench.backend import format_speedup
-from kopt.workbench.widgets.profile_view import bar
 
 BAR_WIDTH = 14
 
