@@ -106,7 +106,6 @@ def _like(v: Node, x: Node, name: str, origin: str) -> Node:
 
 class _Mover:
     def __init__(self, graph: Graph, pinned: set[Node]) -> None:
-        self.graph = graph
         self.pinned = pinned
         self.users = graph.users()
         self.outputs = {id(o) for o in graph.outputs}
@@ -118,9 +117,6 @@ class _Mover:
             k += 1
         self.names.add(f"{base}_r{k}")
         return f"{base}_r{k}"
-
-    def _elementwise(self, p: Node) -> bool:
-        return movable(p, self.pinned)
 
     def _operands(self, p: Node, src: tuple[int, ...],
                   dst: tuple[int, ...]) -> list[tuple[Node, tuple[int, ...] | None]] | None:
@@ -158,7 +154,7 @@ class _Mover:
     # -- hoist --------------------------------------------------------------------------
     def _cone(self, p: Node, reader: Node) -> bool:
         """Whether `p` moves with `reader`: pointwise, read by it alone, not returned."""
-        return self._elementwise(p) and self.users[p] == [reader] and id(p) not in self.outputs
+        return movable(p, self.pinned) and self.users[p] == [reader] and id(p) not in self.outputs
 
     def hoist(self, p: Node, v: Node, made: list[Node], replaced: list[Node]) -> Node | None:
         """`p` (read by view `v` alone) as the same op over views of its operands, recursively
@@ -228,7 +224,7 @@ class _Mover:
     def sinkable(self, p: Node) -> list[Node] | None:
         """The views of one row kernel's values that `p` may move before (every full-size
         operand that is not a model input or weight), or None."""
-        if not self._elementwise(p) or self._feeds_rows(p):
+        if not movable(p, self.pinned) or self._feeds_rows(p):
             return None
         views = [a for a in dict.fromkeys(p.inputs()) if a.shape == p.shape and reshapes(a)
                  and a.args[0].op in POINTWISE | REDUCTIONS]
