@@ -393,3 +393,31 @@ def test_a_compile_draw_past_its_time_limit_runs_simulated(monkeypatch: pytest.M
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     assert signal.getsignal(signal.SIGALRM) is before
 
+
+
+def test_hard_values_pass_every_element_within_bound_when_only_the_norm_misses() -> None:
+    """A scalar loss on hard values (two distances near 9000 subtracted to ~3.5): a kernel
+    whose only miss is the whole-tensor bound passes even where the baseline's own error on
+    that draw is small; an element past the element-wise bound still fails without a truth
+    that clears it."""
+    from types import SimpleNamespace
+
+    from kopt.harness.tolerance import Tolerance
+    from kopt.harness.verification.conditions import hard_values
+
+    ref = torch.tensor([3.4500], dtype=torch.float32)
+    truth = torch.tensor([3.4500001], dtype=torch.float64)
+    tol = {torch.float32: Tolerance(1e-4, 1e-4, 1e-5)}  # float32 `strict`, as KernelBench's
+
+    def judge(out: torch.Tensor) -> SimpleNamespace:
+        item = SimpleNamespace(draws=["x-hard-d0"], note="x-hard (3x8192)")
+        return SimpleNamespace(plan=SimpleNamespace(extra=lambda kind: [item]),
+                               ref={"x-hard-d0": [ref]}, truth={"x-hard-d0": [truth]},
+                               cand=lambda name: [out], tol=lambda: tol)
+
+    near = ref * (1 + 3.5e-5)  # within atol/rtol 1e-4, over the 1e-5 whole-tensor bound
+    ok, detail = hard_values(judge(near))
+    assert ok and "every element within the element-wise bound" in detail, detail
+    far = ref * (1 + 2e-3)  # past the element-wise bound, 2e-3 from the truth
+    ok, detail = hard_values(judge(far))
+    assert not ok and "float64 baseline" in detail, detail
