@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -644,6 +645,54 @@ def test_a_stopped_suite_says_where_each_running_problem_was(
     monkeypatch.setattr(cmd, "run_suite", resumed)
     assert kopt(["suite", str(tmp_path / "level3"), "--out", str(out), "--resume"]) == 0
     assert ran == [["level3_4_b"]]
+
+
+def test_a_row_reported_after_a_problem_was_marked_unfinished_is_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stopped suite's problem threads run on while the process exits, and the job they
+    start then fails ("cannot schedule new futures after shutdown" on an H200, 2026-11-28):
+    that failure is not the problem's row; its `unfinished` row stays."""
+    import os
+    import signal
+    import threading
+
+    import kopt.workbench.commands.suite as cmd
+    from kopt.phases import suite
+    from kopt.phases.suite import SuiteRow, row_from_dict, rows_file
+
+    (tmp_path / "level3").mkdir()
+    (tmp_path / "level3" / "4_b.py").write_text("")
+    out = tmp_path / "r" / "suite"
+    late: list[threading.Thread] = []
+
+    def stopped_run_suite(problems, *, on_start, on_row, **kw):  # type: ignore[no-untyped-def]
+        problem = problems[0]
+        suite._begin(problem)
+        row = SuiteRow(problem.name, "level3", str(problem.file))
+        suite._step(row, "verify")
+
+        def after_the_stop() -> None:  # the problem's thread, still running
+            deadline = time.monotonic() + 20
+            while "unfinished" not in (rows_file(out).read_text() if rows_file(out).exists()
+                                       else "") and time.monotonic() < deadline:
+                time.sleep(0.02)
+            on_row(SuiteRow(problem.name, "level3", str(problem.file), status="failed",
+                            detail="RuntimeError: cannot schedule new futures after shutdown"))
+
+        late.append(threading.Thread(target=after_the_stop))
+        late[0].start()
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the suite")
+
+    monkeypatch.setattr(cmd, "run_suite", stopped_run_suite)
+    try:
+        assert kopt(["suite", str(tmp_path / "level3"), "--out", str(out)]) == 130
+    finally:
+        suite._end(suite.Problem(tmp_path / "level3" / "4_b.py", "level3"))
+        for t in late:
+            t.join(30)
+    rows = [row_from_dict(json.loads(line)) for line in rows_file(out).read_text().splitlines()]
+    assert [(r.problem, r.status) for r in rows] == [("level3_4_b", "unfinished")]
 
 
 def test_a_problem_leaves_the_running_set_however_it_ends(tmp_path: Path) -> None:

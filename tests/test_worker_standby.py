@@ -376,3 +376,17 @@ def test_kopt_worker_standby_n_keeps_up_to_n_waiting_and_hands_out_the_oldest(
     finally:
         for pool in pools:
             pool.clear()
+
+
+def test_a_standby_asked_for_while_the_process_exits_is_not_an_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At exit the spawner's executor is shut down; a job a stopped suite's thread still starts
+    then runs without a standby instead of failing its problem."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    gone = ThreadPoolExecutor(max_workers=1)
+    gone.shutdown()
+    monkeypatch.setattr(standby, "_SPAWNER", gone)
+    pool = standby.Standby(lambda: [sys.executable, "-c", "pass"])
+    pool.prepare(dict(os.environ))
+    assert pool.waiting() == []

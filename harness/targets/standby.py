@@ -206,7 +206,7 @@ class Standby:
                 subprocess.Popen, argv, cwd=tempfile.gettempdir(), env=proc_env,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True, errors="replace", start_new_session=True).result()
-        except OSError:
+        except (OSError, RuntimeError):  # RuntimeError: the spawner is shut down (exiting)
             _remove(reserved)
             return
         with self._lock:

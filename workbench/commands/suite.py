@@ -177,7 +177,15 @@ def handle(args: argparse.Namespace) -> int:
             with partial.open("a") as f:  # end the line a kill cut off: new rows start clean
                 f.write("\n")
 
+    stopped: set[str] = set()
+    """Problems given an `unfinished` row when the suite was stopped: a row their thread still
+    reports while the process exits (a worker refused at shutdown) is not theirs to keep."""
+
     def on_row(row: SuiteRow) -> None:
+        if row.problem in stopped:
+            return
+        if row.status == "unfinished":
+            stopped.add(row.problem)
         if row.problem in running:
             running.remove(row.problem)
         if partial is not None:  # each row as it ends: a suite cut short keeps what it did
