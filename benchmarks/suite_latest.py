@@ -5,7 +5,8 @@
 Reads every `*suite*.json` under the results folder except CPU runs, orders the files by
 date, session and call (`2026-11-27-s10-call3-suite.json`; `2026-11-26-call4-...` counts as
 session 0), and keeps each problem's last row. A row that failed because of the run itself
-(a reused `--keep` folder: "already holds a case") does not replace an earlier one. Prints,
+(a reused `--keep` folder: "already holds a case"; a stopped suite's worker refused at exit,
+before efb6a42) does not replace an earlier one. Prints,
 per level: problems with a row, verified, timed, the candidates' geomean speedup vs eager
 and vs torch.compile, and how many candidates are slower than eager by over 2%; with
 `--level`, that level's rows first. Rows of different sessions may come from different
@@ -20,7 +21,9 @@ import math
 import re
 from pathlib import Path
 
-RUN_FAULTS = ("already holds a case",)
+RUN_FAULTS = ("already holds a case",
+              # a suite stopped by a call's limit, before efb6a42: its running problems' rows
+              "cannot schedule new futures after shutdown")
 
 
 def _order(path: Path) -> tuple[str, int, int]:
