@@ -159,33 +159,15 @@ def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: st
 
     key = _memo_key(case, dev, set_name, timing_options, baselines) if memo is not None else ()
     base = memo.get(key) if memo is not None else None
-    rows: list[dict[str, Any]]
-    if base is None:
-        check = {k: draw_tensor(s, secrets.randbits(62)) for k, s in specs.items()}
-        weights = agent_provide_weights(case, set_name)
-        base_dir = stage_job("bench", {**request, "variants": list(baselines)}, case=case,
-                             tensors={**groups, "check": check, "weights": weights})
-        try:
-            outcome = runner.run(base_dir, timeout=timeout, env=env, on_line=on_line)
-            if not outcome.ok:
-                raise BadInputError(f"the baseline of case {case.name!r} failed to bench: "
-                                    f"{outcome.failure_reason()}",
-                                    fix=f"run `kopt baseline {case.name}` to see the error")
-            resp = outcome.response or {}
-            base = _Baseline(
-                rows=tuple(_timed_row(v, label, True, resp, v, resp.get("roofline") or {}, None,
-                                      case) for v in baselines),
-                check=check, weights=weights,
-                reference=load_outputs(base_dir / "out" / "check-eager.safetensors"),
-                roof=resp.get("roofline") or {}, at=time.monotonic())
-        finally:
-            cleanup(base_dir)
+    if base is not None:
+        age = round(time.monotonic() - base.at, 1)
+        rows = [{**r, "timed_s_ago": age} for r in base.rows]
+    else:
+        base = _time_baselines(case, runner, request, groups, specs, set_name, baselines, label,
+                               env, timeout, on_line)
         if memo is not None:
             memo.put(key, base)
         rows = [dict(r) for r in base.rows]
-    else:
-        age = round(time.monotonic() - base.at, 1)
-        rows = [{**r, "timed_s_ago": age} for r in base.rows]
     groups.update(check=base.check, weights=base.weights)
     roof, reference = base.roof, base.reference
 
@@ -209,6 +191,33 @@ def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: st
             cleanup(job_dir)
     _speedups(rows)
     return rows
+
+
+def _time_baselines(case: Case, runner: Any, request: dict[str, Any], groups: dict[str, Any],
+                    specs: dict[str, TensorSpec], set_name: str, baselines: Sequence[str],
+                    label: str, env: dict[str, str], timeout: float,
+                    on_line: LineSink | None) -> _Baseline:
+    """One baseline job: `baselines` timed on `groups`' pools beside fresh `check` values and
+    the case's weights, in a worker that never sees candidate code."""
+    check = {k: draw_tensor(s, secrets.randbits(62)) for k, s in specs.items()}
+    weights = agent_provide_weights(case, set_name)
+    base_dir = stage_job("bench", {**request, "variants": list(baselines)}, case=case,
+                         tensors={**groups, "check": check, "weights": weights})
+    try:
+        outcome = runner.run(base_dir, timeout=timeout, env=env, on_line=on_line)
+        if not outcome.ok:
+            raise BadInputError(f"the baseline of case {case.name!r} failed to bench: "
+                                f"{outcome.failure_reason()}",
+                                fix=f"run `kopt baseline {case.name}` to see the error")
+        resp = outcome.response or {}
+        roof = resp.get("roofline") or {}
+        return _Baseline(
+            rows=tuple(_timed_row(v, label, True, resp, v, roof, None, case) for v in baselines),
+            check=check, weights=weights,
+            reference=load_outputs(base_dir / "out" / "check-eager.safetensors"),
+            roof=roof, at=time.monotonic())
+    finally:
+        cleanup(base_dir)
 
 
 def _timed_row(name: str, label: str, verified: bool, resp: dict[str, Any], key: str,

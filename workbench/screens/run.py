@@ -583,6 +583,7 @@ class RunScreen(Screen[None]):
         worker = get_current_worker()
         label = f"iteration {iteration.iteration}" if iteration is not None else \
             (path.name if path else "")
+        stage = ["verify"]  # the job a KoptError ends: the verification's, then the timing's
         try:
             if iteration is not None:  # a committed iteration was benched when it was made
                 path = backend.review_copy(run, iteration)
@@ -598,7 +599,7 @@ class RunScreen(Screen[None]):
                     "unchanged": f"{path.name} holds what iteration {latest} committed: "
                                  "nothing to verify or commit"}))
                 return
-            edited, stage = path, ["verify"]
+            edited = path
 
             def verified(report: dict[str, Any]) -> bool:
                 if worker.is_cancelled:
@@ -610,13 +611,9 @@ class RunScreen(Screen[None]):
                     self.post_message(self.JobFinished("bench-start"))
                 return True
 
-            try:
-                report, rows = backend.check_edit(self.case, path, on_verified=verified)
-            except KoptError as err:  # the verification's or the timing's
-                self.post_message(self.JobFinished(stage[0], error=err.one_line()))
-                return
+            report, rows = backend.check_edit(self.case, path, on_verified=verified)
         except KoptError as err:
-            self.post_message(self.JobFinished("verify", error=err.one_line()))
+            self.post_message(self.JobFinished(stage[0], error=err.one_line()))
             return
         if rows is None or worker.is_cancelled:
             return
