@@ -38,6 +38,11 @@ PATIENCE = 2
 """The strategy walk stops after this many hypotheses in a row gained nothing over the
 timer's noise on the best kernel so far (a rejected candidate gains nothing), counting those
 the strategy memory settled when it knows of no hypothesis that won."""
+AT_FLOOR_PCT = 90.0
+"""The strategy walk stops once the best verified kernel runs at this share of the roofline
+floor or more: what is left to gain (at most the distance to the floor) is about what the
+accelerator's launch search and the timer's noise decide, so a round that rewrites the kernel
+costs a verification and a timing (~10 s on a GPU) for nothing it could show."""
 
 
 def checks_summary(report: Any) -> dict[str, Any]:
@@ -307,6 +312,13 @@ def best_record(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(ok, key=lambda r: r["speedup"] or 0.0) if ok else None
 
 
+def _at_floor(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The fastest verified iteration when it runs at AT_FLOOR_PCT of the floor or more."""
+    best = best_record(records)
+    pct = (best or {}).get("pct_of_floor")
+    return best if pct is not None and pct >= AT_FLOOR_PCT else None
+
+
 def _feedback_after(result: VerifyResult | None, proposal: Proposal) -> str:
     if result is None:
         return "The previous round produced no candidate file. " + (proposal.notes or "")[-500:]
@@ -385,6 +397,13 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
         if walk and not recalled and rec.records:
             recalled = True
             idle += _skip_settled(ctx, rec, events, tried)
+        at_floor = _at_floor(rec.records) if walk else None
+        if at_floor is not None:
+            events(Event(LOG, PHASE, f"round {round_no}: iteration {at_floor['iteration']} "
+                                     f"runs at {at_floor['pct_of_floor']:.1f}% of the roofline "
+                                     f"floor (at least {AT_FLOOR_PCT:.0f}%): no hypothesis has "
+                                     "more than that distance to gain; stopping the optimizer"))
+            break
         if walk and idle >= PATIENCE:
             events(Event(LOG, PHASE, f"round {round_no}: the last {idle} hypotheses gained "
                                      "nothing over the timer's noise on the best kernel so far"

@@ -284,3 +284,35 @@ def test_the_walk_stops_after_two_hypotheses_that_gain_nothing_memory_included(
     assert opt.details["hypotheses"] == [] and len(opt.details["settled_by_memory"]) == 2
     assert len(history.get_run("r2").iterations) == 1
     assert any("round 2: the last 2 hypotheses gained nothing" in s for s in seen), seen
+
+
+def test_the_walk_stops_once_the_best_kernel_is_at_the_floor(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round 1's kernel at 95% of the roofline floor: no hypothesis is tested (each would cost
+    a verification and a timing for at most the 5% left); at 50% the walk goes on."""
+    from kopt.phases.optimizer import AT_FLOOR_PCT
+
+    def run(floor_ms: float, run_id: str) -> tuple[list[str], list[str]]:
+        f = gpu_fakes(monkeypatch, engineer=HypothesisEngineer)
+        inner = f["measure"]
+
+        def measure(case, variant, **kw):  # type: ignore[no-untyped-def]
+            m = inner(case, variant, **kw)
+            ms = m["latency_ms"]["median"]
+            m["roofline"] = {**m["roofline"], "floor_ms": floor_ms,
+                             "pct_of_floor": 100.0 * floor_ms / ms, "bound": "memory"}
+            return m
+
+        f["measure"] = measure
+        seen: list[str] = []
+        run_pipeline("layernorm_gelu", iterations=3, run_id=run_id,
+                     phases="architect,optimizer", fakes=f, events=lambda e: seen.append(e.message))
+        opt = read_manifest(repo / f"manifests/{run_id}/optimizer.json")
+        return [h["name"] for h in opt.details["hypotheses"]], seen
+
+    tested, seen = run(0.855, "r1")  # round 1: 0.9 ms, 95% of floor
+    assert tested == [] and len(history.get_run("r1").iterations) == 1
+    assert any(f"round 2: iteration 1 runs at 95.0% of the roofline floor (at least "
+               f"{AT_FLOOR_PCT:.0f}%)" in s for s in seen), seen
+    tested, _ = run(0.45, "r2")  # 50%: the hypotheses are tested (0.5 ms is 90%: then it stops)
+    assert len(tested) == 1 and len(history.get_run("r2").iterations) == 2
