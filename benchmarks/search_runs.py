@@ -2,6 +2,7 @@
 first wrote), with where the seconds went. Run on a GPU machine from a scratch workspace:
 
     KOPT_HOME=/tmp/kopt-search python benchmarks/search_runs.py softmax layernorm_gelu
+    python benchmarks/search_runs.py --standby 2 rmsnorm   # KOPT_WORKER_STANDBY=2, own workspace
 
 Prints one row per run: wall seconds, the outcome, the optimizer's hypotheses, the
 accelerator's trials and whether it started from the tuning memory, and seconds per phase and
@@ -21,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_once(case: str, home: Path) -> dict:
-    env = {**os.environ, "KOPT_HOME": str(home),
+def run_once(case: str, home: Path, standby: str | None = None) -> dict:
+    env = {**os.environ, "KOPT_HOME": str(home), **({"KOPT_WORKER_STANDBY": standby} if standby else {}),
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "kopt", "run", case, "--yes", "--json"],
@@ -57,12 +58,19 @@ def run_once(case: str, home: Path) -> dict:
 
 
 def main(cases: list[str]) -> int:
+    standby = None
+    if cases[:1] == ["--standby"]:
+        standby, cases = cases[1], cases[2:]
+    cases = cases or ["softmax", "layernorm_gelu", "rmsnorm"]
     home = Path(os.environ.get("KOPT_HOME") or "/tmp/kopt-search")
+    if standby:  # a fresh workspace of its own: the first run starts with no memory
+        home = home / f"standby-{standby}"
+        print(f"KOPT_WORKER_STANDBY={standby}")
     home.mkdir(parents=True, exist_ok=True)
     print(f"{'case':<22} {'run':>3} {'wall s':>7} {'rounds':>6} {'trials':>6} memory  outcome")
     for case in cases:
         for n in (1, 2):
-            r = run_once(case, home)
+            r = run_once(case, home, standby)
             if "error" in r:
                 print(f"{case:<22} {n:>3} {r['wall_s']:7.1f}  failed: {r['error']}")
                 continue
@@ -93,4 +101,4 @@ def main(cases: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or ["softmax", "layernorm_gelu", "rmsnorm"]))
+    sys.exit(main(sys.argv[1:]))
