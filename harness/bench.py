@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 
 from kopt.harness.case import Case, TensorSpec, load_case
 from kopt.harness.compare import compare_outputs
@@ -32,7 +35,7 @@ from kopt.harness.job import as_target, candidate_files, cleanup, stage_job
 from kopt.harness.speedup import Speedup
 from kopt.harness.targets.base import LineSink, Target
 from kopt.harness.tolerance import tolerance_for
-from kopt.harness.verification.tensors import input_keys, load_outputs
+from kopt.harness.verification.tensors import input_keys, load_outputs, save_tensors
 from kopt.harness.verify import DEFAULT_TIMEOUT_S, verify_candidates
 
 POOL = 4
@@ -75,33 +78,104 @@ class _Baseline:
 
 
 class BaselineMemo:
-    """Eager's and torch.compile's timings of a case kept between benches in one session (the
-    workbench's saved-edit loop), so that a later bench of a candidate times only the
-    candidate. The candidate's output sample is checked against the kept baseline's on the
-    kept `check` values; the timed calls' values are drawn anew for every bench. Kept rows
-    carry `timed_s_ago`. A changed case file, device, input set, timing window or list of
-    baselines, or an age over `keep_s`, times the baselines again."""
+    """Eager's and torch.compile's timings of a case kept between benches (the workbench's
+    saved-edit loop, and with `directory` the workspace's runs), so that a later bench of a
+    candidate times only the candidate. The candidate's output sample is checked against the
+    kept baseline's on the kept `check` values; the timed calls' values are drawn anew for
+    every bench. Kept rows carry `timed_s_ago`. A changed case file, device, input set, timing
+    window or list of baselines, or an age over `keep_s`, times the baselines again.
 
-    def __init__(self, keep_s: float = BASELINE_KEEP_S) -> None:
+    `directory`: also kept on disk there, one folder per key (its rows and roofline in
+    `baseline.json`, written last, and the `check` values and eager's outputs on them as
+    safetensors), so that the next command in the workspace finds them; the disk key adds
+    the host, the visible GPUs and the torch and kopt versions."""
+
+    def __init__(self, keep_s: float = BASELINE_KEEP_S, directory: Path | None = None) -> None:
         self.keep_s = keep_s
+        self.directory = directory
         self._kept: dict[tuple[str, ...], _Baseline] = {}
         self._lock = threading.Lock()
 
     def get(self, key: tuple[str, ...]) -> _Baseline | None:
         with self._lock:
-            kept = self._kept.get(key)
+            kept = self._kept.get(key) or self._load(key)
             if kept is not None and time.monotonic() - kept.at > self.keep_s:
-                del self._kept[key]
+                self._kept.pop(key, None)
                 return None
+            if kept is not None:
+                self._kept[key] = kept
             return kept
 
     def put(self, key: tuple[str, ...], baseline: _Baseline) -> None:
         with self._lock:
             self._kept[key] = baseline
+            if self.directory is not None:
+                try:
+                    self._save(key, baseline)
+                except OSError:  # a read-only or full disk: kept in this process only
+                    pass
 
     def clear(self) -> None:
         with self._lock:
             self._kept.clear()
+            if self.directory is not None and self.directory.is_dir():
+                shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _folder(self, key: tuple[str, ...]) -> Path:
+        import socket
+
+        import kopt
+
+        where = (socket.gethostname(), os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                 torch.__version__, kopt.__version__)
+        digest = hashlib.sha256(json.dumps([*key, *where]).encode()).hexdigest()[:24]
+        assert self.directory is not None
+        return self.directory / digest
+
+    def _save(self, key: tuple[str, ...], b: _Baseline) -> None:
+        folder = self._folder(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "baseline.json").unlink(missing_ok=True)  # incomplete until written again
+        for name, tensors in (("check", b.check), ("reference", b.reference)):
+            if tensors is None:
+                (folder / f"{name}.safetensors").unlink(missing_ok=True)
+                continue
+            tmp = folder / f".{name}.{os.getpid()}.tmp"
+            save_tensors(tensors, tmp)
+            os.replace(tmp, folder / f"{name}.safetensors")
+        tmp = folder / f".baseline.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"key": list(key), "rows": list(b.rows), "roof": b.roof,
+                                   "timed_at": time.time() - (time.monotonic() - b.at)},
+                                  default=str))
+        os.replace(tmp, folder / "baseline.json")
+
+    def _load(self, key: tuple[str, ...]) -> _Baseline | None:
+        """The kept baseline of `key` on disk, or None (none, too old, unreadable)."""
+        if self.directory is None:
+            return None
+        folder = self._folder(key)
+        try:
+            data = json.loads((folder / "baseline.json").read_text())
+            age = time.time() - float(data["timed_at"])
+            if data.get("key") != list(key) or not 0 <= age <= self.keep_s:
+                return None
+            check = load_file(str(folder / "check.safetensors"))
+            ref = folder / "reference.safetensors"
+            reference = load_outputs(ref) if ref.is_file() else None
+        except Exception:  # noqa: BLE001 - a torn or foreign file is only a miss
+            return None
+        return _Baseline(rows=tuple(data["rows"]), check=check, weights=None,
+                         reference=reference, roof=data.get("roof") or {},
+                         at=time.monotonic() - age)
+
+
+def workspace_baselines() -> BaselineMemo:
+    """The workspace's kept baselines (`.kopt/baselines/`): `kopt run`'s integrator times only
+    the final kernel when eager and torch.compile of the unchanged case were timed there in
+    the last ten minutes (a second run), and says how long ago."""
+    from kopt.harness.paths import baselines_dir
+
+    return BaselineMemo(directory=baselines_dir())
 
 
 def _memo_key(case: Case, dev: str, set_name: str, timing_options: dict[str, Any] | None,
@@ -168,7 +242,8 @@ def bench_case(case: Case | str, candidates: Sequence[Path | str], *, device: st
         if memo is not None:
             memo.put(key, base)
         rows = [dict(r) for r in base.rows]
-    groups.update(check=base.check, weights=base.weights)
+    groups.update(check=base.check, weights=base.weights if base.weights is not None
+                  else agent_provide_weights(case, set_name))  # kept on disk: re-made
     roof, reference = base.roof, base.reference
 
     for p in paths:

@@ -45,6 +45,12 @@ def kopt_dir() -> Path:
     return workspace_root() / ".kopt"
 
 
+def baselines_dir() -> Path:
+    """Eager's and torch.compile's timings of unchanged cases, kept ten minutes
+    (`harness.bench.workspace_baselines`)."""
+    return kopt_dir() / "baselines"
+
+
 def cache_dir() -> Path:
     """Cached input/weight tensors and measured device ceilings."""
     return Path(os.environ.get("KOPT_CACHE") or kopt_dir() / "cache")

@@ -50,7 +50,9 @@ def _time_side_by_side(ctx: RunContext, kernel: Path, accepted: bool,
                        events: EventSink) -> dict[str, dict[str, Any]]:
     """Eager, torch.compile and the final kernel timed side by side on this machine:
     `harness.bench.bench_case` (eager and compile share one worker, so torch.compile warms up
-    once; the kernel in a second; no re-verification: it was just verified). A test's fake
+    once; the kernel in a second; no re-verification: it was just verified). Eager's and
+    compile's rows timed in this workspace in the last ten minutes for the unchanged case are
+    kept (`harness.bench.workspace_baselines`; their `timed_s_ago` says so). A test's fake
     harness (`ctx.measure`) times each variant on its own instead."""
     labels = ("final-eager", "final-compile", "final-kernel")
     if ctx.measure is not None:
@@ -61,14 +63,19 @@ def _time_side_by_side(ctx: RunContext, kernel: Path, accepted: bool,
                 continue
             measured[label] = ctx.measure_variant(variant, label=label)
         return measured
-    from kopt.harness.bench import bench_case
+    from kopt.harness.bench import bench_case, workspace_baselines
 
     events(Event(LOG, PHASE, f"timing eager, torch.compile and the kernel side by side "
                              f"({ctx.timing_label})"))
     rows = bench_case(ctx.case, [kernel] if accepted else [], device=ctx.device,
                       unverified=True,
                       target=ctx.clocked_target() if ctx.serial else ctx.config.target, input_set=ctx.input_set,
-                      timing_options=ctx.timing_options)
+                      timing_options=ctx.timing_options, memo=workspace_baselines())
+    kept = next((r["timed_s_ago"] for r in rows if r.get("timed_s_ago") is not None), None)
+    if kept is not None:
+        events(Event(LOG, PHASE, f"eager and torch.compile: kept from this workspace's bench "
+                                 f"of the unchanged case {kept:.0f} s ago (ten minutes at most)"
+                                 "; the kernel's output sample was checked against theirs"))
     out = {}
     for label, row in zip(labels, rows + [None] * (3 - len(rows)), strict=True):
         if row is None:
@@ -82,7 +89,8 @@ def _time_side_by_side(ctx: RunContext, kernel: Path, accepted: bool,
                       "throughput": {"gbps": row.get("gbps"), "tflops": row.get("tflops")},
                       "roofline": {"pct_of_floor": pct,
                                    "floor_ms": pct * median / 100 if pct and median else None},
-                      "source": "kopt.harness.bench.bench_case (side by side)"}
+                      "source": "kopt.harness.bench.bench_case (side by side)",
+                      "timed_s_ago": row.get("timed_s_ago")}
     return out
 
 
@@ -109,7 +117,8 @@ def run(ctx: RunContext, events: EventSink, cancel: threading.Event | None = Non
                    "pct_of_floor": roof.get("pct_of_floor"), "floor_ms": roof.get("floor_ms"),
                    "compile_error": _why_untimed(measured["final-compile"], compiled),
                    "eager_error": _why_untimed(measured["final-eager"], eager),
-                   "candidate_error": _why_untimed(measured["final-kernel"], cand)})
+                   "candidate_error": _why_untimed(measured["final-kernel"], cand),
+                   "baselines_timed_s_ago": measured["final-eager"].get("timed_s_ago")})
     (out_dir / "timing.json").write_text(json.dumps(measured, indent=1, default=str) + "\n")
 
     manifests = {p: read_manifest(manifest_path(ctx.run_dir, p))

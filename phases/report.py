@@ -88,6 +88,11 @@ def render(manifests: dict[str, Manifest], *, iterations: list[dict[str, Any]],
               f"{_x(timing.get('speedup_vs_eager'), label)} | "
               f"{_x(timing.get('speedup_vs_compile'), label)} | "
               f"{_pct(timing.get('pct_of_floor'))} |", ""]
+    if timing.get("baselines_timed_s_ago") is not None:
+        lines += [f"Eager and torch.compile were timed {timing['baselines_timed_s_ago']:.0f} s "
+                  "before this run's kernel, by this workspace's bench of the unchanged case "
+                  "(kept ten minutes at most); the kernel's output sample was checked against "
+                  "theirs.", ""]
     for key, what in (("eager_error", "eager"), ("compile_error", "torch.compile"),
                       ("candidate_error", "the kernel")):
         if timing.get(key):

@@ -216,3 +216,49 @@ def test_a_baseline_memo_times_eager_once_and_checks_later_candidates_against_it
     memo.keep_s = 0.0
     bench_case(case, [honest], verified=[honest], **opts)
     assert staged[6:] == [["eager"], ["candidate"]]  # too old: timed again
+
+
+def test_a_workspace_baseline_is_kept_on_disk_for_the_next_command(
+        workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kopt run`'s integrator keeps eager's rows in `.kopt/baselines/`: a second command (a new
+    memo over the same folder) times only the candidate and still refuses a cached output
+    against the kept outputs; an unreadable or too old folder, or `kopt memory --clear`, times
+    eager again."""
+    import json
+
+    import kopt.harness.bench as bench
+    from kopt.harness.paths import baselines_dir
+    from kopt.workbench.cli import main
+
+    staged: list[list[str]] = []
+    real = bench.stage_job
+
+    def spy(kind, request, **kw):  # type: ignore[no-untyped-def]
+        staged.append(list(request["variants"]))
+        return real(kind, request, **kw)
+
+    monkeypatch.setattr(bench, "stage_job", spy)
+    honest = CORPUS / "honest" / "layernorm_gelu.py"
+    cached = CORPUS / "cheats" / "cached_output.py"
+    opts: dict[str, Any] = {"device": "cpu", "baselines": ("eager",),
+                            "timing_options": {"max_iters": 5, "max_seconds": 1.0}}
+    first = bench_case(CASE, [honest], verified=[honest], memo=bench.workspace_baselines(), **opts)
+    assert staged == [["eager"], ["candidate"]]
+    [kept] = [p for p in baselines_dir().iterdir() if p.is_dir()]
+    assert {p.name for p in kept.iterdir()} == {"baseline.json", "check.safetensors",
+                                                "reference.safetensors"}
+    second = bench_case(CASE, [honest, cached], verified=[honest, cached],
+                        memo=bench.workspace_baselines(), **opts)
+    assert staged[2:] == [["candidate"], ["candidate"]]  # eager read from disk
+    assert second[0]["median_ms"] == first[0]["median_ms"] and second[0]["timed_s_ago"] >= 0
+    assert second[1]["verified"] is True and second[1]["speedup_vs_eager"] is not None
+    assert "output sample after timing is wrong" in second[2]["note"]
+
+    data = json.loads((kept / "baseline.json").read_text())
+    (kept / "baseline.json").write_text(json.dumps({**data, "timed_at": data["timed_at"] - 601}))
+    bench_case(CASE, [honest], verified=[honest], memo=bench.workspace_baselines(), **opts)
+    assert staged[4:] == [["eager"], ["candidate"]]  # ten minutes old: timed again
+    (kept / "check.safetensors").write_bytes(b"torn")
+    bench_case(CASE, [honest], verified=[honest], memo=bench.workspace_baselines(), **opts)
+    assert staged[6:] == [["eager"], ["candidate"]]  # unreadable: timed again
+    assert main(["memory", "--clear"]) == 0 and not baselines_dir().exists()

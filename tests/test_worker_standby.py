@@ -218,6 +218,21 @@ def test_early_workers_only_for_a_local_verification() -> None:
     assert early_workers._device(["verify", "c", "k", "--device", "cuda"]) == "cuda"
 
 
+def test_a_gpu_run_keeps_two_standbys_unless_the_user_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopt.workbench import early_workers
+
+    monkeypatch.setenv(standby.ENV_SWITCH, "")  # recorded, so that teardown undoes the test's
+    monkeypatch.delenv(standby.ENV_SWITCH)
+    early_workers.default_depth(["run", "softmax"], "cpu")
+    early_workers.default_depth(["verify", "c", "k"], "cuda")
+    assert standby.depth() == 1  # the CPU, and commands other than run: one
+    early_workers.default_depth(["run", "softmax"], "cuda")
+    assert standby.depth() == 2
+    monkeypatch.setenv(standby.ENV_SWITCH, "1")
+    early_workers.default_depth(["run", "softmax"], "cuda")
+    assert standby.depth() == 1  # the user's setting stands
+
+
 def test_a_standby_with_cuda_initialised_leaves_and_its_job_starts_cold(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A forked candidate cannot use CUDA initialised before the fork: a standby that finds it

@@ -8,15 +8,19 @@ it, after timing it against the kernel's default.
 The strategy memory (`.kopt/tuning/strategies/<gpu>.json`, phases.strategy_memory) is listed
 after it: per GPU, first candidate and shapes, what each hypothesis of the optimizer's walk
 measured; a later run does not test again a hypothesis that lost. `--clear` forgets both;
-`--json`'s object has `entries` (the tuning memory) and `strategies`.
+`--json`'s object has `entries` (the tuning memory) and `strategies`. `--clear` also drops
+the baselines kept for ten minutes (`.kopt/baselines/`: eager's and torch.compile's timings of
+an unchanged case, which a second run's integrator reuses), so the next run times them again.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 
 from rich.table import Table
 
+from kopt.harness.paths import baselines_dir
 from kopt.phases import strategy_memory, tuning_memory
 from kopt.workbench.output import console, print_json_line
 
@@ -24,7 +28,7 @@ from kopt.workbench.output import console, print_json_line
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("memory", help="list (or --clear) the tuning memory of winning launch "
                                       "configurations")
-    p.add_argument("--clear", action="store_true", help="forget every remembered winner")
+    p.add_argument("--clear", action="store_true", help="forget every remembered winner (and the kept baselines)")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=handle)
 
@@ -32,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     if args.clear:
         n = tuning_memory.clear() + strategy_memory.clear()
+        shutil.rmtree(baselines_dir(), ignore_errors=True)
         console.print(f"tuning memory cleared: {n} entr{'y' if n == 1 else 'ies'} forgotten")
         if args.json:
             print_json_line({"cleared": n, "entries": [], "strategies": []})
