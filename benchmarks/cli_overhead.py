@@ -3,7 +3,7 @@
     python benchmarks/cli_overhead.py CASE CANDIDATE [--device cuda] [--repeats 3]
 
 Times fresh processes doing less and less than the command: Python alone, `import torch`,
-torch plus `torch.cuda.is_available()`, `kopt --help`, then `kopt verify --timing --json`
+torch plus `torch.cuda.is_available()` or NVML's device count, `kopt --help`, then `kopt verify --timing --json`
 (its wall seconds against the verification's own `elapsed_s`, and the seconds between the
 verification's end, as the command reports it, and the process's exit). Medians of
 `--repeats` runs after one warm-up of each.
@@ -46,6 +46,7 @@ def main() -> int:
         "python -c pass": [py, "-c", "pass"],
         "import torch": [py, "-c", "import torch"],
         "torch + cuda.is_available()": [py, "-c", "import torch; torch.cuda.is_available()"],
+        "torch + NVML device count": [py, "-c", "import torch; torch.cuda._device_count_nvml()"],
         "kopt --help": [py, "-m", "kopt", "--help"],
         "kopt verify": [py, "-m", "kopt", "verify", case, cand, "--device", args.device,
                         "--timing", "--json"],

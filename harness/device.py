@@ -17,9 +17,22 @@ CPU_TIMING_LABEL = "cpu-interpreter"
 
 
 def gpu_available() -> bool:
-    """True when torch sees at least one CUDA device."""
+    """True when torch sees at least one CUDA device.
+
+    Asked of NVML first (the driver's management library, as PyTorch does under
+    `PYTORCH_NVML_BASED_CUDA_CHECK=1`, honouring `CUDA_VISIBLE_DEVICES`): CUDA's own start in
+    this process took 0.31 s of a 6.1 s `kopt verify` on an H200 (2026-11-28), and the
+    workers start CUDA themselves. Only a CUDA build of torch counts; where NVML is missing
+    or sees nothing, CUDA's own answer."""
     import torch
 
+    count = getattr(torch.cuda, "_device_count_nvml", None)
+    if torch.version.cuda is not None and count is not None:
+        try:
+            if count() > 0:
+                return True
+        except Exception:  # noqa: BLE001 - NVML's answer is a shortcut, never required
+            pass
     return bool(torch.cuda.is_available())
 
 

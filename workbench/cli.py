@@ -68,6 +68,39 @@ def _check_names(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `kopt` command. Run as the process's own command (`argv` None: the console script,
+    `python -m kopt`), the process ends as soon as the command has (`_leave`)."""
+    code = _command(argv)
+    if argv is None:
+        _leave(code)
+    return code
+
+
+def _leave(code: int) -> None:
+    """End this process now, without the interpreter's teardown: after `import torch`, dynamo
+    and triton, freeing every module's objects one by one takes 0.5-0.75 s of a command's wall
+    time (2-core CPU, 2026-11-28) and does nothing a finished command needs. What a normal exit
+    does first is still done, in its order: threads' exit hooks (an executor's workers told to
+    stop) and every non-daemon thread joined, then the atexit hooks (standby workers ended,
+    temporary folders removed), then the output flushed."""
+    import atexit
+    import os
+    import threading
+
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is None or threading.current_thread() is not threading.main_thread():
+        return  # another Python, or not the main thread: the ordinary exit
+    shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said there
+            pass
+    os._exit(code)
+
+
+def _command(argv: list[str] | None) -> int:
     from kopt.workbench import early_workers
 
     early_workers.start(sys.argv[1:] if argv is None else list(argv))  # before torch's import
