@@ -79,3 +79,35 @@ def test_a_waiting_standby_dies_with_its_kopt_process(workspace: Path, tmp_path:
         time.sleep(120)
     """)
     _assert_dies_with(parent, pid_file, "standby")
+
+
+def test_an_answered_reference_is_not_waited_for_to_its_end(tmp_path: Path) -> None:
+    """The reference's isolated worker counts as done once its response is in place (its exit,
+    a CUDA context's release, goes on in the background); one that exits without answering,
+    or does neither within the timeout, is seen as such."""
+    from kopt.harness.targets.local import _wait_for_response
+    from kopt.harness.targets.standby import kill_group
+
+    def start(code: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, text=True,
+                                start_new_session=True)
+
+    (tmp_path / "out").mkdir()
+    answers = start("import pathlib, time; p = pathlib.Path('out');"
+                    "(p / 'r.tmp').write_text('{}'); (p / 'r.tmp').rename(p / 'response.json');"
+                    "time.sleep(60)")
+    t0 = time.monotonic()
+    assert _wait_for_response(answers, tmp_path, timeout=30) is True
+    kill_group(answers, reap=False)
+    assert time.monotonic() - t0 < 20
+    deadline = time.monotonic() + 10
+    while _alive(answers.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(answers.pid)  # killed, and reaped in the background
+
+    (tmp_path / "out" / "response.json").unlink()
+    assert _wait_for_response(start("pass"), tmp_path, timeout=30) is False
+    silent = start("import time; time.sleep(60)")
+    with pytest.raises(subprocess.TimeoutExpired):
+        _wait_for_response(silent, tmp_path, timeout=0.5)
+    kill_group(silent)

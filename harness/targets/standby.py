@@ -278,14 +278,23 @@ def hand_over(proc: subprocess.Popen[str], job_dir: str, env: dict[str, str]) ->
         return False
 
 
-def kill_group(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL a worker's whole session (it and anything it started) and reap it."""
+def kill_group(proc: subprocess.Popen[str], *, reap: bool = True) -> None:
+    """SIGKILL a worker's whole session (it and anything it started) and reap it (`reap`
+    False: reaped on a daemon thread, for a caller that need not wait for the exit)."""
     import signal
 
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    if not reap:
+        threading.Thread(target=_reap, args=(proc,), daemon=True,
+                         name="kopt-reap").start()
+        return
+    _reap(proc)
+
+
+def _reap(proc: subprocess.Popen[str]) -> None:
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
