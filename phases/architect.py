@@ -13,8 +13,10 @@ The run branch's first commit holds `case/` (a copy of the case) and `plan.json`
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +40,60 @@ def model_summary(case: Case, input_set: str = "main") -> dict[str, Any]:
 
 def region_profile(ctx: RunContext, events: EventSink) -> dict[str, Any] | None:
     """The eager model's time by region and module (phases.regions), or None (logged) when the
-    model cannot be exported: the plan then ranks the profiler's top ops alone."""
+    model cannot be exported: the plan then ranks the profiler's top ops alone. A profile of
+    the unchanged case on this device and input set made in this workspace in the last ten
+    minutes is kept (`.kopt/baselines/`, as the integrator's baselines: a second run) and
+    carries `profiled_s_ago`."""
     from kopt.phases.regions import profile_regions
 
+    kept_file = _kept_regions_file(ctx)
+    kept = _read_kept(kept_file)
+    if kept is not None:
+        events(Event(LOG, PHASE, f"region profile kept from this workspace's profile of the "
+                                 f"unchanged case {kept['profiled_s_ago']:.0f} s ago"))
+        return kept
     try:
         with ctx.breakdown.clocked("architect region profile"):
-            return profile_regions(ctx.case, ctx.input_set, ctx.device)
+            profile = profile_regions(ctx.case, ctx.input_set, ctx.device)
     except Exception as err:  # noqa: BLE001 - a region profile is an addition, never a blocker
         events(Event(LOG, PHASE, f"no region profile: {type(err).__name__}: {str(err)[:200]}"))
         return None
+    try:
+        kept_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = kept_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"profiled_at": time.time(), "profile": profile}, default=str))
+        os.replace(tmp, kept_file)
+    except (OSError, TypeError, ValueError):
+        pass  # kept for nothing: the next run profiles again
+    return profile
+
+
+def _kept_regions_file(ctx: RunContext) -> Path:
+    """Where the region profile of this case file, device and input set is kept."""
+    import hashlib
+
+    from kopt.harness.paths import baselines_dir
+
+    digest = hashlib.sha256()
+    for f in (ctx.case.model_file, ctx.case.manifest_file):
+        digest.update(f.read_bytes())
+    digest.update(json.dumps([str(ctx.case.directory.resolve()), ctx.device, ctx.input_set,
+                              os.environ.get("CUDA_VISIBLE_DEVICES", "")]).encode())
+    return baselines_dir() / f"regions-{digest.hexdigest()[:24]}.json"
+
+
+def _read_kept(file: Path) -> dict[str, Any] | None:
+    from kopt.harness.bench import BASELINE_KEEP_S
+
+    try:
+        data = json.loads(file.read_text())
+        age = time.time() - float(data["profiled_at"])
+        profile = data["profile"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not 0 <= age <= BASELINE_KEEP_S or not isinstance(profile, dict):
+        return None
+    return {**profile, "profiled_s_ago": round(age, 1)}
 
 
 def _regions(profile: dict[str, Any], median_ms: float,

@@ -77,3 +77,44 @@ def test_region_profile_fits_the_architect_schema_and_reads_back(resnet_regions:
     (run_dir / "architect.json").write_text(json.dumps({"details": {"regions": resnet_regions}}))
     assert run_regions(run_dir)["regions"][0]["kind"] == "convolution"
     assert run_regions(workspace / "missing") is None
+
+
+def test_a_region_profile_of_the_unchanged_case_is_kept_ten_minutes(
+        workspace: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A second run's architect reuses the workspace's region profile of the same case files,
+    device and input set (saying how old it is); a changed case or an old one is profiled."""
+    import shutil
+    import types
+
+    import kopt.phases.regions as regions
+    from kopt.phases import architect
+    from kopt.phases.breakdown import TimingBreakdown
+
+    made: list[str] = []
+
+    def fake(case, input_set, device):  # type: ignore[no-untyped-def]
+        made.append(input_set)
+        return {"timing_label": "cpu-eager", "input_set": input_set, "total_ms": 1.0,
+                "regions": [], "modules": []}
+
+    monkeypatch.setattr(regions, "profile_regions", fake)
+    case_dir = tmp_path / "ln"
+    shutil.copytree(load_case("layernorm_gelu").directory, case_dir)
+    ctx = types.SimpleNamespace(case=load_case(str(case_dir)), device="cpu", input_set="smoke",
+                                breakdown=TimingBreakdown())
+    seen: list[str] = []
+    first = architect.region_profile(ctx, lambda e: seen.append(e.message))
+    assert made == ["smoke"] and "profiled_s_ago" not in first
+    second = architect.region_profile(ctx, lambda e: seen.append(e.message))
+    assert made == ["smoke"] and second["profiled_s_ago"] >= 0
+    assert any("region profile kept from this workspace's profile" in s for s in seen)
+
+    (case_dir / "model.py").write_text((case_dir / "model.py").read_text() + "\n# edited\n")
+    ctx.case = load_case(str(case_dir))
+    architect.region_profile(ctx, lambda e: None)
+    assert made == ["smoke", "smoke"]  # the case changed
+    kept = architect._kept_regions_file(ctx)
+    data = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**data, "profiled_at": data["profiled_at"] - 601}))
+    architect.region_profile(ctx, lambda e: None)
+    assert len(made) == 3  # ten minutes old
