@@ -90,7 +90,10 @@ def _leave(code: int) -> None:
     shutdown = getattr(threading, "_shutdown", None)
     if shutdown is None or threading.current_thread() is not threading.main_thread():
         return  # another Python, or not the main thread: the ordinary exit
-    shutdown()
+    try:
+        shutdown()
+    except Exception:  # noqa: BLE001 - another Python's internals: the ordinary exit
+        return
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
