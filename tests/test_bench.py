@@ -177,8 +177,24 @@ def test_a_candidate_the_caller_just_verified_is_timed_without_a_second_verifica
     assert next(r for r in rows if r["variant"] == "cached_output")["verified"] is False
 
 
+@pytest.fixture
+def staged(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The variants of every bench job staged from here on, in order."""
+    import kopt.harness.bench as bench
+
+    seen: list[list[str]] = []
+    real = bench.stage_job
+
+    def spy(kind, request, **kw):  # type: ignore[no-untyped-def]
+        seen.append(list(request["variants"]))
+        return real(kind, request, **kw)
+
+    monkeypatch.setattr(bench, "stage_job", spy)
+    return seen
+
+
 def test_a_baseline_memo_times_eager_once_and_checks_later_candidates_against_it(
-        workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        workspace: Path, tmp_path: Path, staged: list[list[str]]) -> None:
     """The workbench's saved-edit loop: the second bench of the case reuses eager's row (its
     age shown) and times only the candidate, whose output sample is still compared with the
     kept baseline's (a cached output is refused); a changed case file, or an age past the
@@ -187,14 +203,6 @@ def test_a_baseline_memo_times_eager_once_and_checks_later_candidates_against_it
 
     import kopt.harness.bench as bench
 
-    staged: list[list[str]] = []
-    real = bench.stage_job
-
-    def spy(kind, request, **kw):  # type: ignore[no-untyped-def]
-        staged.append(list(request["variants"]))
-        return real(kind, request, **kw)
-
-    monkeypatch.setattr(bench, "stage_job", spy)
     case = tmp_path / "ln_gelu_small"
     shutil.copytree(CASE, case)
     honest = CORPUS / "honest" / "layernorm_gelu.py"
@@ -219,7 +227,7 @@ def test_a_baseline_memo_times_eager_once_and_checks_later_candidates_against_it
 
 
 def test_a_workspace_baseline_is_kept_on_disk_for_the_next_command(
-        workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        workspace: Path, staged: list[list[str]]) -> None:
     """`kopt run`'s integrator keeps eager's rows in `.kopt/baselines/`: a second command (a new
     memo over the same folder) times only the candidate and still refuses a cached output
     against the kept outputs; an unreadable or too old folder, or `kopt memory --clear`, times
@@ -230,14 +238,6 @@ def test_a_workspace_baseline_is_kept_on_disk_for_the_next_command(
     from kopt.harness.paths import baselines_dir
     from kopt.workbench.cli import main
 
-    staged: list[list[str]] = []
-    real = bench.stage_job
-
-    def spy(kind, request, **kw):  # type: ignore[no-untyped-def]
-        staged.append(list(request["variants"]))
-        return real(kind, request, **kw)
-
-    monkeypatch.setattr(bench, "stage_job", spy)
     honest = CORPUS / "honest" / "layernorm_gelu.py"
     cached = CORPUS / "cheats" / "cached_output.py"
     opts: dict[str, Any] = {"device": "cpu", "baselines": ("eager",),
