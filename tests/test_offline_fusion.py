@@ -156,8 +156,22 @@ def test_mean_and_std_share_one_pass_and_keep_precision(tmp_path: Path, rows: in
     result, module = _generate(tmp_path, body, [[rows, 33], [1]])
     reductions = [k for k in result.kernels if "reduction" in k["kind"]]
     assert len(reductions) == 1, result.kernels
-    # the looped form accumulates the sum and M2 in one loop over the tiles (no second pass)
-    assert result.source.count("for start in range(0, n_cols, BLOCK_SIZE):") == 1
+    # the looped form accumulates the sum and M2 in one loop over the tiles (no second pass);
+    # the loop walks this program's split of the rows (the whole extent when unsplit)
+    assert result.source.count("for start in range(lo, hi, BLOCK_SIZE):") == 1
+
+
+def test_an_outer_reduction_splits_its_rows_across_programs(tmp_path: Path) -> None:
+    """A dim-1 max, min and mean of (3, 530, 37) and the map that reads them back: the tiled
+    kernel can split the 530 rows across programs (partials per split, then each split's
+    outputs from all of them); in the interpreter it does wherever the rows loop, so the
+    partials' offsets past the first outer index and the splits' merge are checked against
+    eager here."""
+    body = ["m = x.amax(1, keepdim=True)", "n = x.amin(1, keepdim=True)",
+            "return (x - x.mean(1, keepdim=True)) / (m - n + 1.0), x.std(1)"]
+    result, _ = _generate(tmp_path, body, [[3, 530, 37], [1]])
+    assert "tiled_reduction" in [k["kind"] for k in result.kernels], result.kernels
+    assert "if PHASE == 2:" in result.source and "_tiled_split(" in result.source
 
 
 def test_long_rows_layer_norm_reads_the_row_twice_not_three_times(tmp_path: Path) -> None:

@@ -23,6 +23,22 @@ TL_TYPES = {
 
 # Helper @triton.jit functions a kernel file defines when its expressions use them.
 HELPERS = {
+    "_tiled_split": '''# A tiled reduction whose grid has fewer programs than this splits its reduced dim across
+# programs (partial statistics per split, then each split's outputs from all of them).
+SPLIT_PROGRAMS = 1024
+SPLIT_MIN_TILES = 4
+
+
+def _tiled_split(programs, n_cols, block):
+    """How many programs share one column block's reduced extent: doubled while the grid has
+    fewer than SPLIT_PROGRAMS and each split keeps SPLIT_MIN_TILES tiles (at most 64). In the
+    CPU interpreter, two wherever the extent loops (the split path is exercised there too)."""
+    if _INTERPRETED:
+        return 2 if n_cols > block else 1
+    s = 1
+    while s < 64 and programs * s * 2 <= SPLIT_PROGRAMS and n_cols >= block * SPLIT_MIN_TILES * s * 2:
+        s *= 2
+    return s''',
     "_welford_combine": '''@triton.jit
 def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
     # Two lanes' (mean, sum of squared deviations, count) as one (Chan et al.); empty lanes

@@ -106,6 +106,9 @@ def is_multirow(group: Group) -> bool:
 
 class _ReductionWriter(_Writer):
     one_pass = True
+    split = False
+    """A tiled reduction whose reduced dim may be split across programs (`_splittable`): its
+    loops walk the program's own rows [lo, hi) instead of the whole extent."""
     col, col_mask = "cr", "cmask"
     """The reduced dim's coordinate and its mask in loads (a select's direct load swaps them)."""
 
@@ -155,7 +158,7 @@ class _ReductionWriter(_Writer):
     def col_step(self) -> list[str]:
         """The reduced coordinate and its mask for one block starting at `start`."""
         if self.tiled:
-            return ["cr = start + rows", "cmask = (cr < n_cols) & imask"]
+            return ["cr = start + rows", f"cmask = (cr < {'hi' if self.split else 'n_cols'}) & imask"]
         if self.multirow:
             return ["cr = start + cols", "cmask = (cr < n_cols) & rmask"]
         return ["cr = start + cols", "cmask = cr < n_cols"]
@@ -482,12 +485,20 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     for v in welford.values():
         vars_of.setdefault(twins.get(v.mean_sum, v.mean_sum), []).append(v)
     levels = w.loop_levels(online, welford)
+    w.split = w.tiled and _splittable(group, twins, online, welford, levels)
+    if w.split:
+        w.helpers.add("_tiled_split")
+    loop_range = "range(lo, hi, BLOCK_SIZE)" if w.split else "range(0, n_cols, BLOCK_SIZE)"
+    finals: list[tuple[str, Node, tuple[str, ...]]] = []
+    """What a split's partial program stores and its combining program reads back, per
+    reduction: ("sum" | "amax" | "amin", node, (its value's name,)) or ("welford", node,
+    (mean, m2, n names))."""
     for level in sorted(set(levels.values())):
         reds = [n for n in group.nodes if levels.get(n) == level]
         # a select's index is a row value: read once, before the loop
         index = {n: w.operand(n.args[1], group.dmaps[n], n, top) for n in reds if n.op == "select"}
         at, inits = len(w.lines), []
-        w.emit("for start in range(0, n_cols, BLOCK_SIZE):")
+        w.emit(f"for start in {loop_range}:")
         w.indent += 1
         for line in w.col_step():
             w.emit(line)
@@ -522,6 +533,7 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
                 continue
             if red in welford:
                 top.values[("val", red)] = Operand(w.finish_online_var(red), "tl.float32")
+                finals.append(("welford", red, tuple(f"acc_{red.name}_{k}" for k in ("mean", "m2", "n"))))
                 continue
             if red in twins:
                 top.values[("val", red)] = top.values[("val", twins[red])]
@@ -544,13 +556,15 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
                 w.emit(f"{var} = acc_{red.name}  # {red.origin}: the row's max")
             else:
                 w.emit(f"{var} = {w.red(w.reduce_fn(red), f'acc_{red.name}')}")
+                finals.append((red.op, red, (var,)))
             top.values[("val", red)] = Operand(var, compute_type(red.dtype))
             if red in sums_of:
                 ms = w.fresh("m")
                 w.emit(f"{ms} = tl.where({var} == {_NEG_INF}, 0.0, {var})  # a row of only -inf: shift by 0")
                 m_safe[red] = ms
+    stats, w.lines = w.lines, []
     if full:
-        w.emit("for start in range(0, n_cols, BLOCK_SIZE):")
+        w.emit(f"for start in {loop_range}:")
         w.indent += 1
         for line in w.col_step():
             w.emit(line)
@@ -558,19 +572,24 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
         for o in full:
             w.store(o, outs[o], loop, "cmask")
         w.indent -= 1
-    for o in rows:
-        w.store(o, outs[o], top, _row_mask(w))
-    looped = w.lines
+    for o in rows:  # a split's row values are stored by its first program only
+        w.store(o, outs[o], top, "imask & (ps == 0)" if w.split else _row_mask(w))
+    looped = _split_phases(w, finals, stats, w.lines) if w.split else stats + w.lines
     r = len(group.domain)
     sizes = ["n_cols"] + [f"D{k}" for k in range(r) if k != group.rdim]
     if w.tiled:
         head = tile_head(group, w.coords_needed)
+        if w.split:
+            head += _SPLIT_HEAD
         head += ["if ONE_PASS:  # the reduced extent fits one tile: read once, keep it in registers",
                  "    cr = rows", "    cmask = (cr < n_cols) & imask"]
         body = one + ["    else:  # a long row along the reduced dim: loops over (BLOCK_SIZE, BLOCK_C) tiles, then the outputs"]
         return _finish_simple(w, group, part, name, "tiled_reduction", head, body + looped, sizes,
-                              _tiled_tunables(group), _tiled_default(group),
-                              extra_constexpr=["ONE_PASS"], blocks=["BLOCK_SIZE", "BLOCK_C"])
+                              _tiled_tunables(group), _tiled_default(group, split=w.split),
+                              extra_constexpr=["ONE_PASS"] + (["PHASE", "SPLIT_P"] if w.split else []),
+                              blocks=["BLOCK_SIZE", "BLOCK_C"],
+                              split_slots=sum(3 if kind == "welford" else 1 for kind, _, _ in finals)
+                              if w.split else 0)
     if w.multirow:
         others = [f"D{k}" for k in range(r) if k != group.rdim]
         head = ["row = (tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS))[:, None]",
@@ -593,6 +612,70 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     return _finish_simple(w, group, part, name, "reduction", head, body, sizes,
                           _reduction_tunables(group), _reduction_default(group),
                           extra_constexpr=["ONE_PASS"])
+
+
+_SPLIT_HEAD = [
+    "ps = tl.program_id(1)  # this program's split of the reduced dim (PHASE 0: the only one)",
+    "chunk = tl.cdiv(tl.cdiv(n_cols, n_split), BLOCK_SIZE) * BLOCK_SIZE",
+    "lo = ps * chunk",
+    "hi = tl.minimum(lo + chunk, n_cols)",
+    "pcol = outer * n_inner + ci  # the partials' column",
+]
+"""The head of a tiled reduction that may split its reduced dim across programs: the rows
+[lo, hi) this program walks (the whole extent when n_split is 1)."""
+
+
+def _splittable(group: Group, twins: dict[Node, Node], online: dict[Node, Any],
+                welford: dict[Node, Any], levels: dict[Node, int]) -> bool:
+    """Whether a tiled reduction may split its reduced dim across programs: one loop level,
+    and every reduction a float32 sum, max or min or an online variance (whose partials
+    combine exactly: sums add, Welford triples merge), none an online softmax sum or a
+    select."""
+    if online or len(set(levels.values())) > 1:
+        return False
+    for n in group.nodes:
+        if n.op not in REDUCTIONS or n in twins or n in welford:
+            continue
+        if n.op not in ("sum", "amax", "amin") or \
+                not compute_type(n.dtype).startswith("tl.float"):
+            return False
+    return any(n.op in REDUCTIONS for n in group.nodes)
+
+
+def _split_phases(w: _ReductionWriter, finals: list[tuple[str, Node, tuple[str, ...]]],
+                  stats: list[str], outputs: list[str]) -> list[str]:
+    """The looped part of a splittable tiled reduction as three launches of one kernel
+    (PHASE, a constexpr): 0, unsplit, as before; 1, each split's partial statistics of its rows
+    [lo, hi) stored per (slot, split, column); 2, each split combines all splits' partials into
+    the statistics (the same names the loop would have set) and writes its own rows."""
+    pad = "    "
+    store, combine = [], []
+    slot = 0
+    for kind, n, names in finals:
+        for name in names:
+            off = f"part_ptr + ({slot} * n_split + ps).to(tl.int64) * n_all + pcol"
+            store.append(f"tl.store({off}, {name}, mask=imask)  # {n.origin}: this split's {kind}")
+            slot += 1
+        first = slot - len(names)
+        loads = [f"tl.load(part_ptr + ({first + i} * n_split + sp).to(tl.int64) * n_all + pcol, mask=pmask, "
+                 f"other={_NEUTRAL.get(kind, '0.0') if kind != 'welford' else '0.0'})"
+                 for i in range(len(names))]
+        if kind == "welford":
+            combine.append(f"{', '.join(names)} = tl.reduce(({', '.join(loads)}), axis=0, "
+                           f"keep_dims=True, combine_fn=_welford_combine)  # {n.origin}: the splits merged")
+        else:
+            fn = {"sum": "sum", "amax": "max", "amin": "min"}[kind]
+            combine.append(f"{names[0]} = tl.{fn}({loads[0]}, axis=0, keep_dims=True)"
+                           f"  # {n.origin}: the splits' {kind}")
+    out = [pad * 2 + "if PHASE == 2:  # the splits' partials combined",
+           pad * 3 + "sp = tl.arange(0, SPLIT_P)[:, None]",
+           pad * 3 + "pmask = (sp < n_split) & imask"]
+    out += [pad * 3 + line for line in combine]
+    out += [pad * 2 + "else:"] + [pad + line for line in stats]
+    out += [pad * 3 + "if PHASE == 1:  # this split's partials, for PHASE 2"]
+    out += [pad * 4 + line for line in store]
+    out += [pad * 2 + "if PHASE != 1:"] + [pad + line for line in outputs]
+    return out
 
 
 def _row_mask(w: _ReductionWriter) -> str | None:
@@ -646,15 +729,16 @@ def tile_head(group: Group, coords_needed: set[int]) -> list[str]:
     return head + ["rows = tl.arange(0, BLOCK_SIZE)[:, None]"]
 
 
-def _tiled_default(group: Group) -> dict[str, int]:
+def _tiled_default(group: Group, split: bool = False) -> dict[str, int]:
     """BLOCK_C: 64 contiguous elements per reduced index (256-byte float32 rows), fewer when
-    the grid would have under TILE_PROGRAMS programs; BLOCK_SIZE: the whole reduced extent
-    when the tile fits TILE_ONE_PASS, else TILE_ELEMENTS / BLOCK_C rows per step."""
+    the grid would have under TILE_PROGRAMS programs (unless the kernel splits its reduced dim
+    across programs: `split`); BLOCK_SIZE: the whole reduced extent when the tile fits
+    TILE_ONE_PASS, else TILE_ELEMENTS / BLOCK_C rows per step."""
     rd = group.rdim
     n_cols = group.domain[rd]
     inner, outer = math.prod(group.domain[rd + 1:]), math.prod(group.domain[:rd])
     block_c = min(64, max(16, _next_pow2(inner)))
-    while block_c > 16 and outer * -(-inner // block_c) < TILE_PROGRAMS:
+    while not split and block_c > 16 and outer * -(-inner // block_c) < TILE_PROGRAMS:
         block_c //= 2
     rows = max(16, _next_pow2(n_cols))
     if rows * block_c > TILE_ONE_PASS:

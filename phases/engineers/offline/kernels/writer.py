@@ -463,17 +463,22 @@ def _finish_simple(w: _Writer, group: Group, part: Partition, name: str, kind: s
                    head: list[str], body: list[str], sizes: list[str],
                    tunables: dict[str, list[Any]], config: dict[str, Any],
                    extra_constexpr: list[str] | None = None,
-                   blocks: list[str] | None = None) -> KernelSource:
+                   blocks: list[str] | None = None, split_slots: int = 0) -> KernelSource:
+    """`split_slots`: a tiled reduction split across programs along its reduced dim, with this
+    many float32 partials per (split, column) (reduction.py's `_split_phases`)."""
     in_params, in_args = _input_params(w, group.inputs, "x")
     out_params, out_args = _input_params(w, group.outputs, "y")
     flags = [f"X{i}_CONTIG" for i in w.contig_flags]
     sig = ["    # inputs: pointer, then one stride per dim (0 where broadcast)"] + _signature(in_params)
     sig += ["    # outputs (contiguous)"] + _signature(out_params)
     sig += ["    # run-time sizes"] + [f"    {s}," for s in sizes + [p for p, _ in w.scalar_args]]
+    if split_slots:
+        sig += ["    # the split's partials: (slot, split, column) float32, splits, columns",
+                "    part_ptr, n_split, n_all,"]
     sig += [f"    {c}: tl.constexpr," for c in (blocks or ["BLOCK_SIZE"]) + (extra_constexpr or []) + flags]
     kernel = ["@triton.jit", f"def {name}("] + sig + ["):"]
     kernel += [f"    {line}" for line in head] + body
-    launcher = _simple_launcher(w, group, name, kind, in_args, out_args, sizes)
+    launcher = _simple_launcher(w, group, name, kind, in_args, out_args, sizes, split_slots)
     return KernelSource(name, f"_launch_{group.name}", kind, "\n".join(kernel) + "\n",
                         launcher, _call_args(w, group), _origins(group),
                         tunables, config, w.helpers)
@@ -486,7 +491,7 @@ def _call_args(w: _Writer, group: Group) -> list[str]:
 
 
 def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: list[str],
-                     out_args: list[str], sizes: list[str]) -> str:
+                     out_args: list[str], sizes: list[str], split_slots: int = 0) -> str:
     r = len(group.domain)
     missing = [k for k in range(r) if k not in w.dim_sources]
     params = ["device"] + [f"x{i}" for i in range(len(group.inputs))] + [f"dim{k}" for k in missing] + \
@@ -560,7 +565,21 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
             consts += ', ROWS=cfg["ROWS"]'
     scal = "".join(f", {p}" for p, _ in w.scalar_args)
     all_args = ", ".join(in_args + out_args)
-    lines.append(f"    {name}[grid]({all_args + ', ' if all_args else ''}{size_args}{scal}, {consts}, "
-                 f'num_warps=cfg["num_warps"])')
+    call = f"{name}[grid]({all_args + ', ' if all_args else ''}{size_args}{scal}"
+    if split_slots:  # partial statistics of each split, then each split's outputs from all
+        lines += ['    programs = grid[0]',
+                  '    n_split = _tiled_split(programs, n_cols, cfg["BLOCK_SIZE"])',
+                  '    grid = (programs, n_split)',
+                  '    if n_split == 1:',
+                  f'        {call}, y0, 1, n_inner * n_outer, {consts}, PHASE=0, SPLIT_P=1, '
+                  'num_warps=cfg["num_warps"])',
+                  '    else:',
+                  f'        part = torch.empty(({split_slots}, n_split, n_inner * n_outer), '
+                  'device=device, dtype=torch.float32)']
+        for phase in (1, 2):
+            lines.append(f'        {call}, part, n_split, n_inner * n_outer, {consts}, PHASE={phase}, '
+                         'SPLIT_P=_pow2(n_split), num_warps=cfg["num_warps"])')
+    else:
+        lines.append(f'    {call}, {consts}, num_warps=cfg["num_warps"])')
     lines.append(ret)
     return "\n".join(lines) + "\n"
