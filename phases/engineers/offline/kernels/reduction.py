@@ -738,7 +738,9 @@ def _tiled_default(group: Group, split: bool = False) -> dict[str, int]:
     n_cols = group.domain[rd]
     inner, outer = math.prod(group.domain[rd + 1:]), math.prod(group.domain[:rd])
     block_c = min(64, max(16, _next_pow2(inner)))
-    while not split and block_c > 16 and outer * -(-inner // block_c) < TILE_PROGRAMS:
+    # a split needs SPLIT_MIN_TILES (4) tiles per split and at least two splits (_tiled_split)
+    splits = split and n_cols >= 8 * (TILE_ELEMENTS // block_c)
+    while not splits and block_c > 16 and outer * -(-inner // block_c) < TILE_PROGRAMS:
         block_c //= 2
     rows = max(16, _next_pow2(n_cols))
     if rows * block_c > TILE_ONE_PASS:
