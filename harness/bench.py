@@ -178,12 +178,18 @@ def workspace_baselines() -> BaselineMemo:
     return BaselineMemo(directory=baselines_dir())
 
 
-def _memo_key(case: Case, dev: str, set_name: str, timing_options: dict[str, Any] | None,
-              baselines: Sequence[str]) -> tuple[str, ...]:
+def case_files_digest(case: Case) -> str:
+    """The case's model.py and manifest.yaml, hashed: what a measurement kept for the case
+    (kept baselines, the architect's kept region profile) must still match."""
     files = hashlib.sha256()
     for f in (case.model_file, case.manifest_file):
         files.update(f.read_bytes())
-    return (str(case.directory.resolve()), files.hexdigest(), dev, set_name,
+    return files.hexdigest()
+
+
+def _memo_key(case: Case, dev: str, set_name: str, timing_options: dict[str, Any] | None,
+              baselines: Sequence[str]) -> tuple[str, ...]:
+    return (str(case.directory.resolve()), case_files_digest(case), dev, set_name,
             json.dumps(timing_options or {}, sort_keys=True, default=str), ",".join(baselines))
 
 

@@ -72,14 +72,12 @@ def _kept_regions_file(ctx: RunContext) -> Path:
     """Where the region profile of this case file, device and input set is kept."""
     import hashlib
 
+    from kopt.harness.bench import case_files_digest
     from kopt.harness.paths import baselines_dir
 
-    digest = hashlib.sha256()
-    for f in (ctx.case.model_file, ctx.case.manifest_file):
-        digest.update(f.read_bytes())
-    digest.update(json.dumps([str(ctx.case.directory.resolve()), ctx.device, ctx.input_set,
-                              os.environ.get("CUDA_VISIBLE_DEVICES", "")]).encode())
-    return baselines_dir() / f"regions-{digest.hexdigest()[:24]}.json"
+    key = json.dumps([case_files_digest(ctx.case), str(ctx.case.directory.resolve()), ctx.device,
+                      ctx.input_set, os.environ.get("CUDA_VISIBLE_DEVICES", "")])
+    return baselines_dir() / f"regions-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
 def _read_kept(file: Path) -> dict[str, Any] | None:
