@@ -88,14 +88,17 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} {value!r}")
 
 
-def _describe_tensor(t: Any) -> dict[str, Any]:
+def _describe_tensor(t: Any, layout: Any = None) -> dict[str, Any]:
+    """An input tensor's shape, dtype, layout and value statistics; `layout`: the full draw's
+    tensor (meta) when `t` is a sample of it (`harness.probe_draw`)."""
     import torch
 
     x = t.detach().cpu()
-    info: dict[str, Any] = {"kind": "tensor", "shape": list(x.shape),
+    full = x if layout is None else layout
+    info: dict[str, Any] = {"kind": "tensor", "shape": list(full.shape),
                             "dtype": str(x.dtype).removeprefix("torch."),
-                            "contiguous": x.is_contiguous(), "transposed": False}
-    if not x.is_contiguous() and x.dim() >= 2 and x.transpose(-1, -2).is_contiguous():
+                            "contiguous": full.is_contiguous(), "transposed": False}
+    if not full.is_contiguous() and full.dim() >= 2 and full.transpose(-1, -2).is_contiguous():
         info["transposed"] = True
     if x.numel() == 0:
         return info
@@ -156,6 +159,8 @@ def probe(file: Path, class_name: str = "Model",
 
     import torch
 
+    from kopt.harness import probe_draw
+
     def fail(error: str, fix: str) -> dict[str, Any]:
         return {"ok": False, "error": error, "fix": fix}
 
@@ -198,22 +203,22 @@ def probe(file: Path, class_name: str = "Model",
         if seed and not any(isinstance(i.get("min"), int) for i in inputs):
             break  # later draws only widen integer ranges
         torch.manual_seed(seed)
-        try:
-            drawn = get_inputs()
+        try:  # a sample of a large draw when its structure allows (harness.probe_draw)
+            drawn = probe_draw.draw(get_inputs)
         except BaseException as err:
             return fail(f"get_inputs() raised {type(err).__name__}: {err}",
                         "fix get_inputs() so that it returns the forward's arguments")
-        if not isinstance(drawn, (list, tuple)):
-            return fail(f"get_inputs() returned a {type(drawn).__name__}, not a list",
+        if not isinstance(drawn.values, (list, tuple)):
+            return fail(f"get_inputs() returned a {type(drawn.values).__name__}, not a list",
                         "return a list of the forward's arguments, e.g. [x]")
-        for i, value in enumerate(drawn):
+        for i, value in enumerate(drawn.values):
             if seed > 0:  # later draws only widen integer ranges
                 if isinstance(value, torch.Tensor) and isinstance(inputs[i].get("min"), int):
                     other = _describe_tensor(value)
                     inputs[i]["min"] = min(inputs[i]["min"], other["min"])
                     inputs[i]["max"] = max(inputs[i]["max"], other["max"])
             elif isinstance(value, torch.Tensor):
-                inputs.append(_describe_tensor(value))
+                inputs.append(_describe_tensor(value, drawn.layout[i] if drawn.sampled else None))
             else:
                 try:
                     inputs.append({"kind": "value", "value": _jsonable(value)})
