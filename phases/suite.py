@@ -89,6 +89,10 @@ class SuiteRow:
     ({"g0": "torch", "g1": "triton"}) when a region runs faster in PyTorch; empty otherwise."""
     verify_steps: dict[str, float] = field(default_factory=dict)
     """The verification's own steps (draws, reference, candidate, judge: VerificationReport.steps)."""
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The problem's worker jobs by kind (reference, candidate, tune, bench...): count, wall
+    seconds as this process saw them, how the workers started, and the seconds of each step
+    inside them (`phases.breakdown.TimingBreakdown.jobs`): where a problem's minute goes."""
     outcome: str = ""
     """GPU: the never-regress verdict of `phases.outcome` (faster, keep-compile,
     keep-pytorch): a candidate not faster than eager beyond the timer's noise is not the
@@ -260,10 +264,13 @@ def _gated(timeout: float) -> float:
 
 def prepare_problem(problem: Problem, root: Path, *, device: str,
                     timeout: float = PROBLEM_TIMEOUT_S,
-                    max_elements: int = DEFAULT_MAX_ELEMENTS) -> tuple[SuiteRow, Any, Path | None]:
+                    max_elements: int = DEFAULT_MAX_ELEMENTS,
+                    target: Any = None) -> tuple[SuiteRow, Any, Path | None]:
     """Import, generate and verify one problem: its row, the case and the candidate file
     (None when it did not get that far). On a GPU, main inputs whose largest tensor (input or
-    output) holds more than `max_elements` run on fewer rows (`harness.sizing`; 0: never)."""
+    output) holds more than `max_elements` run on fewer rows (`harness.sizing`; 0: never).
+    `target`: where its worker jobs run (None: this machine; `run_problem` passes a clocked
+    one)."""
     from kopt.harness import gpu_gate
     from kopt.harness.case import load_case_dir
     from kopt.harness.kernelbench import import_kernelbench
@@ -318,12 +325,14 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     t0 = time.perf_counter()
     try:
         with gpu_gate.shared_window():
-            report = verify_candidate(case, candidate, device=device, min_timeout=timeout)
+            report = verify_candidate(case, candidate, device=device, min_timeout=timeout,
+                                      target=target)
         if device == "cuda" and not report.accepted and _out_of_memory(report):
             # four problems share the GPU while they verify; one that ran out of memory
             # beside the others is verified again with the GPU to itself
             with gpu_gate.exclusive_window():
-                report = verify_candidate(case, candidate, device=device, min_timeout=timeout)
+                report = verify_candidate(case, candidate, device=device, min_timeout=timeout,
+                                          target=target)
             row.detail = "re-verified alone after running out of GPU memory beside other problems"
     except KoptError as err:
         row.status, row.detail = "failed", f"verification could not run: {err.one_line()}"[:300]
@@ -345,7 +354,7 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
 
 
 def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
-                   timeout: float = PROBLEM_TIMEOUT_S) -> Path:
+                   timeout: float = PROBLEM_TIMEOUT_S, target: Any = None) -> Path:
     """GPU: each region of a candidate timed in Triton and in PyTorch, and kept in PyTorch
     where that gains over the timer's noise; a changed choice is verified in full before it
     is timed. The file to time: the candidate itself when every region is faster in Triton
@@ -396,7 +405,7 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
     def time_configs(configs: list[dict[str, Any]], _what: str) -> list[dict[str, Any]]:
         return time_files(configs, file_of, lambda paths: time_trials(
             case, paths, device=device, input_set=input_set, timing_options=QUICK_TIMING,
-            timeout=_gated(timeout), budget_s=30.0))[0]
+            timeout=_gated(timeout), budget_s=30.0, target=target))[0]
 
     try:
         default: dict[str, Any] = {k: v[0] for k, v in space.items()}
@@ -422,20 +431,22 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
             if keep == default:
                 return candidate
         return _verified_choice(row, case, candidate, file_of(keep), keep, device=device,
-                                timeout=timeout)
+                                timeout=timeout, target=target)
     finally:
         row.seconds["regions"] = time.perf_counter() - t0
 
 
 def _verified_choice(row: SuiteRow, case: Any, candidate: Path, chosen: Path,
-                     keep: dict[str, Any], *, device: str, timeout: float) -> Path:
+                     keep: dict[str, Any], *, device: str, timeout: float,
+                     target: Any = None) -> Path:
     """`chosen` once verified in full (the row records the choice), else the candidate."""
     from kopt.harness import gpu_gate
     from kopt.harness.verify import verify_candidate
     from kopt.phases.engineers.offline.regions import is_region_key, region_of
 
     with gpu_gate.shared_window():
-        report = verify_candidate(case, chosen, device=device, min_timeout=timeout)
+        report = verify_candidate(case, chosen, device=device, min_timeout=timeout,
+                                  target=target)
     if not report.accepted:
         row.detail = ("the region choice failed verification (" + ", ".join(report.failed())
                       + "): every region timed in Triton; the choice was "
@@ -452,7 +463,8 @@ def _out_of_memory(report: Any) -> bool:
 
 
 def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, rounds: int,
-                 timing: dict[str, Any], timeout: float = PROBLEM_TIMEOUT_S) -> None:
+                 timing: dict[str, Any], timeout: float = PROBLEM_TIMEOUT_S,
+                 target: Any = None) -> None:
     """Eager, torch.compile and the candidate with the harness timer (GPU only), `rounds`
     times, the median of each: fills the row's times, speedups and % of floor."""
     from kopt.harness.bench import bench_case
@@ -465,7 +477,7 @@ def time_problem(row: SuiteRow, case: Any, candidate: Path, *, device: str, roun
     try:
         for _ in range(max(1, rounds)):
             rows = bench_case(case, [candidate], device=device, unverified=True,
-                              timeout=_gated(timeout), timing_options=timing)
+                              timeout=_gated(timeout), timing_options=timing, target=target)
             for r in rows:
                 key = r["variant"] if r["variant"] in ("eager", "compile") else "kopt"
                 if r["median_ms"]:
@@ -502,20 +514,27 @@ def run_problem(problem: Problem, root: Path, *, device: str, rounds: int = 1,
                 timing: dict[str, Any] | None = None, timeout: float = PROBLEM_TIMEOUT_S,
                 max_elements: int = DEFAULT_MAX_ELEMENTS) -> SuiteRow:
     """One problem end to end; never raises (a failure is the row's status)."""
+    from kopt.harness.targets.resolve import resolve_target
+    from kopt.phases.breakdown import ClockedTarget, TimingBreakdown
+
     _begin(problem)
+    clock = TimingBreakdown()
+    target = ClockedTarget(resolve_target(None), clock)
     try:
         row, case, candidate = prepare_problem(problem, root, device=device, timeout=timeout,
-                                               max_elements=max_elements)
+                                               max_elements=max_elements, target=target)
         if candidate is not None and device == "cuda":
             # the timing workers take the GPU gate around their timed calls only
             try:
                 candidate = choose_regions(row, case, candidate, device=device,
-                                           timeout=timeout)
+                                           timeout=timeout, target=target)
             except Exception as err:  # the choice is an optimisation: time what verified
                 row.detail = (f"region choice failed ({type(err).__name__}: {err}); "
                               "every region timed in Triton")[:300]
             time_problem(row, case, candidate, device=device, rounds=rounds,
-                         timing=QUICK_TIMING if timing is None else timing, timeout=timeout)
+                         timing=QUICK_TIMING if timing is None else timing, timeout=timeout,
+                         target=target)
+        row.jobs = clock.to_dict()["jobs"]
         return row
     except Exception as err:  # a bug must cost one row, not the suite
         import traceback
@@ -572,10 +591,39 @@ def _stats(rows: Sequence[SuiteRow]) -> dict[str, Any]:
 
 def summarize(rows: Sequence[SuiteRow]) -> dict[str, Any]:
     """Verified count, geomeans vs eager and compile, count slower than eager: overall and
-    per level."""
+    per level; and where the problems' seconds went (`time_spent`)."""
     levels = sorted({r.level for r in rows}, key=lambda s: _natural(Path(s)))
     return {**_stats(rows), "levels": {lv: _stats([r for r in rows if r.level == lv])
-                                       for lv in levels}}
+                                       for lv in levels},
+            "time_spent": time_spent(rows)}
+
+
+TOP_JOB_STEPS = 12
+
+
+def time_spent(rows: Sequence[SuiteRow]) -> dict[str, Any]:
+    """The problems' seconds summed: per step of a problem (`steps`: import, codegen,
+    verify, regions, time), per worker job kind (`jobs`: count and wall seconds) and the
+    `TOP_JOB_STEPS` largest steps inside the jobs (`job_steps`, "bench: first call,
+    compile"). Problems run side by side, so the sums exceed the suite's wall time; they say
+    what a faster suite must cut."""
+    steps: dict[str, float] = {}
+    jobs: dict[str, dict[str, float]] = {}
+    inner: dict[str, float] = {}
+    for r in rows:
+        for name, sec in r.seconds.items():
+            steps[name] = steps.get(name, 0.0) + sec
+        for kind, d in r.jobs.items():
+            j = jobs.setdefault(kind, {"count": 0, "seconds": 0.0})
+            j["count"] += d.get("count", 0)
+            j["seconds"] += d.get("seconds", 0.0)
+            for name, sec in (d.get("steps") or {}).items():
+                inner[f"{kind}: {name}"] = inner.get(f"{kind}: {name}", 0.0) + sec
+    top = sorted(inner.items(), key=lambda kv: -kv[1])[:TOP_JOB_STEPS]
+    return {"steps": {k: round(v, 1) for k, v in steps.items()},
+            "jobs": {k: {"count": int(v["count"]), "seconds": round(v["seconds"], 1)}
+                     for k, v in sorted(jobs.items(), key=lambda kv: -kv[1]["seconds"])},
+            "job_steps": {k: round(v, 1) for k, v in top}}
 
 
 def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: int | None = None,
@@ -665,6 +713,14 @@ def to_markdown(result: SuiteResult) -> str:
               "at 1.00x: the user keeps PyTorch there."]
     if result.device != "cuda":
         lines += ["", "CPU (Triton interpreter, smoke inputs): verification only, no timings."]
+    spent = s["time_spent"]
+    if spent["steps"]:
+        lines += ["", "Where the problems' seconds went (summed over problems run side by side):",
+                  "", "| step | seconds |", "|---|---|"]
+        lines += [f"| {k} | {v:.1f} |" for k, v in spent["steps"].items()]
+        lines += [f"| {kind} jobs ({d['count']}) | {d['seconds']:.1f} |"
+                  for kind, d in spent["jobs"].items()]
+        lines += [f"| {k} | {v:.1f} |" for k, v in spent["job_steps"].items()]
     return "\n".join(lines) + "\n"
 
 

@@ -103,6 +103,24 @@ def test_summary_is_geomean_per_level_and_counts_problems_slower_than_eager(tmp_
     assert [p.name for p in cpu] == ["cpu.md", "cpu.json"]  # nothing timed: no chart
 
 
+def test_the_summary_says_where_the_problems_seconds_went() -> None:
+    """Per problem step, per job kind and the largest steps inside the jobs, summed over rows
+    (what a faster suite must cut), in the JSON summary and the markdown."""
+    a, b = _row("a", "level1", 2.0, 1.0), _row("b", "level1", 1.0, 1.0)
+    a.seconds, b.seconds = {"verify": 10.0, "time": 4.0}, {"verify": 5.0}
+    a.jobs = {"candidate": {"count": 1, "seconds": 8.0, "steps": {"first call": 6.0}},
+              "bench": {"count": 1, "seconds": 3.0, "steps": {"first call, compile": 2.5}}}
+    b.jobs = {"candidate": {"count": 2, "seconds": 4.0, "steps": {"first call": 1.0}}}
+    spent = summarize([a, b])["time_spent"]
+    assert spent["steps"] == {"verify": 15.0, "time": 4.0}
+    assert spent["jobs"] == {"candidate": {"count": 3, "seconds": 12.0},
+                             "bench": {"count": 1, "seconds": 3.0}}
+    assert list(spent["job_steps"].items()) == [("candidate: first call", 7.0),
+                                                ("bench: first call, compile", 2.5)]
+    md = to_markdown(SuiteResult([a, b], "cuda", 20.0, ""))
+    assert "| candidate jobs (3) | 12.0 |" in md and "| candidate: first call | 7.0 |" in md
+
+
 def _size(file: Path) -> int | None:
     """Elements of get_inputs() and parameters of Model(*get_init_inputs()), built on torch's
     meta device (no memory)."""
@@ -158,6 +176,10 @@ def test_suite_verifies_a_smoke_subset_of_kernelbench_in_the_interpreter(
         assert r["speedup_vs_eager"] is None
         if r["status"] in ("verified", "rejected"):
             assert "verify" in r["seconds"] and r["kernels"], r
+            # and says where its seconds went, job by job, step by step
+            jobs = r["jobs"]
+            assert jobs["reference"]["count"] >= 1 and jobs["candidate"]["count"] >= 1, jobs
+            assert jobs["candidate"]["steps"] and jobs["candidate"]["seconds"] > 0, jobs
     assert set(reply["levels"]) == {"level1", "level2", "level3"}
     assert reply["verified"] >= math.ceil(0.5 * len(rows)), [
         (r["problem"], r["status"], r["detail"]) for r in rows if r["status"] != "verified"]
