@@ -16,8 +16,11 @@ nothing is ever presented as a GPU figure.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -217,25 +220,61 @@ def _ceilings_file(name: str) -> Path:
     return cache_dir() / "ceilings" / f"{safe}.json"
 
 
+def _cached(file: Path) -> Ceilings | None:
+    if not file.is_file():
+        return None
+    try:
+        data = json.loads(file.read_text())
+        if data.pop("version", None) == CEILINGS_VERSION:
+            return Ceilings(**data)
+    except (OSError, ValueError, TypeError):
+        pass  # unreadable or from an older kopt: measure again
+    return None
+
+
 def ceilings(device: str = "cuda", *, refresh: bool = False) -> Ceilings:
-    """The device's peak rates: measured once per GPU and cached; all None on the CPU."""
+    """The device's peak rates: measured once per GPU and cached; all None on the CPU.
+
+    One process measures at a time (a lock file beside the cache): the others wait and read
+    what it wrote. A GPU suite starts several problems at once, and each one's first timing
+    job measured the same GPU again, 6-21 s each at the GPU gate (4x H200, 2026-11-28: twelve
+    measurements in a call of four GPUs, 166 s of timing jobs)."""
     if not str(device).startswith("cuda"):
         return Ceilings(None, None, None, None, None, device_name="cpu", source="none")
     name = torch.cuda.get_device_name()
     file = _ceilings_file(name)
-    if not refresh and file.is_file():
-        try:
-            data = json.loads(file.read_text())
-            if data.pop("version", None) == CEILINGS_VERSION:
-                return Ceilings(**data)
-        except (OSError, ValueError, TypeError):
-            pass  # unreadable or from an older kopt: measure again
-    measured = measure_ceilings()
+    if not refresh and (known := _cached(file)) is not None:
+        return known
     file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"version": CEILINGS_VERSION, **measured.to_dict()}, indent=1))
-    tmp.replace(file)
+    with _measuring(file):
+        if not refresh and (known := _cached(file)) is not None:
+            return known  # measured by another process while this one waited
+        measured = measure_ceilings()
+        tmp = file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"version": CEILINGS_VERSION, **measured.to_dict()}, indent=1))
+        tmp.replace(file)
     return measured
+
+
+@contextmanager
+def _measuring(file: Path) -> Iterator[None]:
+    """Hold `file`'s lock (an exclusive `flock` on `<file>.lock`) for the block; on a system
+    or filesystem without locks, no lock (two measurements then, as before)."""
+    try:
+        import fcntl
+
+        handle = open(file.with_suffix(".lock"), "a")  # noqa: SIM115 (held for the block)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        handle.close()  # releases the lock
 
 
 def measure_ceilings() -> Ceilings:

@@ -153,3 +153,38 @@ def test_the_timing_window_never_runs_a_model_for_real(
     monkeypatch.undo()
     roofline._WINDOWS.clear()
     assert roofline.timing_window(load_case("rmsnorm"), "smoke") != {}
+
+
+def test_processes_that_need_the_ceilings_at_once_measure_them_once(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU suite starts several problems together: the first timing job measures the GPU,
+    the others wait for its figures instead of measuring it again (a fake GPU: threads, each
+    with its own lock handle, as separate processes have)."""
+    import threading
+    import time
+
+    import torch
+
+    from kopt.harness import roofline
+
+    calls: list[int] = []
+
+    def slow_measure() -> Ceilings:
+        calls.append(1)
+        time.sleep(0.3)
+        return Ceilings(3000.0, 700.0, 650.0, 350.0, 50.0, device_name="Fake GPU",
+                        source="measured")
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    monkeypatch.setattr(roofline, "measure_ceilings", slow_measure)
+    seen: list[Ceilings] = []
+    threads = [threading.Thread(target=lambda: seen.append(roofline.ceilings("cuda")))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(seen) == 4
+    assert {c.copy_gbps for c in seen} == {3000.0}
+    roofline.ceilings("cuda", refresh=True)  # `kopt doctor --refresh` measures again
+    assert len(calls) == 2
