@@ -439,5 +439,51 @@ def test_a_leading_size_export_fixes_follows_the_input_again(tmp_path: Path) -> 
         _check_case(case, module, name)
 
 
+LOOP_OVER_ROWS = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Linear(8, 4)
+
+    def forward(self, x, h):
+        outs = []
+        for t in range(x.size(0)):  # a hand-written RNN over its sequence (the leading size)
+            h = torch.tanh(self.cell(torch.cat((x[t], h), dim=1)))
+            outs.append(h)
+        return torch.stack(outs, dim=0)
+"""
+
+
+def test_a_python_loop_over_the_leading_size_is_said_and_traced_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Export unrolls the loop, one `x[t]` per step: a second trace one row larger is a
+    longer program that cannot make the size symbolic again, so it is not made (it cost
+    30-60 s of codegen for KernelBench level-3 34's 256 steps), and the note says why the
+    candidate is fixed at the traced number of steps."""
+    from kopt.phases.engineers.offline import capture, generate_candidate
+    from kopt.phases.engineers.offline.engineer import FIXED_LEAD_NOTE
+
+    d = tmp_path / "loop"
+    d.mkdir()
+    (d / "model.py").write_text(LOOP_OVER_ROWS)
+    (d / "manifest.yaml").write_text(textwrap.dedent("""
+        name: loop
+        inputs:
+          args: [{shape: [5, 2, 4]}, {shape: [2, 4]}]
+        device: cpu
+    """))
+    exports: list[object] = []
+    real = capture._export
+    monkeypatch.setattr(capture, "_export", lambda *a, **k: exports.append(1) or real(*a, **k))
+    result = generate_candidate(load_case_dir(d))
+    assert len(exports) == 1
+    assert result.notes[0].startswith(f"{FIXED_LEAD_NOTE} 5 (a Python loop over it"), result.notes
+    module = _load_candidate(result.source, tmp_path, "loop")
+    _check_case(load_case_dir(d), module, "main")  # right at the traced number of steps
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

@@ -78,6 +78,9 @@ class Captured:
     lead_sizes: int = 0
     """Sizes made expressions of the leading size again from a second trace (0: none needed,
     or not possible)."""
+    loop_over_lead: bool = False
+    """The program reads each row of its leading input by index (`loops_over_lead`): a Python
+    loop over the leading size, fixed at the traced count of steps."""
 
 
 EXPORT_CACHE_SIZE = 8
@@ -163,6 +166,9 @@ def _retrace_lead(case: Case, input_set: str, captured: Captured, key: str | Non
     first = case.input_set(input_set)
     if source is None or leading_size(first) not in (lead, 1):
         return
+    if loops_over_lead(captured.graph, source, lead):
+        captured.loop_over_lead = True
+        return  # a second trace unrolls one step more: no program of the same shape to fit
     second_key = None if key is None else f"{key}:lead+1"
     try:
         if second_key in _EXPORTS:
@@ -178,6 +184,19 @@ def _retrace_lead(case: Case, input_set: str, captured: Captured, key: str | Non
     except Exception:  # noqa: BLE001 - a best-effort step: any failure leaves the first trace as is
         return  # (a loop over the leading size, a model that needs that size: it stays fixed)
     captured.fixed_lead = None
+
+
+def loops_over_lead(graph: Graph, source: str, lead: int) -> bool:
+    """Whether the program reads every row of its leading input by a constant index, `x[0]`
+    to `x[lead - 1]`: a Python loop over the leading size, unrolled by export (a hand-written
+    RNN over its sequence). A trace one row larger is then a different program, one step
+    longer, so the second export of `_retrace_lead` cannot make the size symbolic again
+    (KernelBench level-3 34: 256 steps, 30-60 s of a 2-core CPU's codegen for that export)."""
+    name = source.removesuffix(".shape[0]")
+    rows = {n.args[2] for n in graph.nodes
+            if n.op == "select_index" and len(n.args) >= 3 and getattr(n.args[0], "name", None) == name
+            and n.args[1] == 0 and type(n.args[2]) is int}
+    return lead >= 3 and rows >= set(range(lead))
 
 
 def _capture(case: Case, input_set: str) -> tuple[Captured, Any]:

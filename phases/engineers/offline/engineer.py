@@ -82,7 +82,12 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
     if captured.lead_sizes:
         notes.insert(0, f"torch.export fixed the inputs' leading size; {captured.lead_sizes} "
                         "size(s) follow it again, fitted from a second trace one row larger")
-    if captured.fixed_lead is not None:
+    if captured.fixed_lead is not None and captured.loop_over_lead:
+        notes.insert(0, f"{FIXED_LEAD_NOTE} {captured.fixed_lead} (a Python loop over it: "
+                        f"every row of the leading input read by index, {captured.fixed_lead} "
+                        "steps unrolled): the candidate runs that many steps only and fails "
+                        "at the other leading sizes the verifier tries")
+    elif captured.fixed_lead is not None:
         notes.insert(0, f"{FIXED_LEAD_NOTE} {captured.fixed_lead} (a static export, or a size "
                         "derived from it through int(), a Python loop or a branch): the "
                         "candidate may fail at the other leading sizes the verifier tries")
