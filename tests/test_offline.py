@@ -409,6 +409,14 @@ class Model(nn.Module):
 """
 
 
+def _case_dir(d: Path, model: str, manifest: str) -> Path:
+    """A case folder at `d` with `model` as model.py and `manifest` (dedented) as its manifest."""
+    d.mkdir()
+    (d / "model.py").write_text(model)
+    (d / "manifest.yaml").write_text(textwrap.dedent(manifest))
+    return d
+
+
 def test_a_leading_size_export_fixes_follows_the_input_again(tmp_path: Path) -> None:
     """A batch read back through int() of a float (KernelBench level-3 30's window reverse):
     export fixes it and every size after it (views of 6 and 36 windows); a second trace one row
@@ -417,10 +425,7 @@ def test_a_leading_size_export_fixes_follows_the_input_again(tmp_path: Path) -> 
     from kopt.phases.engineers.offline import generate_candidate
     from kopt.phases.engineers.offline.engineer import FIXED_LEAD_NOTE
 
-    d = tmp_path / "windows"
-    d.mkdir()
-    (d / "model.py").write_text(WINDOWS)
-    (d / "manifest.yaml").write_text(textwrap.dedent("""
+    case = load_case_dir(_case_dir(tmp_path / "windows", WINDOWS, """
         name: windows
         inputs:
           args: [{shape: [6, 4, 6, 5]}, {shape: [1]}]
@@ -429,7 +434,6 @@ def test_a_leading_size_export_fixes_follows_the_input_again(tmp_path: Path) -> 
           - args: [{shape: [3, 4, 6, 5]}, {shape: [1]}]
           - args: [{shape: [1, 4, 6, 5]}, {shape: [1]}]
     """))
-    case = load_case_dir(d)
     result = generate_candidate(case)
     assert not any(n.startswith(FIXED_LEAD_NOTE) for n in result.notes), result.notes
     assert "second trace" in result.notes[0], result.notes
@@ -466,15 +470,12 @@ def test_a_python_loop_over_the_leading_size_is_said_and_traced_once(
     from kopt.phases.engineers.offline import capture, generate_candidate
     from kopt.phases.engineers.offline.engineer import FIXED_LEAD_NOTE
 
-    d = tmp_path / "loop"
-    d.mkdir()
-    (d / "model.py").write_text(LOOP_OVER_ROWS)
-    (d / "manifest.yaml").write_text(textwrap.dedent("""
+    d = _case_dir(tmp_path / "loop", LOOP_OVER_ROWS, """
         name: loop
         inputs:
           args: [{shape: [5, 2, 4]}, {shape: [2, 4]}]
         device: cpu
-    """))
+    """)
     exports: list[object] = []
     real = capture._export
     monkeypatch.setattr(capture, "_export", lambda *a, **k: exports.append(1) or real(*a, **k))
