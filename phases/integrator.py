@@ -75,7 +75,8 @@ def _time_side_by_side(ctx: RunContext, kernel: Path, accepted: bool,
     if kept is not None:
         events(Event(LOG, PHASE, f"eager and torch.compile: kept from this workspace's bench "
                                  f"of the unchanged case {kept:.0f} s ago (ten minutes at most)"
-                                 "; the kernel's output sample was checked against theirs"))
+                                 + ("; the kernel's output sample was checked against theirs"
+                                    if accepted else "; no kernel timed")))
     out = {}
     for label, row in zip(labels, rows + [None] * (3 - len(rows)), strict=True):
         if row is None:

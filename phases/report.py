@@ -89,10 +89,13 @@ def render(manifests: dict[str, Manifest], *, iterations: list[dict[str, Any]],
               f"{_x(timing.get('speedup_vs_compile'), label)} | "
               f"{_pct(timing.get('pct_of_floor'))} |", ""]
     if timing.get("baselines_timed_s_ago") is not None:
+        timed = timing.get("candidate_ms") is not None
+        before = "this run's kernel" if timed else "this run's integrator"
+        after = ("the kernel's output sample was checked against theirs." if timed
+                 else "no kernel was timed.")
         lines += [f"Eager and torch.compile were timed {timing['baselines_timed_s_ago']:.0f} s "
-                  "before this run's kernel, by this workspace's bench of the unchanged case "
-                  "(kept ten minutes at most); the kernel's output sample was checked against "
-                  "theirs.", ""]
+                  f"before {before}, by this workspace's bench of the unchanged case (kept ten "
+                  f"minutes at most); {after}", ""]
     for key, what in (("eager_error", "eager"), ("compile_error", "torch.compile"),
                       ("candidate_error", "the kernel")):
         if timing.get(key):
