@@ -8,7 +8,9 @@ session 0), and keeps each problem's last row. A row that failed because of the 
 (a reused `--keep` folder: "already holds a case"; a stopped suite's worker refused at exit,
 before efb6a42) does not replace an earlier one. Prints,
 per level: problems with a row, verified, timed, the candidates' geomean speedup vs eager
-and vs torch.compile, and how many candidates are slower than eager by over 2%; with
+and vs torch.compile, and how many candidates are slower than eager by over 2%; then the
+results' (a keep-pytorch problem counted at 1.00x, what its user runs) geomean and count
+slower than eager; with
 `--level`, that level's rows first. Rows of different sessions may come from different
 cards (H100, H200): each speedup is a ratio on its own card.
 """
@@ -78,9 +80,15 @@ def main() -> int:
         timed = [r for _, (_f, r) in mine if r.get("speedup_vs_eager")]
         eager = _geomean([r["speedup_vs_eager"] for r in timed])
         comp = _geomean([r["speedup_vs_compile"] for r in timed if r.get("speedup_vs_compile")])
+        # what a user takes away: PyTorch (1.00x) where the never-regress outcome kept it
+        results = [1.0 if r.get("outcome") == "keep-pytorch" else r["speedup_vs_eager"]
+                   for r in timed]
         print(f"{level}: {len(mine)} problems, {sum(bool(r.get('verified')) for _, (_f, r) in mine)} "
               f"verified, {len(timed)} timed, geomean {eager or 0:.3f}x eager, {comp or 0:.3f}x "
-              f"torch.compile, {sum(r['speedup_vs_eager'] < 0.98 for r in timed)} slower than eager")
+              f"torch.compile, {sum(r['speedup_vs_eager'] < 0.98 for r in timed)} slower than eager; "
+              f"results {_geomean(results) or 0:.3f}x eager, {sum(x < 0.98 for x in results)} "
+              f"slower than eager, {sum(r.get('outcome') == 'keep-pytorch' for r in timed)} "
+              "keep-pytorch")
     return 0
 
 
