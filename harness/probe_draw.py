@@ -41,6 +41,8 @@ about this many (at least one row)."""
 
 _SIZED = {torch.rand, torch.randn, torch.zeros, torch.ones, torch.empty}
 """Factories whose positional arguments are the size (`rand(4, 5)` or `rand((4, 5))`)."""
+_FACTORIES = _SIZED | {torch.full, torch.randint, torch.normal, torch.randperm}
+"""Functions whose `size=` keyword is an output size to cut (no other function's is)."""
 
 
 def _shrunk(size: tuple[int, ...], target: int) -> tuple[int, ...]:
@@ -70,7 +72,7 @@ class _Shrink(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = dict(kwargs or {})
-        if "size" in kwargs and (size := _as_size(kwargs["size"])) is not None:
+        if func in _FACTORIES and (size := _as_size(kwargs.get("size"))) is not None:
             kwargs["size"] = self._shrunk(size)
         elif func in _SIZED and args:
             if len(args) == 1 and (size := _as_size(args[0])) is not None:
