@@ -330,17 +330,16 @@ def _worst_rel(cmp: Any) -> float:
 
 
 def partial_update(judge: Any) -> str | None:
-    """A failure text when outputs did not follow a few elements changed in place, else None."""
-    carrier = next((i for i in judge.plan.items if i.partial), None)
-    if carrier is None:
-        return None
-    facts = (judge.resp.get("sets") or {}).get(carrier.name, {})
-    if not facts.get("partial_same_storage", False):
-        return f"{carrier.name}: the partial in-place update did not keep the input storage"
-    _cmp, problem = _compare(judge, carrier.partial)
-    if problem:
-        return (f"{carrier.name}: partial in-place update (a few elements of the same input "
-                f"storage changed between calls): {problem}")
+    """A failure text when outputs did not follow an element changed in place (on each set
+    that carries such an update: `draws._partial`), else None."""
+    for carrier in (i for i in judge.plan.items if i.partial):
+        facts = (judge.resp.get("sets") or {}).get(carrier.name, {})
+        if not facts.get("partial_same_storage", False):
+            return f"{carrier.name}: the partial in-place update did not keep the input storage"
+        _cmp, problem = _compare(judge, carrier.partial)
+        if problem:
+            return (f"{carrier.name}: partial in-place update (one element of each input "
+                    f"changed in the same storage between calls): {problem}")
     return None
 
 
