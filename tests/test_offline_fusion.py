@@ -24,9 +24,11 @@ def _generate(tmp: Path, body: list[str], shapes: list[list[int]], dtype: str = 
 
 
 def _constructor_case(tmp: Path, name: str, ctor: str, layers: list[str], forward: list[str],
-                      main_init: str, main: list[int], smoke_init: str, smoke: list[int]):
+                      main_init: str, main: list[int], smoke_init: str, smoke: list[int],
+                      tolerance: str = ""):
     """A case whose constructor sizes the model (`ctor`: its arguments), with a smoke set that
-    changes them (the pipeline generates on main; CPU runs verify on smoke)."""
+    changes them (the pipeline generates on main; CPU runs verify on smoke); `tolerance`: the
+    manifest's own `tolerance:` mapping, if any."""
     case_dir = tmp / name
     case_dir.mkdir()
     (case_dir / "model.py").write_text(
@@ -39,7 +41,8 @@ def _constructor_case(tmp: Path, name: str, ctor: str, layers: list[str], forwar
         f"model: {{module: model.py, class: Model, init_kwargs: {{{main_init}}}}}\n"
         f"inputs:\n  args:\n    - {{shape: {main}, dtype: float32}}\n"
         "device: auto\nprecision: strict\n"
-        f"smoke:\n  init_kwargs: {{{smoke_init}}}\n  args: [{{shape: {smoke}}}]\n")
+        + (f"tolerance: {tolerance}\n" if tolerance else "")
+        + f"smoke:\n  init_kwargs: {{{smoke_init}}}\n  args: [{{shape: {smoke}}}]\n")
     return load_case_dir(case_dir)
 
 

@@ -50,10 +50,15 @@ def _outputs_match(case, module, input_set: str, *, perturb: bool) -> None:
 
 
 def _linear_case(tmp: Path, name: str, layers: list[str], forward: list[str]):  # type: ignore[no-untyped-def]
-    """A case sized by (features, hidden), whose smoke set shrinks both."""
+    """A case sized by (features, hidden), whose smoke set shrinks both. Its whole-tensor
+    bound is 1e-4 (float32's default: 1e-5): a rewrite reassociates the product's sums, and on
+    the verifier's one-row draws the output is one element summed from terms 20 times larger;
+    another float32 order lands 1e-5 from the float64 result there on some draws (CI,
+    2026-11-28: 1.35e-5), which the default rejects at random."""
     return _constructor_case(tmp, name, "features, hidden", layers, forward,
                              "features: 67, hidden: 45", [13, 67],
-                             "features: 19, hidden: 11", [5, 19])
+                             "features: 19, hidden: 11", [5, 19],
+                             tolerance="{atol: 1.0e-4, rtol: 1.0e-4, rel: 1.0e-4}")
 
 
 SUM_CASES = {
