@@ -24,8 +24,8 @@ whole, which judges it as before.
 
 A set may also carry (harness.verification.draws): `spec` (an input set the manifest does not
 declare), `views` (inputs as strided views of their staged storage), `weights` (which staged
-state_dict to load), `instance` (sets with the same one share a model instance), `partial` (a
-few elements changed in place after `inplace`), `reload` (a second state_dict loaded into the
+state_dict to load), `instance` (sets with the same one share a model instance), `partial` (one
+element of each input changed in place after `inplace`), `reload` (a second state_dict loaded into the
 same instance, then its group run) and `conditions` per group (grad mode, no dispatch mode,
 as under torch.compile: harness.verification.conditions.call_model). The plan stays with the
 supervisor: the child gets each set's spec, views, instance and weights, each call's inputs and

@@ -8,8 +8,9 @@ the CPU when meta cannot run the model):
 
 - `x-lead`: the first set's trailing sizes with another leading size (a row count no input
   set declares, 2 to 9), drawn a random number of times (2 to 4) on the *same* model instance
-  the first set then uses, so the first set's calls are not an instance's first ones; then a
-  few elements changed in place (`partial`), then a second fresh state_dict loaded into the
+  the first set then uses, so the first set's calls are not an instance's first ones; then
+  one element of each input changed in place (`partial`, made on the first declared set
+  too), then a second fresh state_dict loaded into the
   same instance (`reload`, for `depends_on_weights`).
 - `x-rows` (CPU only): the *main* set's trailing sizes (its widest rows, which the CPU never
   runs otherwise) with 1 to 3 rows, when the inputs and the model fit `CPU_ELEMENT_BUDGET`.
@@ -85,7 +86,8 @@ class SetPlan:
     """Sets with the same number share one model instance (same constructor arguments)."""
     inplace: str | None = None
     partial: str | None = None
-    """Group whose values (a few elements changed) are written into the last draw's storage."""
+    """Group whose values (one element of each input changed) are written into the last
+    draw's storage."""
     reload: str | None = None
     """Group: the first draw's inputs again, after `reload_weights` is loaded into the instance."""
     reload_weights: str | None = None
