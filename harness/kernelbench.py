@@ -218,7 +218,7 @@ def probe(file: Path, class_name: str = "Model",
                     inputs[i]["min"] = min(inputs[i]["min"], other["min"])
                     inputs[i]["max"] = max(inputs[i]["max"], other["max"])
             elif isinstance(value, torch.Tensor):
-                inputs.append(_describe_tensor(value, drawn.layout[i] if drawn.sampled else None))
+                inputs.append(_describe_tensor(value, drawn.layout[i] if drawn.layout else None))
             else:
                 try:
                     inputs.append({"kind": "value", "value": _jsonable(value)})

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -133,15 +134,44 @@ def _same_structure(meta: Any, sample: Any) -> bool:
     return True
 
 
+@dataclass
 class Drawn:
-    """One draw of `get_inputs()`: `values` to describe (a sample or the full draw) and, per
-    tensor item, the full draw's `layout` (a tensor of the full shape and strides: meta or the
-    value itself); `sampled` says which."""
+    """One draw of `get_inputs()`: the `values` to describe and, when they are a sample, the
+    full draw's `layout` (meta tensors of the full shapes and strides; None for a full draw)."""
 
-    def __init__(self, values: list[Any], layout: list[Any], sampled: bool) -> None:
-        self.values = values
-        self.layout = layout
-        self.sampled = sampled
+    values: Any
+    layout: list[Any] | None = None
+
+    @property
+    def sampled(self) -> bool:
+        return self.layout is not None
+
+
+def _meta_draw(call: Callable[[], Any]) -> list[Any] | None:
+    """The draw on the meta device, or None when it does not run there (or returns a tensor
+    that is not meta: `torch.tensor` from data, numpy)."""
+    try:
+        with torch.device("meta"):
+            meta = call()
+    except Exception:
+        return None
+    tensors = _tensors(meta) if isinstance(meta, list | tuple) else []
+    return list(meta) if tensors and all(t.is_meta for t in tensors) else None
+
+
+def _sampled_draw(call: Callable[[], Any], meta: list[Any]) -> list[Any] | None:
+    """The larger of two samples of the draw, when both have `meta`'s structure and agree
+    (module docstring); else None."""
+    try:
+        with _Shrink(SAMPLE_NUMEL):
+            sample = call()
+        if not _same_structure(meta, sample):
+            return None
+        with _Shrink(2 * SAMPLE_NUMEL):
+            twice = call()
+    except Exception:
+        return None
+    return list(twice) if _same_structure(meta, twice) and _agree(meta, sample, twice) else None
 
 
 def draw(get_inputs: Callable[[], Any]) -> Drawn:
@@ -154,26 +184,10 @@ def draw(get_inputs: Callable[[], Any]) -> Drawn:
         torch.random.set_rng_state(state)
         return get_inputs()
 
-    try:
-        with torch.device("meta"):
-            meta = call()
-        tensors = _tensors(meta) if isinstance(meta, list | tuple) else []
-        if not tensors or not all(t.is_meta for t in tensors):
-            raise ValueError("not a meta draw")
-    except Exception:
-        meta = None
+    meta = _meta_draw(call)
     if meta is not None and sum(t.numel() for t in _tensors(meta)) > FULL_NUMEL:
-        try:
-            with _Shrink(SAMPLE_NUMEL):
-                sample = call()
-            if _same_structure(meta, sample):
-                with _Shrink(2 * SAMPLE_NUMEL):
-                    twice = call()
-                if _same_structure(meta, twice) and _agree(meta, sample, twice):
-                    return Drawn(list(twice), list(meta), sampled=True)
-        except Exception:
-            pass
+        sample = _sampled_draw(call, meta)
+        if sample is not None:
+            return Drawn(sample, meta)
     full = call()
-    if not isinstance(full, list | tuple):
-        return Drawn(full, full, sampled=False)  # the caller says what is wrong with it
-    return Drawn(list(full), list(full), sampled=False)
+    return Drawn(list(full) if isinstance(full, list | tuple) else full)
