@@ -6,6 +6,7 @@ A rule that stops firing shows up here as one kernel more, before any GPU run wo
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -487,7 +488,53 @@ def test_a_query_made_from_a_permuted_view_keeps_its_layout_for_attention(tmp_pa
             "o = F.scaled_dot_product_attention(q, q, q)",
             "return o.transpose(1, 2).reshape(b, s, 24)"]
     result, module = _generate(tmp_path, body, [[2, 5, 24], [24, 24]])
-    assert "torch.empty_like(x0" in result.source and "laid out like" in result.source
+    # allocated dense in the projection's (B, S, H, D) order, seen as (B, H, S, D)
+    assert "dtype=torch.float32).permute(0, 2, 1, 3)  # " in result.source
+    assert "laid out like" in result.source
+
+
+@pytest.mark.parametrize("block", [16, 64])
+@pytest.mark.parametrize(("seq", "heads"), [(5, 3), (4, 4)])
+def test_a_kernel_laid_out_like_a_permuted_view_walks_its_memory_order(
+        tmp_path: Path, block: int, seq: int, heads: int) -> None:
+    """The rotary-style kernel on a (B, S, H, D) projection seen as (B, H, S, D) walks the
+    domain in the projection's memory order (B, S, H, D), so that the view and the output are
+    read and written at the flat index; an operand broadcast along (S, D) and the rotation's
+    two halves are read at coordinates decoded in that order. Small blocks put every wrap in
+    play, on the flat path (the view dense in that order) and on the coordinate path, at two
+    sizes (4 heads of a sequence of 4: every span a multiple of the blocks)."""
+    import torch
+
+    f = 8 * heads
+    body = ["b, s = x.shape[0], x.shape[1]",
+            "z = y[:s, :8]",
+            f"q = (x @ y).view(b, s, {heads}, 8).transpose(1, 2)",
+            "rot = torch.cat((-q[..., 4:], q[..., :4]), dim=-1)",
+            "q = q * z + rot * z.sin()",
+            "o = F.scaled_dot_product_attention(q, q, q)",
+            f"return o.transpose(1, 2).reshape(b, s, {f})"]
+    result, module = _generate(tmp_path, body, [[2, seq, f], [f, f]])
+    assert "memory order, dims (0, 2, 1, 3)" in result.source, result.source
+    assert re.search(r"X(\d)_CONTIG=_dense_walk\(x\1, D, \(0, 2, 1, 3\)\)", result.source)
+    module.KOPT_GRAPH = False
+    module.INTERPRETER_TILE = block
+    for k in module.KOPT_CONFIG:
+        if "BLOCK_SIZE" in module.KOPT_CONFIG[k]:
+            module.KOPT_CONFIG[k]["BLOCK_SIZE"] = block
+    gen = torch.Generator().manual_seed(seq * 100 + block)
+    # scaled so that attention's softmax stays soft: the product's float32 sums in another
+    # order must not be amplified past float32's tolerance by a near-one-hot row
+    x, y = torch.randn(2, seq, f, generator=gen) * 0.3, torch.randn(f, f, generator=gen) * 0.3
+    z = y[:seq, :8]
+    q = (x @ y).view(2, seq, heads, 8).transpose(1, 2)
+    q = q * z + torch.cat((-q[..., 4:], q[..., :4]), dim=-1) * z.sin()
+    want = torch.nn.functional.scaled_dot_product_attention(q, q, q).transpose(1, 2).reshape(2, seq, f)
+    dense_walk = module._dense_walk
+    assert dense_walk(q.detach().transpose(1, 2).contiguous().transpose(1, 2), tuple(q.shape), (0, 2, 1, 3))
+    assert not dense_walk(q.detach().contiguous(), tuple(q.shape), (0, 2, 1, 3))
+    for flat in (True, False):
+        module._dense_walk = dense_walk if flat else (lambda *_: False)
+        torch.testing.assert_close(module.ModelNew()(x, y), want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -502,7 +549,7 @@ def test_rotary_half_rotation_with_a_negated_part_is_one_kernel(tmp_path: Path, 
 
 
 @pytest.mark.parametrize("block", [16, 32])
-@pytest.mark.parametrize("shape", [[3, 5, 37], [2, 3, 7, 19], [40, 9]])
+@pytest.mark.parametrize("shape", [[3, 5, 37], [2, 3, 7, 19], [40, 9], [3, 4, 8], [2, 3, 64]])
 def test_coordinates_without_division_match_at_small_blocks(tmp_path: Path, block: int,
                                                             shape: list[int]) -> None:
     """A coordinate whose span reaches a block is picked from two per-program scalars; one

@@ -60,8 +60,11 @@ for i, path in enumerate(sys.argv[1:]):
         sizes = [p.name for p in fn.params if not p.is_constexpr and not p.name.endswith("_ptr")
                  and "_s" not in p.name]
         for ones in [[]] + [[s] for s in sizes]:
-            for one_pass in ([0, 1] if "ONE_PASS" in fn.arg_names else [None]):
-                consts = {} if one_pass is None else {"ONE_PASS": one_pass}
+            flags = [{}]
+            for flag in ("ONE_PASS", "INDEX_64"):  # constexpr branches that both must compile
+                if flag in fn.arg_names:
+                    flags = [{**f, flag: v} for f in flags for v in (0, 1)]
+            for consts in flags:
                 try:
                     build(fn, set(ones), consts)
                     compiled += 1
@@ -102,6 +105,12 @@ def test_kernels_compile_with_sizes_of_one(tmp_path: Path, can_compile: None) ->
         (["return torch.tanh(x.mean(dim=(2, 3), keepdim=True)).mean(dim=2)"], [2, 6, 1, 1]),
         (["return torch.softmax(x, dim=1) * 2.0"], [2, 5, 3]),  # a tiled reduction over dim 1
         (["return F.max_pool2d(torch.relu(x), 2) * 0.5"], [2, 3, 9, 8]),
+        # a per-row operand: coordinates decoded from the flat index
+        (["return torch.sigmoid(x) * x.amax(dim=-1, keepdim=True).unsqueeze(0)"], [3, 4, 8]),
+        # a rotation over a permuted view, written in its memory order (a walk)
+        (["q = x.view(x.shape[0], x.shape[1], 2, 4).transpose(1, 2)",
+          "q = q * 2.0 + torch.cat((-q[..., 2:], q[..., :2]), dim=-1)",
+          "return F.scaled_dot_product_attention(q, q, q)"], [2, 3, 8]),
     ]
     files = []
     for i, (body, shape) in enumerate(bodies):

@@ -39,6 +39,17 @@ def _tiled_split(programs, n_cols, block):
     while s < 64 and programs * s * 2 <= SPLIT_PROGRAMS and n_cols >= block * SPLIT_MIN_TILES * s * 2:
         s *= 2
     return s''',
+    "_dense_walk": '''def _dense_walk(x, shape, walk):
+    """Whether x has the domain's shape and lies dense in memory in the kernel's walk order
+    (dims outermost first): its element at the walk's flat index i is x's i-th element."""
+    if tuple(x.shape) != shape:
+        return False
+    expected = 1
+    for d in reversed(walk):
+        if x.shape[d] != 1 and x.stride(d) != expected:
+            return False
+        expected *= x.shape[d]
+    return True''',
     "_welford_combine": '''@triton.jit
 def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
     # Two lanes' (mean, sum of squared deviations, count) as one (Chan et al.); empty lanes

@@ -101,6 +101,9 @@ class _Writer:
         self.input_index = {n: i for i, n in enumerate(group.inputs)}
         self.dim_sources: dict[int, tuple[int, int]] = {}
         self.contig_flags: list[int] = []
+        self.walk: tuple[int, ...] | None = None
+        """The domain's dims in the order the flat index walks them, outermost first, when not
+        row-major (a pointwise kernel in a permuted input's memory order: pointwise.memory_walk)."""
 
     # -- helpers ------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -316,8 +319,10 @@ class _Writer:
         v = self.value(n, scope) if ("val", n) not in scope.values and scope.get(("val", n)) is None \
             else scope.get(("val", n))
         dm = self.g.dmaps[n]
+        # an output laid out like a permuted input, or any output of a kernel that walks
+        # another layout's memory order (`walk`), stores at its own strides
         flat = self.flat_offset(dm) if n.rank == len(self.g.domain) and n not in self.g.laid_like \
-            else None  # (an output laid out like a permuted input: at its own strides)
+            and self.walk is None else None
         terms = [f"{self.coord(d)} * y{o}_s{j}" for j, d in enumerate(dm) if d is not None]
         offset = flat if flat is not None and dm == tuple(range(len(self.g.domain))) else \
             (" + ".join(terms) if terms else "0")
@@ -418,10 +423,13 @@ def _decompose(flat: str, needed: list[int], rank: int, prefix: str, skip: int |
     return lines
 
 
-def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str) -> list[str]:
-    """Each coordinate in `needed` straight from a flat row-major index (`pid * BLOCK_SIZE +
-    lane`), with no division per element where the block allows: a coordinate whose span
-    (the product of the sizes after it) is at least BLOCK_SIZE changes at most once inside a
+def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str,
+                      order: list[int] | None = None) -> list[str]:
+    """Each coordinate in `needed` straight from a flat index (`pid * BLOCK_SIZE + lane`) over
+    the domain's dims in `order`, outermost first (default: row-major, 0 to rank - 1; a walk
+    in another input's memory order passes that order), with no division per element where the
+    block allows: a coordinate whose span
+    (the product of the sizes after it in the walk) is at least BLOCK_SIZE changes at most once inside a
     block, so it is one of two scalars computed per program, picked per element by whether
     the lane passed the block's wrap (`tl.where`); the last dim of at least BLOCK_SIZE
     elements likewise. A smaller span divides per element, `(flat // span_k) % D_k`. A
@@ -437,8 +445,10 @@ def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str) -> l
     if needed:
         lines += ["base = pid * BLOCK_SIZE  # the block's first flat index (offs = base + lane)",
                   "lane = tl.arange(0, BLOCK_SIZE)"]
+    order = list(range(rank)) if order is None else list(order)
     for k in needed:
-        after = [f"D{j}" for j in range(k + 1, rank)]
+        after = [f"D{j}" for j in order[order.index(k) + 1:]]
+        outermost = order.index(k) == 0
         c = f"{prefix}{k}"
         if not after:  # the last dim: offs % D_k
             lines += [f"if D{k} >= BLOCK_SIZE:  # rows of a block's width or more: at most one wrap",
@@ -451,12 +461,29 @@ def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str) -> l
         lines += ["if INDEX_64:", f"    span{k} = {wide}", "else:",
                   f"    span{k} = {' * '.join(after)}"]
         q0, q1 = f"(base // span{k})", f"(base // span{k} + 1)"
-        a, b = (q0, q1) if k == 0 else (f"{q0} % D{k}", f"{q1} % D{k}")
+        a, b = (q0, q1) if outermost else (f"{q0} % D{k}", f"{q1} % D{k}")
         lines += [f"if span{k} >= BLOCK_SIZE:  # one value, or two across one wrap, per block",
                   f"    {c} = tl.where(base - (base // span{k}) * span{k} + lane >= span{k}, {b}, {a})",
                   "else:",
-                  f"    {c} = ({flat} // span{k})" + ("" if k == 0 else f" % D{k}")]
+                  f"    {c} = ({flat} // span{k})" + ("" if outermost else f" % D{k}")]
     return lines
+
+
+def static_sizes(group: Group) -> set[str]:
+    """The size parameters (`D<k>`, and a reduction's `n_cols`) of dims that the traced program
+    fixes (an int, not a symbol: a head count, a head or channel width, a constructor's size),
+    passed as constexprs: Triton compiles one kernel per value (a dim fixed in the program
+    rarely takes a second one), and a coordinate's division or remainder by such a size is a
+    constant's (a shift and a mask for a power of two) instead of an integer division
+    emulated in about twenty instructions per element. Measured per kernel on one H200
+    (2026-11-29, `benchmarks/aligned_ab_gpu.py`, calls 6 and 7): LLaMA's rotary kernel, which
+    divides by its head width and head count per element, 0.0119 -> 0.0097 ms (torch.compile's
+    two take 0.007, compiled for the shapes); GPT-2's bias-GELU epilogue 0.0327 -> 0.0302;
+    ResNet's batch-norm-ReLU 0.0121 -> 0.0114. Batch and sequence dims stay run-time values."""
+    out = {f"D{k}" for k, s in enumerate(group.domain_sym) if type(s) is int}
+    if group.rdim is not None and type(group.domain_sym[group.rdim]) is int:
+        out.add("n_cols")
+    return out
 
 
 def _finish_simple(w: _Writer, group: Group, part: Partition, name: str, kind: str,
@@ -471,7 +498,10 @@ def _finish_simple(w: _Writer, group: Group, part: Partition, name: str, kind: s
     flags = [f"X{i}_CONTIG" for i in w.contig_flags]
     sig = ["    # inputs: pointer, then one stride per dim (0 where broadcast)"] + _signature(in_params)
     sig += ["    # outputs (contiguous)"] + _signature(out_params)
-    sig += ["    # run-time sizes"] + [f"    {s}," for s in sizes + [p for p, _ in w.scalar_args]]
+    static = static_sizes(group)
+    sig += ["    # sizes (constexpr: fixed in the traced program, a constant to the compiler)"]
+    sig += [f"    {s}: tl.constexpr," if s in static else f"    {s},"
+            for s in sizes + [p for p, _ in w.scalar_args]]
     if split_slots:
         sig += ["    # the split's partials: (slot, split, column) float32, splits, columns",
                 "    part_ptr, n_split, n_all,"]
@@ -514,6 +544,11 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
         dm = group.dmaps[y]
         shape = ", ".join("1" if d is None else f"D[{d}]" for d in dm)
         like = group.laid_like.get(y)
+        if like is not None and w.walk is not None:  # dense in the walk's order, whatever x's padding
+            inverse = tuple(w.walk.index(d) for d in range(len(w.walk)))
+            lines.append(f"    y{o} = torch.empty(({''.join(f'D[{d}], ' for d in w.walk)}), device=device, "
+                         f"dtype={y.dtype}).permute{inverse}  # {y.name}, laid out like {like.name}")
+            continue
         if like is not None:  # the layout of a permuted input (fusion._outputs_in_input_layout)
             lines.append(f"    y{o} = torch.empty_like(x{group.inputs.index(like)}, dtype={y.dtype})"
                          f"  # {y.name}, laid out like {like.name}")
@@ -525,8 +560,12 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
     if kind == "pointwise":
         lines += ["    n_elements = math.prod(D)", "    if n_elements == 0:", "    " + ret]
         size_args = "n_elements, *D"
-        flags = "".join(f", X{i}_CONTIG=x{i}.is_contiguous() and tuple(x{i}.shape) == D"
-                        for i in w.contig_flags)
+        walk = w.walk
+        if walk is None:
+            flags = "".join(f", X{i}_CONTIG=x{i}.is_contiguous() and tuple(x{i}.shape) == D"
+                            for i in w.contig_flags)
+        else:  # the flat index walks the domain in `walk` order: dense in that order
+            flags = "".join(f", X{i}_CONTIG=_dense_walk(x{i}, D, {tuple(walk)})" for i in w.contig_flags)
         spans = "".join(f", _span(x{i})" for i in range(len(group.inputs)))
         if group.nhwc:  # one (hw, channels) tile of one image per program
             lines += [f'    cfg = _launch_config("{name}", "tiled", D[2] * D[3], D[1])',
