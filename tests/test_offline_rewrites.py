@@ -158,3 +158,71 @@ def test_rewrites_off_keeps_the_full_product(tmp_path: Path) -> None:
     assert any(n.startswith("rewrite: ") for n in on.notes)
     assert not any(n.startswith("rewrite: ") for n in off.notes)
     assert on.source != off.source
+
+
+SIBLINGS = (["self.q = nn.Linear(features, hidden, bias=False)",
+             "self.k = nn.Linear(features, 7, bias=False)",
+             "self.v = nn.Linear(features, hidden, bias=False)",
+             "self.o = nn.Linear(features, 5, bias=False)"],
+            # q, k and v read one activation (a view of it each, as export traces them); o reads
+            # another value and stays apart
+            ["h = x * 2.0",
+             "a, b, c = self.q(h), torch.relu(self.k(h)), self.v(h)",
+             "return torch.cat([a * b.sum(-1, keepdim=True), c, self.o(x)], dim=-1)"])
+
+
+def test_products_of_one_activation_are_one_product_over_their_weights(tmp_path: Path) -> None:
+    """q, k and v of one activation: one product over their weights side by side, each a column
+    slice of it (its widths read from the weights at run time: the smoke set's are others);
+    the concatenation is kept between calls and made again when the weights change in place
+    or a state_dict is loaded; the verifier accepts it."""
+    layers, forward = SIBLINGS
+    case = _linear_case(tmp_path, "siblings", layers, forward)
+    result = generate_candidate(case)
+    assert any(n.startswith("rewrite: ") and "3 weights side by side" in n for n in result.notes), result.notes
+    assert result.source.count('_cached_cat(self, "q.weight+k.weight+v.weight"') == 1, result.source
+    products = [k for k in result.kernels if k["kind"] == "matmul"]
+    assert len(products) == 2, result.kernels  # q/k/v together, o apart
+    module = _load_candidate(result.source, tmp_path, "siblings")
+    _outputs_match(case, module, "main", perturb=True)
+    _outputs_match(case, module, "smoke", perturb=True)
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_the_concatenated_weights_follow_each_weight(tmp_path: Path) -> None:
+    """The kept concatenation is the same tensor while no weight changes, and a new one after
+    any of them is written in place or replaced."""
+    layers, forward = SIBLINGS
+    case = _linear_case(tmp_path, "siblings_cache", layers, forward)
+    module = _load_candidate(generate_candidate(case).source, tmp_path, "siblings_cache")
+    model = build_model(case, "main", cls=module.ModelNew)
+    x = agent_provide_inputs(case, "main", 3).args
+    with torch.no_grad():
+        model(*x)
+        (kept,) = [hit[1] for hit in model._kopt_cat_weights.values()]
+        model(*x)
+        assert model._kopt_cat_weights["q.weight+k.weight+v.weight"][1] is kept
+        model.k.weight.add_(1.0)
+        model(*x)
+        again = model._kopt_cat_weights["q.weight+k.weight+v.weight"][1]
+    assert again is not kept
+    torch.testing.assert_close(again, torch.cat([model.q.weight, model.k.weight, model.v.weight]))
+    model.v.weight = torch.nn.Parameter(torch.randn_like(model.v.weight))
+    with torch.no_grad():
+        model(*x)
+    torch.testing.assert_close(model._kopt_cat_weights["q.weight+k.weight+v.weight"][1][-model.v.weight.shape[0]:],
+                               model.v.weight.detach())
+
+
+def test_large_products_stay_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the smallest product does SIBLING_MAX_FLOPS or more, the products stay apart (a
+    large product gains nothing side by side and pays a copy of the weights in memory)."""
+    from kopt.phases.engineers.offline import sibling_products
+
+    monkeypatch.setattr(sibling_products, "SIBLING_MAX_FLOPS", 2 * 13 * 7 * 67)  # the k product's
+    layers, forward = SIBLINGS
+    case = _linear_case(tmp_path, "siblings_large", layers, forward)
+    result = generate_candidate(case)
+    assert not any("side by side" in n for n in result.notes), result.notes
+    assert "_cached_cat" not in result.source
+    assert len([k for k in result.kernels if k["kind"] == "matmul"]) == 4, result.kernels

@@ -16,7 +16,7 @@ from kopt.harness.case import Case
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.fallback import torch_region
 from kopt.phases.engineers.offline.fusion import NHWC_CONV, Group, Partition
-from kopt.phases.engineers.offline.graph import Node, Sym
+from kopt.phases.engineers.offline.graph import CACHED_CAT, Node, Sym
 from kopt.phases.engineers.offline.graph_replay import graph_constants, graph_runner
 from kopt.phases.engineers.offline.kernels import (
     ROW_BLOCK,
@@ -198,6 +198,30 @@ def _conv2d_nhwc(module, key, x, weight, stride, padding, dilation):
 '''
 
 
+_CACHED_CAT = '''
+
+def _cached_cat(module, key, weights, dim):
+    """The weights concatenated along dim, made on the first call and kept on `module` under
+    `key`; made again when any of them changes storage, version, device, dtype or shape
+    (load_state_dict and optimizer steps write in place and bump the version). Each weight is
+    copied into its slice (a copy, as torch.cat's; no arithmetic)."""
+    cache = module.__dict__.setdefault("_kopt_cat_weights", {})
+    tag = tuple((w.data_ptr(), w._version, w.device, w.dtype, tuple(w.shape)) for w in weights)
+    hit = cache.get(key)
+    if hit is None or hit[0] != tag:
+        shape = list(weights[0].shape)
+        shape[dim] = sum(w.shape[dim] for w in weights)
+        out = torch.empty(shape, dtype=weights[0].dtype, device=weights[0].device)
+        at = 0
+        for w in weights:
+            out.narrow(dim, at, w.shape[dim]).copy_(w.detach())
+            at += w.shape[dim]
+        hit = (tag, out)
+        cache[key] = hit
+    return hit[1]
+'''
+
+
 def sym_code(v: Any, symbols: dict[str, str]) -> str:
     """Python source for a size in forward (symbols are locals named after themselves)."""
     if isinstance(v, Sym):
@@ -313,6 +337,11 @@ class ForwardWriter:
             code = f"{x}.expand({', '.join(sizes)})"
         elif n.op in ("getitem", "split_item"):
             code = f"{x}[{n.args[1]}]"
+        elif n.op == CACHED_CAT:
+            weights = ", ".join(self.var[w] for w in n.args[0])
+            code = f'_cached_cat(self, "{n.kwargs["key"]}", [{weights}], {n.kwargs["dim"]})'
+            self.lines.append(f"{v} = {code}  # {n.origin}: the weights side by side, made once per version")
+            return
         elif n.op == NHWC_CONV:
             w = n.args[1]
             info = self.graph.inputs.get(w.name) if w.op == "input" else None
@@ -495,6 +524,8 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     for h in sorted(helpers):
         src.append("\n" + HELPERS[h])
     nhwc = any(n.op == NHWC_CONV for n in graph.nodes)
+    if any(n.op == CACHED_CAT for n in graph.nodes):
+        src.append(_CACHED_CAT)
     first_of: dict[str, str] = {}
     for g in part.groups:
         k = kernels[g.index]

@@ -33,6 +33,7 @@ import torch
 from kopt.phases.engineers.offline.convolution import conv_group_refusal
 from kopt.phases.engineers.offline.graph import (
     ARG_REDUCTIONS,
+    CACHED_CAT,
     GENERATORS,
     LAYOUT,
     MATMUL,
@@ -403,7 +404,7 @@ class _Partitioner:
                 self._add(g, n, tuple(range(n.rank)))
             else:
                 self.unfused.append({"op": str(n.target), "node": n.origin, "reason": reason})
-        elif n.op not in ("getitem", "split_item"):
+        elif n.op not in ("getitem", "split_item", CACHED_CAT):  # (weights side by side: forward's)
             self.unfused.append({"op": str(n.target), "node": n.origin,
                                  "reason": _fallback_reason(n)})
 

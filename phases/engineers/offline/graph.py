@@ -50,6 +50,10 @@ GENERATORS = {"arange", "full"}
 LAYOUT = {"view", "flatten", "unsqueeze", "squeeze", "permute", "expand", "slice", "select_index",
           "split_item", "as_strided", "layout_fallback"}
 MATMUL = {"mm", "bmm"}
+CACHED_CAT = "cached_cat"
+"""Parameters concatenated along `kwargs["dim"]` (a list of input nodes as the one arg), made
+once per weight version and kept on the module (`_cached_cat` in the candidate file; key
+`kwargs["key"]`): forward's, never inside a kernel (sibling_products.py)."""
 
 # Core-ATen packet name -> primitive op (arguments are rewritten by `lower_node`).
 _SIMPLE = {

@@ -36,8 +36,11 @@ _AFFINE = {"mul", "div", "add", "sub", "neg", "identity"}
 
 
 def apply_rewrites(graph: Graph) -> list[str]:
-    """Every rewrite of this module on `graph` (in place); one note per rewrite made."""
-    return fold_product_sums(graph)
+    """Every rewrite of this module, then products of one activation side by side
+    (`sibling_products`), on `graph` (in place); one note per rewrite made."""
+    from kopt.phases.engineers.offline.sibling_products import fuse_sibling_products
+
+    return fold_product_sums(graph) + fuse_sibling_products(graph)
 
 
 def _number(v: Any) -> bool:
@@ -134,7 +137,7 @@ class _Emitter:
         return self.node(op, op, [a, b], shape, sym)
 
 
-def _size_symbol(graph: Graph, x: Node, d: int) -> Any:
+def size_symbol(graph: Graph, x: Node, d: int) -> Any:
     """x's size along d as the graph reads it at run time: its symbolic size, else a symbol
     for the forward argument's or weight's size it equals by construction (registered in
     `graph.symbols`), else the traced int."""
@@ -231,7 +234,7 @@ def _fold_one(graph: Graph, p: _Product, chain: list[Node], total: Node, mean: N
                 alpha, beta = e.binary("mul", alpha, -1.0), e.binary("sub", c, beta)
         prev = u
     w, wdim = p.weight, p.wdim
-    n_size = _size_symbol(graph, y, dim)
+    n_size = size_symbol(graph, y, dim)
     # sum_n alpha_n * W[n]: one reduction over the weight's features (a mean's count read in
     # its kernel); alpha laid out along the weight's feature dim
     scaled = w
