@@ -49,8 +49,8 @@ def main() -> int:
     default = dict(mod.KOPT_CONFIG[name])
     mod.KOPT_GRAPH = False  # the kernel itself, launched from Python each call
     for block, block_c, warps, programs in itertools.product(
-            (32, 64, 128), (32, 64, 128), (4, 8), (1024, 2048)):
-        if block * block_c > 8192:
+            (8, 16, 32, 64), (64, 128, 256, 512), (4, 8), (1024, 2048)):
+        if block * block_c > 8192 or block * block_c < 2048:
             continue
         mod.KOPT_CONFIG[name] = {"BLOCK_SIZE": block, "BLOCK_C": block_c, "num_warps": warps}
         mod.SPLIT_PROGRAMS = programs

@@ -1,0 +1,93 @@
+"""The split outer reduction's two launches, each timed: the column standardisation
+(65536x4096 float32) as the offline engineer generates it, and with a source patch per
+hypothesis, so that a change to the generator is measured before it is made.
+
+    python benchmarks/column_phases_gpu.py
+
+Per variant: the forward's median (triton.testing.do_bench, launched from Python), whether it
+matches PyTorch, and each launch's device time from torch.profiler (PHASE 1: the splits'
+partial statistics; PHASE 2: the partials merged and the output written). Markdown table last.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import triton
+import triton.testing
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kopt.harness.case import load_case  # noqa: E402
+from kopt.phases.engineers.offline import generate_candidate  # noqa: E402
+
+CASE = ROOT / "tests" / "corpus" / "cases" / "column_standardize"
+
+PATCHES = {
+    "as generated": [],
+    # every lane active at a step has been active at every step before it (only the last
+    # step masks rows): its count is the step's, one reciprocal per step
+    "scalar reciprocal": [("w14 / tl.maximum(w13, 1.0)",
+                           "w14 * (1.0 / ((start - lo) // BLOCK_SIZE + 1).to(tl.float32))")],
+}
+
+
+def load(source: str, tmp: str, name: str):
+    file = Path(tmp) / f"{name}.py"
+    file.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, file)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def launches(fn) -> list[float]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+    times = [e.device_time for e in prof.events() if e.device_type.name == "CUDA" and "kernel" in e.name]
+    return [t / 1000 for t in times[-2:]]
+
+
+def main() -> int:
+    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}")
+    source = generate_candidate(load_case(str(CASE))).source
+    x = torch.randn(65536, 4096, device="cuda")
+    ref = (x - x.mean(0)) / (x.std(0) + 1e-5)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (what, patches) in enumerate(PATCHES.items()):
+            text = source
+            for old, new in patches:
+                if old not in text:
+                    print(f"--- {what}: patch target not found: {old}")
+                    break
+                text = text.replace(old, new)
+            else:
+                mod = load(text, tmp, f"candidate{i}")
+                mod.KOPT_GRAPH = False
+                model = mod.ModelNew().cuda()
+                out = model(x)
+                ok = torch.allclose(out, ref, atol=1e-3, rtol=1e-3)
+                ms = triton.testing.do_bench(lambda model=model: model(x), rep=200)
+                phases = launches(lambda model=model: model(x))
+                print(f"--- {what}: {ms:.4f} ms, matches {ok}, launches {phases}")
+                rows.append((what, ms, ok, phases))
+    print("\n| variant | ms | matches | PHASE 1 ms | PHASE 2 ms |\n|---|---:|---|---:|---:|")
+    for what, ms, ok, phases in rows:
+        p = phases + [float("nan")] * (2 - len(phases))
+        print(f"| {what} | {ms:.4f} | {ok} | {p[0]:.4f} | {p[1]:.4f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
