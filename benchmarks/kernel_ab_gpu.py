@@ -1,0 +1,127 @@
+"""A generator rule on and off, kernel by kernel: each case's candidate generated as is and
+with one rule switched off, then each generated kernel's device time per forward (and the
+library calls' total) side by side.
+
+    python benchmarks/kernel_ab_gpu.py --without RULE CASE|FILE.py ...
+
+RULE: `walk` (a kernel laid out like a permuted view walks that view's memory order),
+`static` (sizes fixed in the program passed as constexprs), `siblings` (products of one
+activation as one product over their weights side by side). CASE: a bundled case or case
+directory; FILE.py: a KernelBench problem (imported as `kopt import-kernelbench` does). Each
+forward launched op by op (no CUDA graph), 20 forwards profiled (torch.profiler); the whole
+forward's device time is the sum over its kernels. Markdown table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+import triton
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+@contextlib.contextmanager
+def without(rule: str) -> Iterator[None]:
+    from kopt.phases.engineers.offline import sibling_products
+    from kopt.phases.engineers.offline.kernels import pointwise, writer
+
+    if rule == "walk":
+        saved, pointwise.memory_walk = pointwise.memory_walk, (lambda group: None)
+        try:
+            yield
+        finally:
+            pointwise.memory_walk = saved
+    elif rule == "static":
+        saved, writer.static_sizes = writer.static_sizes, (lambda group: set())
+        try:
+            yield
+        finally:
+            writer.static_sizes = saved
+    elif rule == "siblings":
+        saved, sibling_products.fuse_sibling_products = sibling_products.fuse_sibling_products, (lambda g: [])
+        try:
+            yield
+        finally:
+            sibling_products.fuse_sibling_products = saved
+    else:
+        raise SystemExit(f"unknown rule {rule!r}: walk, static or siblings")
+
+
+def kernel_times(fn) -> dict[str, float]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for e in prof.key_averages():
+        if e.device_time_total <= 0:
+            continue
+        key = e.key if e.key.startswith("_g") else "library and copies (sum)"
+        out[key] = out.get(key, 0.0) + e.device_time_total / 20 / 1000
+    return out
+
+
+def main() -> int:
+    from kopt.harness.case import load_case, load_case_dir
+    from kopt.harness.data import agent_provide_inputs, build_model
+    from kopt.harness.kernelbench import import_kernelbench
+    from kopt.harness.verification.guards import set_precision
+    from kopt.phases.engineers.offline import generate_candidate
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings"])
+    ap.add_argument("cases", nargs="+")
+    opts = ap.parse_args()
+    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}")
+    work = Path(tempfile.mkdtemp())
+    rows = []
+    for arg in opts.cases:
+        p = Path(arg)
+        if p.suffix == ".py":
+            case = load_case_dir(import_kernelbench(p, name=f"p{p.stem.split('_')[0]}", out=work / p.stem))
+        else:
+            case = load_case(arg)
+        set_precision(case.manifest.precision)
+        ref = build_model(case, "main", device="cuda")
+        args = agent_provide_inputs(case, "main", 0, device="cuda").args
+        figures = {}
+        for label in ("as generated", f"without {opts.without}"):
+            with contextlib.nullcontext() if label == "as generated" else without(opts.without):
+                source = generate_candidate(case).source
+            file = work / f"{case.name}_{len(figures)}.py"
+            file.write_text(source)
+            spec = importlib.util.spec_from_file_location(f"cand_{case.name}_{len(figures)}", file)
+            mod = importlib.util.module_from_spec(spec)
+            assert spec.loader is not None
+            spec.loader.exec_module(mod)
+            mod.KOPT_GRAPH = False
+            model = build_model(case, "main", cls=mod.ModelNew, device="cuda")
+            model.load_state_dict(ref.state_dict())
+            with torch.no_grad():
+                model(*args)
+                figures[label] = kernel_times(lambda model=model, args=args: model(*args))
+        a, b = figures.values()
+        for name in sorted(set(a) | set(b)):
+            rows.append((case.name, name, a.get(name, float("nan")), b.get(name, float("nan"))))
+        rows.append((case.name, "**device total**", sum(a.values()), sum(b.values())))
+        print(f"--- {case.name}: device {sum(a.values()):.4f} ms as generated, {sum(b.values()):.4f} ms "
+              f"without {opts.without}")
+    print(f"\n| case | kernel | as generated ms | without {opts.without} ms |\n|---|---|---:|---:|")
+    for case, name, x, y in rows:
+        print(f"| {case} | {name[:60]} | {x:.4f} | {y:.4f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
