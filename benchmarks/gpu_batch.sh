@@ -8,9 +8,11 @@ unset TRITON_INTERPRET
 mkdir -p "$KOPT_HOME" "${OUT:-/tmp/out}"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0))"
 git rev-parse --short HEAD 2>/dev/null
+i=0
 for item in "$@"; do
-  secs=${item%%:*}; cmd=${item#*:}
-  name=$(echo "$cmd" | sed 's/^-m //' | awk '{print $1 "_" $2}' | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-50)
+  secs=${item%%:*}; cmd=${item#*:}; i=$((i + 1))
+  # numbered: two runs of one script with other arguments keep a log each
+  name=$i-$(echo "$cmd" | sed 's/^-m //' | awk '{print $1 "_" $2}' | tr -c 'A-Za-z0-9_.-' '_' | cut -c1-50)
   echo "=== $cmd (budget ${secs}s)"
   # Own session, and the whole group killed at the budget: a script cut by its budget must
   # not leave worker subprocesses timing on the GPU under the next script (2026-11-23: a

@@ -10,12 +10,15 @@ over the weights concatenated along their output features,
 
 computes the same columns (each output element is the same dot product) and hands each
 reader a view, `y_i = Y[:, offset_i : offset_i + N_i]`. Measured on one H200 (torch 2.11,
-2026-11-29, `benchmarks/horizontal_gemm_gpu.py`, bf16, cuBLAS): LLaMA's q/k/v over 1024 tokens
-0.0827 -> 0.0727 ms; GPT-2's three 768-wide projections 0.0207 -> 0.0115 ms (1024 tokens) and
-0.0582 -> 0.0481 ms (8192 tokens). Large products gain nothing or lose: LLaMA's q/k/v over 8192
-tokens 0.5824 -> 0.5845 ms, its gate and up products (11008 wide each) 0.2616 -> 0.2682 ms
-over 1024 tokens and 2.116 -> 2.310 ms over 8192. Hence the rule: only products whose smallest
-member does under `SIBLING_MAX_FLOPS` at the traced sizes.
+2026-11-29, `benchmarks/horizontal_gemm_gpu.py`, bf16, cuBLAS; launched from Python / replayed
+as a CUDA graph, as a candidate's forward is): GPT-2-width q/k/v (768 -> 768 x3) over 1024
+tokens 2.11x / 1.71x, over 8192 tokens 1.23x / 1.07x; LLaMA-7B's q/k/v over 1024 tokens
+1.15x / 1.02x. Large products gain nothing or lose: LLaMA's q/k/v over 8192 tokens 0.99x /
+0.94x, its gate and up products (11008 wide each) 0.94-0.99x. Hence the rule: only products
+whose smallest member does under `SIBLING_MAX_FLOPS` at the traced sizes. In LLaMA's whole
+block (device time per forward, `benchmarks/kernel_ab_gpu.py --without siblings`) it is
+0.5203 -> 0.5188 ms: the rule pays where the products are small, and most where a forward is
+launched op by op.
 
 The concatenated weight is made on the first call and kept on the module (`_cached_cat` in
 the candidate file), made again whenever one of its weights changes storage, version, device,
@@ -34,8 +37,8 @@ from kopt.phases.engineers.offline.rewrites import size_symbol
 SIBLING_MAX_FLOPS = 2**34
 """Products share one library call only when the smallest of them does fewer FLOPs than this
 (2 * M * N * K, about 17 GFLOP) at the traced sizes: LLaMA-7B's key and value products over
-1024 tokens (8.6 GFLOP each) gain, its query, key and value over 8192 tokens (69 GFLOP each
-for the narrow ones) do not (module docstring)."""
+1024 tokens (8.6 GFLOP each) and GPT-2's over 8192 (9.7) gain; LLaMA's over 8192 tokens (69
+GFLOP for the narrow ones) lose (module docstring)."""
 
 
 def _linear_weight(graph: Graph, mm: Node) -> Node | None:
