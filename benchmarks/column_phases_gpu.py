@@ -11,7 +11,6 @@ partial statistics; PHASE 2: the partials merged and the output written). Markdo
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +21,8 @@ import triton.testing
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from candidate_module import import_source  # noqa: E402  (beside this script)
 
 from kopt.harness.case import load_case  # noqa: E402
 from kopt.phases.engineers.offline import generate_candidate  # noqa: E402
@@ -35,16 +36,6 @@ PATCHES = {
     "scalar reciprocal": [("w14 / tl.maximum(w13, 1.0)",
                            "w14 * (1.0 / ((start - lo) // BLOCK_SIZE + 1).to(tl.float32))")],
 }
-
-
-def load(source: str, tmp: str, name: str):
-    file = Path(tmp) / f"{name}.py"
-    file.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, file)
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def launches(fn) -> list[float]:
@@ -73,7 +64,7 @@ def main() -> int:
                     break
                 text = text.replace(old, new)
             else:
-                mod = load(text, tmp, f"candidate{i}")
+                mod = import_source(text, f"candidate{i}", Path(tmp))
                 mod.KOPT_GRAPH = False
                 model = mod.ModelNew().cuda()
                 out = model(x)

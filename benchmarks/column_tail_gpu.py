@@ -13,9 +13,7 @@ diagnostic for the generator's design, not a kernel kopt ships. Markdown table l
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -26,8 +24,7 @@ import triton.testing
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kopt.harness.case import load_case  # noqa: E402
-from kopt.phases.engineers.offline import generate_candidate  # noqa: E402
+from candidate_module import generated  # noqa: E402  (beside this script)
 
 CASE = ROOT / "tests" / "corpus" / "cases" / "column_standardize"
 ROWS, COLS = 65536, 4096
@@ -89,15 +86,7 @@ def kernels(fn) -> list[str]:
 
 def main() -> int:
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}")
-    case = load_case(str(CASE))
-    source = generate_candidate(case).source
-    with tempfile.TemporaryDirectory() as tmp:
-        file = Path(tmp) / "candidate.py"
-        file.write_text(source)
-        spec = importlib.util.spec_from_file_location("candidate", file)
-        mod = importlib.util.module_from_spec(spec)
-        assert spec.loader is not None
-        spec.loader.exec_module(mod)
+    mod = generated(CASE)
     model = mod.ModelNew().cuda()
     mod.KOPT_GRAPH = False
     x = torch.randn(ROWS, COLS, device="cuda")

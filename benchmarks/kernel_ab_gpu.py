@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -73,6 +72,8 @@ def kernel_times(fn) -> dict[str, float]:
 
 
 def main() -> int:
+    from candidate_module import import_source  # beside this script
+
     from kopt.harness.case import load_case, load_case_dir
     from kopt.harness.data import agent_provide_inputs, build_model
     from kopt.harness.kernelbench import import_kernelbench
@@ -99,12 +100,7 @@ def main() -> int:
         for label in ("as generated", f"without {opts.without}"):
             with contextlib.nullcontext() if label == "as generated" else without(opts.without):
                 source = generate_candidate(case).source
-            file = work / f"{case.name}_{len(figures)}.py"
-            file.write_text(source)
-            spec = importlib.util.spec_from_file_location(f"cand_{case.name}_{len(figures)}", file)
-            mod = importlib.util.module_from_spec(spec)
-            assert spec.loader is not None
-            spec.loader.exec_module(mod)
+            mod = import_source(source, f"cand_{case.name}_{len(figures)}", work)
             mod.KOPT_GRAPH = False
             model = build_model(case, "main", cls=mod.ModelNew, device="cuda")
             model.load_state_dict(ref.state_dict())

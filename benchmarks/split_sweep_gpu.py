@@ -10,10 +10,8 @@ Markdown table last (fastest first).
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -23,22 +21,13 @@ import triton.testing
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kopt.harness.case import load_case  # noqa: E402
-from kopt.phases.engineers.offline import generate_candidate  # noqa: E402
+from candidate_module import generated  # noqa: E402  (beside this script)
 
 CASE = ROOT / "tests" / "corpus" / "cases" / "column_standardize"
 
 
 def main() -> int:
-    case = load_case(str(CASE))
-    source = generate_candidate(case).source
-    with tempfile.TemporaryDirectory() as tmp:
-        file = Path(tmp) / "candidate.py"
-        file.write_text(source)
-        spec = importlib.util.spec_from_file_location("candidate", file)
-        mod = importlib.util.module_from_spec(spec)
-        assert spec.loader is not None
-        spec.loader.exec_module(mod)
+    mod = generated(CASE)
     model = mod.ModelNew().cuda()
     x = torch.randn(65536, 4096, device="cuda")
     ref = (x - x.mean(0)) / (x.std(0) + 1e-5)
