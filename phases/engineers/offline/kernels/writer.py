@@ -428,8 +428,8 @@ def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str,
     """Each coordinate in `needed` straight from a flat index (`pid * BLOCK_SIZE + lane`) over
     the domain's dims in `order`, outermost first (default: row-major, 0 to rank - 1; a walk
     in another input's memory order passes that order), with no division per element where the
-    block allows: a coordinate whose span
-    (the product of the sizes after it in the walk) is at least BLOCK_SIZE changes at most once inside a
+    block allows: a coordinate whose span (the product of the sizes after it in the walk) is
+    at least BLOCK_SIZE changes at most once inside a
     block, so it is one of two scalars computed per program, picked per element by whether
     the lane passed the block's wrap (`tl.where`); the last dim of at least BLOCK_SIZE
     elements likewise. A smaller span divides per element, `(flat // span_k) % D_k`. A
@@ -475,11 +475,11 @@ def static_sizes(group: Group) -> set[str]:
     passed as constexprs: Triton compiles one kernel per value (a dim fixed in the program
     rarely takes a second one), and a coordinate's division or remainder by such a size is a
     constant's (a shift and a mask for a power of two) instead of an integer division
-    emulated in about twenty instructions per element. Measured per kernel on one H200
-    (2026-11-29, `benchmarks/aligned_ab_gpu.py`, calls 6 and 7): LLaMA's rotary kernel, which
-    divides by its head width and head count per element, 0.0119 -> 0.0097 ms (torch.compile's
-    two take 0.007, compiled for the shapes); GPT-2's bias-GELU epilogue 0.0327 -> 0.0302;
-    ResNet's batch-norm-ReLU 0.0121 -> 0.0114. Batch and sequence dims stay run-time values."""
+    emulated in about twenty instructions per element. Device time per kernel on one H200
+    (2026-11-29, `benchmarks/kernel_ab_gpu.py --without static`): LLaMA's rotary kernel, which
+    divides by its head width and head count per element, 0.0119 -> 0.0098 ms (torch.compile's
+    two take 0.007, compiled for the shapes); GPT-2's bias-GELU epilogue 0.0323 -> 0.0299;
+    ResNet's batch-norm-ReLU 0.0121 -> 0.0113. Batch and sequence dims stay run-time values."""
     out = {f"D{k}" for k, s in enumerate(group.domain_sym) if type(s) is int}
     if group.rdim is not None and type(group.domain_sym[group.rdim]) is int:
         out.add("n_cols")
