@@ -502,7 +502,8 @@ def test_a_kernel_laid_out_like_a_permuted_view_walks_its_memory_order(
     read and written at the flat index; an operand broadcast along (S, D) and the rotation's
     two halves are read at coordinates decoded in that order. Small blocks put every wrap in
     play, on the flat path (the view dense in that order) and on the coordinate path, at two
-    sizes (4 heads of a sequence of 4: every span a multiple of the blocks)."""
+    sizes. The head count and width, fixed in the traced program, are the kernel's constexprs
+    (batch and sequence stay run-time sizes)."""
     import torch
 
     f = 8 * heads
@@ -516,6 +517,9 @@ def test_a_kernel_laid_out_like_a_permuted_view_walks_its_memory_order(
     result, module = _generate(tmp_path, body, [[2, seq, f], [f, f]])
     assert "memory order, dims (0, 2, 1, 3)" in result.source, result.source
     assert re.search(r"X(\d)_CONTIG=_dense_walk\(x\1, D, \(0, 2, 1, 3\)\)", result.source)
+    walker = result.source[result.source.index("memory order, dims (0, 2, 1, 3)") - 3000:]
+    assert "D1: tl.constexpr," in walker and "D3: tl.constexpr," in walker, walker[:3000]
+    assert "D0: tl.constexpr," not in walker and "D2: tl.constexpr," not in walker
     module.KOPT_GRAPH = False
     module.INTERPRETER_TILE = block
     for k in module.KOPT_CONFIG:

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from kopt.phases.engineers.offline.graph import CACHED_CAT, Graph, Node, substitute
 from kopt.phases.engineers.offline.rewrites import size_symbol
 
@@ -99,8 +101,6 @@ def _fresh(names: set[str], base: str) -> str:
 
 
 def _fuse(graph: Graph, members: list[tuple[Node, Node]], names: set[str]) -> Node:
-    import torch
-
     first = members[0][0]
     a, dtype = first.args[0], first.dtype
     sizes = [size_symbol(graph, w, 0) for _, w in members]
