@@ -20,7 +20,8 @@ from kopt.phases.engineers.offline.codegen import build_kernels, write_module
 from kopt.phases.engineers.offline.fusion import FusionPolicy, partition
 from kopt.phases.engineers.offline.layout import build_constructor
 from kopt.phases.engineers.offline.regions import SWITCH, regions
-from kopt.phases.engineers.offline.rewrites import apply_rewrites
+from kopt.phases.engineers.offline.rewrites import fold_product_sums
+from kopt.phases.engineers.offline.sibling_products import fuse_sibling_products
 from kopt.phases.events import LOG, Event, EventSink, null_sink
 
 # Policies tried in order: each later one fuses less (what a failure report backs off to).
@@ -65,7 +66,8 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
     t0 = time.perf_counter()
     policy = policy or POLICIES[0][1]
     captured = capture(case, input_set)
-    rewritten = apply_rewrites(captured.graph) if rewrites else []
+    rewritten = (fold_product_sums(captured.graph) + fuse_sibling_products(captured.graph)
+                 if rewrites else [])
     part = partition(captured.graph, policy, case.manifest.precision)
     kernels = build_kernels(part, case.manifest.precision)
     if not kernels:

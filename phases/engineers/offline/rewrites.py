@@ -2,9 +2,10 @@
 
 A rewrite changes how a value is computed, never what it is: each one is exact in real
 arithmetic (only the float rounding order moves, as any reordered sum does) and reads the
-weights at every call, so it stays right when the weights change. `apply_rewrites` runs them
-all and returns one note per rewrite made (the engineer's log and the candidate's docstring
-say what was done); the optimizer's hypothesis "algebraic rewrites off" turns them off.
+weights at every call, so it stays right when the weights change. Each returns one note per
+rewrite made (the engineer's log and the candidate's docstring say what was done). The
+engineer runs this module's rewrite, then `sibling_products.py`'s; the optimizer's
+hypothesis "algebraic rewrites off" turns both off.
 
 - **A sum over a product's output features is a product with summed weights.** For
   `y = A @ B` (A: M x K, B: K x N) followed by per-element affine maps whose scale does not
@@ -33,14 +34,6 @@ import torch
 from kopt.phases.engineers.offline.graph import Graph, Node, _size_step, substitute
 
 _AFFINE = {"mul", "div", "add", "sub", "neg", "identity"}
-
-
-def apply_rewrites(graph: Graph) -> list[str]:
-    """Every rewrite of this module, then products of one activation side by side
-    (`sibling_products`), on `graph` (in place); one note per rewrite made."""
-    from kopt.phases.engineers.offline.sibling_products import fuse_sibling_products
-
-    return fold_product_sums(graph) + fuse_sibling_products(graph)
 
 
 def _number(v: Any) -> bool:
