@@ -31,10 +31,14 @@ CASE = ROOT / "tests" / "corpus" / "cases" / "column_standardize"
 
 PATCHES = {
     "as generated": [],
-    # every lane active at a step has been active at every step before it (only the last
-    # step masks rows): its count is the step's, one reciprocal per step
-    "scalar reciprocal": [("w14 / tl.maximum(w13, 1.0)",
-                           "w14 * (1.0 / ((start - lo) // BLOCK_SIZE + 1).to(tl.float32))")],
+    # the masked loop with a division per element, as before whole tiles were told apart
+    "EVEN off": [('EVEN=n_inner % cfg["BLOCK_C"] == 0 and', "EVEN=False and")],
+    # twice the programs: 32 splits of the rows instead of 16
+    "2048 programs": [("SPLIT_PROGRAMS = 1024", "SPLIT_PROGRAMS = 2048")],
+    "2048 programs, EVEN off": [("SPLIT_PROGRAMS = 1024", "SPLIT_PROGRAMS = 2048"),
+                                ('EVEN=n_inner % cfg["BLOCK_C"] == 0 and', "EVEN=False and")],
+    "4096 programs": [("SPLIT_PROGRAMS = 1024", "SPLIT_PROGRAMS = 4096")],
+    "as generated, again": [],
 }
 
 
@@ -73,6 +77,11 @@ def main() -> int:
                 phases = launches(lambda model=model: model(x))
                 print(f"--- {what}: {ms:.4f} ms, matches {ok}, launches {phases}")
                 rows.append((what, ms, ok, phases))
+    compiled = torch.compile(lambda t: (t - t.mean(0)) / (t.std(0) + 1e-5))
+    compiled(x)
+    ms = triton.testing.do_bench(lambda: compiled(x), rep=200)
+    print(f"--- torch.compile: {ms:.4f} ms")
+    rows.append(("torch.compile", ms, True, []))
     print("\n| variant | ms | matches | PHASE 1 ms | PHASE 2 ms |\n|---|---:|---|---:|---:|")
     for what, ms, ok, phases in rows:
         p = phases + [float("nan")] * (2 - len(phases))

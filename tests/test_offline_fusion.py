@@ -178,6 +178,22 @@ def test_an_outer_reduction_splits_its_rows_across_programs(tmp_path: Path) -> N
     assert "if PHASE == 2:" in result.source and "_tiled_split(" in result.source
 
 
+@pytest.mark.parametrize("shape", [[1024, 64], [1000, 64], [1024, 48]])
+def test_whole_tiles_drop_their_masks_and_still_match_eager(tmp_path: Path, shape: list[int]) -> None:
+    """EVEN (every tile of every split whole: 1024 rows in two splits of 64-row tiles, 64
+    columns in one 64-wide block) takes the unmasked path with one reciprocal per step; 1000
+    rows or 48 columns keep the masked one. Both against eager, split and looped."""
+    body = ["return (x - x.mean(0)) / (x.std(0) + 1e-5), x.var(0)"]
+    result, module = _generate(tmp_path, body, [shape, [1]])
+    assert "if EVEN:" in result.source and "(1.0 / lane_" in result.source
+    (name,) = module.KOPT_CONFIG
+    cfg = module._launch_config(name, "tiled_reduction", shape[0], shape[1])
+    split = module._tiled_split(-(-shape[1] // cfg["BLOCK_C"]), shape[0], cfg["BLOCK_SIZE"])
+    assert split == 2 and shape[0] > cfg["BLOCK_SIZE"]  # split, and each split loops
+    even = shape[1] % cfg["BLOCK_C"] == 0 and shape[0] % (split * cfg["BLOCK_SIZE"]) == 0
+    assert even == (shape == [1024, 64])
+
+
 def test_long_rows_layer_norm_reads_the_row_twice_not_three_times(tmp_path: Path) -> None:
     result, module = _generate(tmp_path, ["return F.layer_norm(x, (16411,)) * 2.0"], [[2, 16411], [1]])
     (kernel,) = result.kernels

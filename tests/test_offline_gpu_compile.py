@@ -61,9 +61,11 @@ for i, path in enumerate(sys.argv[1:]):
                  and "_s" not in p.name]
         for ones in [[]] + [[s] for s in sizes]:
             flags = [{}]
-            for flag in ("ONE_PASS", "INDEX_64"):  # constexpr branches that both must compile
+            # constexpr branches that all must compile
+            for flag, values in (("ONE_PASS", (0, 1)), ("INDEX_64", (0, 1)), ("EVEN", (0, 1)),
+                                 ("PHASE", (1, 2))):
                 if flag in fn.arg_names:
-                    flags = [{**f, flag: v} for f in flags for v in (0, 1)]
+                    flags = [{**f, flag: v} for f in flags for v in values]
             for consts in flags:
                 try:
                     build(fn, set(ones), consts)
@@ -104,6 +106,8 @@ def test_kernels_compile_with_sizes_of_one(tmp_path: Path, can_compile: None) ->
           "return (x - m) / (x.var(dim=-1, keepdim=True) + 1e-5).sqrt()"], [3, 5, 7]),
         (["return torch.tanh(x.mean(dim=(2, 3), keepdim=True)).mean(dim=2)"], [2, 6, 1, 1]),
         (["return torch.softmax(x, dim=1) * 2.0"], [2, 5, 3]),  # a tiled reduction over dim 1
+        # a split outer reduction with an online variance: whole tiles (EVEN) or not, each phase
+        (["return (x - x.mean(0)) / (x.std(0) + 1e-5)"], [37, 5]),
         (["return F.max_pool2d(torch.relu(x), 2) * 0.5"], [2, 3, 9, 8]),
         # a per-row operand: coordinates decoded from the flat index
         (["return torch.sigmoid(x) * x.amax(dim=-1, keepdim=True).unsqueeze(0)"], [3, 4, 8]),

@@ -25,7 +25,11 @@ TL_TYPES = {
 HELPERS = {
     "_tiled_split": '''# A tiled reduction whose grid has fewer programs than this splits its reduced dim across
 # programs (partial statistics per split, then each split's outputs from all of them).
-SPLIT_PROGRAMS = 1024
+# 2048: the 65536x4096 float32 column standardisation at its default tiles (64x64, 4 warps,
+# whole tiles) took 0.8117 ms with 2048 (32 splits), 0.8626 with 1024 and 0.8171 with 4096,
+# its second launch 0.546 ms against 0.582 (H200, 2026-11-29, benchmarks/column_phases_gpu.py);
+# with masked tiles 1024 had been ahead at five of seven settings (2026-11-28).
+SPLIT_PROGRAMS = 2048
 SPLIT_MIN_TILES = 4
 
 

@@ -107,4 +107,4 @@ def _tiled_arg_reduction(group: Group, part: Partition, sym_code: Any, name: str
     return _finish_simple(w, group, part, name, "tiled_reduction", head, body,
                           ["n_cols"] + [f"D{k}" for k in range(r) if k != rd],
                           _tiled_tunables(group), _tiled_default(group),
-                          extra_constexpr=["ONE_PASS"], blocks=["BLOCK_SIZE", "BLOCK_C"])
+                          extra_constexpr=["ONE_PASS", "EVEN"], blocks=["BLOCK_SIZE", "BLOCK_C"])

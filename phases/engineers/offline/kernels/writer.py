@@ -584,11 +584,14 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
                   f"    n_outer = math.prod(D[:{rd}])",
                   "    if math.prod(D) == 0 or n_inner * n_outer == 0:", "    " + ret,
                   f'    cfg = _launch_config("{name}", "tiled_reduction", n_cols, n_inner)',
-                  '    grid = (n_outer * _cdiv(n_inner, cfg["BLOCK_C"]),)']
+                  '    grid = (n_outer * _cdiv(n_inner, cfg["BLOCK_C"]),)',
+                  '    n_split = 1']
         size_args = "n_cols, " + ", ".join(f"D[{k}]" for k in range(r) if k != rd)
         size_args = size_args.rstrip(", ")
+        # EVEN: no tile of any program (of any split) crosses the end of a dim
         consts = ('BLOCK_SIZE=cfg["BLOCK_SIZE"], BLOCK_C=cfg["BLOCK_C"], '
-                  'ONE_PASS=n_cols <= cfg["BLOCK_SIZE"]')
+                  'ONE_PASS=n_cols <= cfg["BLOCK_SIZE"], EVEN=n_inner % cfg["BLOCK_C"] == 0 and '
+                  'n_cols % (n_split * cfg["BLOCK_SIZE"]) == 0')
     else:
         rd = group.rdim
         multirow = getattr(w, "multirow", False)
