@@ -74,6 +74,11 @@ def main() -> None:
             variants = {"eager": lambda: ref(*args, **kwargs), "compile": lambda: comp(*args, **kwargs),
                         "kopt": lambda: new(*args, **kwargs)}
             print(f"=== {p.stem} ({case.manifest.precision})", flush=True)
+            want, got = ref(*args, **kwargs), new(*args, **kwargs)
+            want, got = (want if isinstance(want, (tuple, list)) else [want],
+                         got if isinstance(got, (tuple, list)) else [got])
+            err = max(float((g.float() - w.float()).abs().max()) for g, w in zip(got, want))
+            print(f"max abs difference kopt vs eager: {err:.3e}", flush=True)
             for name, fn in variants.items():
                 print(f"{name}: {ms(fn):.3f} ms", flush=True)
                 for line in kernels(fn, top):

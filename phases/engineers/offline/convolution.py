@@ -12,13 +12,17 @@ Other convolutions reduce over input channels: a GEMM. One whose result no point
 reduction reads (a model that is one convolution, or one a view or a library call reads) is a
 `conv` fusion group, the implicit-GEMM template of `kernels/convolution.py`
 (`conv_group_refusal`). One with a pointwise epilogue stays in cuDNN, its bias and epilogue
-fused into the kernel after it (`fusion.split_conv_bias`).
+fused into the kernel after it (`fusion.split_conv_bias`), except a strided transposed
+convolution whose reduction per residue class is short (MAX_CLASS_REDUCTION): cuDNN's kernel
+for it reduces over every tap, most of them zeros, and the template walks one class at a time,
+so it is a `conv` group whose output the epilogue's kernel reads (the bias still added there).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import os
 from typing import Any
 
 import torch
@@ -105,6 +109,13 @@ def lower_depthwise_convolution(b: Builder, x: Node, weight: Node, bias: Node | 
     return b.op(name, "identity", [acc], acc, dtype=x.dtype, origin=origin)
 
 
+MAX_CLASS_REDUCTION = int(os.environ.get("KOPT_MAX_CLASS_REDUCTION", "32"))
+"""The longest reduction per residue class ((input channels per group) x (taps that divide per
+class)) for which a strided transposed convolution with an epilogue is generated rather than
+left to cuDNN. KernelBench level 2's 3-channel 3x3x3 stride-2 ones reduce over 3 x 8 = 24: cuDNN
+took 3.8 ms on the H200 for what a class walk does in a fraction (BENCHMARKS.md, 2026-11-29).
+The region switch still times each generated convolution against PyTorch's on a GPU."""
+
 CONV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 """What the implicit-GEMM template reads and writes (accumulating in float32)."""
 
@@ -151,6 +162,23 @@ def conv_group_refusal(n: Node, users: dict[Node, list[Node]]) -> str | None:
     if n.dtype not in CONV_DTYPES or x.dtype != n.dtype or w.dtype != n.dtype or \
             (b is not None and (not isinstance(b, Node) or b.dtype != n.dtype or b.rank != 1)):
         return "a convolution over mixed or non-float dtypes stays in cuDNN"
+    if walks_classes(transposed, list(stride), list(dilation)) and \
+            class_reduction(x, w, stride, groups) <= MAX_CLASS_REDUCTION:
+        return None  # its epilogue reads the template's output
     if any(u.op in POINTWISE or u.op in REDUCTIONS for u in _readers(n, users)):
         return "convolution stays in cuDNN; its pointwise epilogue is fused"
     return None
+
+
+def walks_classes(transposed: bool, stride: list[int], dilation: list[int]) -> bool:
+    """Whether a convolution's kernel walks its output by residue classes of the stride."""
+    return bool(transposed) and max(stride) > 1 and all(d == 1 for d in dilation)
+
+
+def class_reduction(x: Node, w: Node, stride: Any, groups: int) -> int:
+    """A transposed convolution's reduction per residue class of its stride: the input channels
+    of a group times, along each dim, the taps that can divide (ceil(K / stride))."""
+    window = w.shape[2:]
+    if not all(isinstance(k, int) for k in window) or not isinstance(x.shape[1], int):
+        return 1 << 30
+    return x.shape[1] // groups * math.prod(-(-k // s) for k, s in zip(window, stride, strict=True))

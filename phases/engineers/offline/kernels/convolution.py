@@ -10,7 +10,16 @@ third axis; the bias (when there is one) is added to the accumulator before the 
 Forward: output position o reads input position i = o * stride - padding + k * dilation for
 tap k. Transposed (the weight laid out (C_in, C_out / groups, *k)): output position o takes
 input position i = (o + padding - k * dilation) / stride where that divides exactly and lies
-inside x; the output_padding only lengthens the output. The index math is written for the
+inside x; the output_padding only lengthens the output.
+
+A transposed convolution with a stride above 1 (and no dilation) walks its output by residue
+classes: along each dim, the outputs o = q * stride + r of one residue r take only the taps
+k = (r + padding) % stride + j * stride, ceil(K / stride) of them, at input q + (r + padding)
+// stride - j. Each program takes the rows of one class (the grid's third axis: group x
+class), so its reduction is stride**dims times shorter and has no divisibility masks: with
+every tap masked by the stride, 7 of 8 products of a 3-D stride-2 window were zeros (an
+H200 ran cuDNN's transposed 3-D convolution of 3 channels at 3.8 ms where the 24 products
+that count take 1.8 ms, 2026-11-29, BENCHMARKS.md). The index math is written for the
 convolution's number of spatial dims; stride, padding and dilation are the model's constants,
 every size (batch, channels, spatial, kernel) is read from the tensors at run time.
 """
@@ -22,6 +31,7 @@ from typing import Any
 
 import torch
 
+from kopt.phases.engineers.offline.convolution import MAX_CLASS_REDUCTION, walks_classes
 from kopt.phases.engineers.offline.fusion import Group, Partition
 from kopt.phases.engineers.offline.kernels.writer import KernelSource, _origins, _store_type
 
@@ -79,6 +89,22 @@ def _input_coordinates(dims: int, transposed: bool, stride: list[int], padding: 
     return lines, inside
 
 
+def _class_coordinates(dims: int, padding: list[int], stride: list[int]) -> tuple[list[str], list[str]]:
+    """Kernel lines of a residue-class walk (transposed, dilation 1): the tap t{d} and input
+    coordinate i{d} (BLOCK_M, BLOCK_K) of each (output position, tap) pair along dim d, from
+    the class's residue r{d} and the tap's step j{d}, and the conditions under which the tap
+    is in the window and the input inside x."""
+    lines: list[str] = []
+    inside: list[str] = []
+    for d in range(dims):
+        s, p = stride[d], padding[d]
+        lines.append(f"t{d} = (r{d} + {p}) % {s} + j{d} * {s}" if s > 1 else f"t{d} = j{d}")
+        base = f"(r{d} + {p}) // {s}" if s > 1 else str(p)
+        lines.append(f"i{d} = q{d}[:, None] + {base} - j{d}[None, :]")
+        inside.append(f"(t{d}[None, :] < KS{d}) & (i{d} >= 0) & (i{d} < I{d})")
+    return lines, inside
+
+
 def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> KernelSource:
     """The kernel and launcher of a `conv` group (its anchor: ATen's convolution node)."""
     conv = group.anchor
@@ -97,8 +123,13 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
         stored = "_to_bf16(acc)"
     else:
         stored = f"acc.to({_store_type(conv.dtype)})"
-    coords, inside = _input_coordinates(dims, bool(transposed), list(stride), list(padding),
-                                        list(dilation))
+    classes = walks_classes(bool(transposed), list(stride), list(dilation))
+    if classes:
+        coords, inside = _class_coordinates(dims, list(padding), list(stride))
+    else:
+        coords, inside = _input_coordinates(dims, bool(transposed), list(stride), list(padding),
+                                            list(dilation))
+    n_classes = math.prod(stride) if classes else 1
     ss = ", ".join
     kernel = [
         "@triton.jit",
@@ -114,47 +145,107 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
     kernel += [
         f"    y_ptr, y_sb, y_sc, {ss(f'y_s{d}' for d in sp)},  # (N, C_out, *out) {dtype}",
         "    # run-time sizes: output positions, channels per group, (channel, tap) pairs,",
-        "    # input, output and kernel extents",
+        "    # input, output and kernel extents" + (
+            "; a residue class's positions and taps per dim" if classes else ""),
         f"    M, CO_G, CI_G, K_RED, {ss(f'I{d}' for d in sp)}, {ss(f'O{d}' for d in sp)}, "
         f"{ss(f'KS{d}' for d in sp)},",
+    ]
+    if classes:
+        kernel.append(f"    {ss(f'Q{d}' for d in sp)}, {ss(f'J{d}' for d in sp)},")
+    kernel += [
         "    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,",
         "    UPCAST: tl.constexpr,  # True only under the CPU interpreter, whose bf16 tl.dot is wrong",
         "    INDEX_64: tl.constexpr,",
+    ]
+    if classes:
+        kernel.append("    OUTER: tl.constexpr,  # rank-1 updates instead of tl.dot (a short reduction)")
+    kernel += [
         "):",
         f"    # {kind}, stride {list(stride)}, padding {list(padding)}, dilation {list(dilation)}, "
         f"groups {groups}" + (f", output_padding {list(output_padding)}" if transposed else ""),
         "    # FLOPs: 2*M*CO_G*K_RED*groups; bytes: x once per tap from cache, w per row tile, y once",
-        "    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # output positions",
+        "    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # output positions" + (
+            " of one residue class" if classes else ""),
         "    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # output channels of the group",
-        "    grp = tl.program_id(2)",
+    ]
+    if classes:
+        kernel += [f"    grp = tl.program_id(2) // {n_classes}",
+                   f"    # the residue class of this program's outputs modulo the stride {list(stride)}",
+                   *_unravel(f"tl.program_id(2) % {n_classes}", "cls",
+                             [(f"r{d}", str(stride[d])) for d in sp], "    ")]
+    else:
+        kernel.append("    grp = tl.program_id(2)")
+    kernel += [
         "    if INDEX_64:",
         "        rm = rm.to(tl.int64)",
         "        grp = grp.to(tl.int64)",
         "    m_ok = rm < M",
         "    n_ok = rn < CO_G",
-        "    # each row's batch index and output coordinates (rm is row-major over (N, *out))",
-        *_unravel("rm", "nb", [(f"o{d}", f"O{d}") for d in sp], "    "),
+    ]
+    if classes:
+        kernel += ["    # each row's batch index, position in the class and output coordinates",
+                   *_unravel("rm", "nb", [(f"q{d}", f"Q{d}") for d in sp], "    ")]
+        for d in sp:
+            kernel += [f"    o{d} = q{d} * {stride[d]} + r{d}" if stride[d] > 1 else f"    o{d} = q{d}",
+                       f"    m_ok = m_ok & (o{d} < O{d})"]
+    else:
+        kernel += ["    # each row's batch index and output coordinates (rm is row-major over (N, *out))",
+                   *_unravel("rm", "nb", [(f"o{d}", f"O{d}") for d in sp], "    ")]
+    kernel += [
         "    x_rows = nb * x_sb + grp * CI_G * x_sc",
         "    w_cols = grp * w_sg + rn * w_sco",
         "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+    ]
+    loop = [
         "    for k in range(0, tl.cdiv(K_RED, BLOCK_K)):",
         "        rk = k * BLOCK_K + tl.arange(0, BLOCK_K)  # (input channel, tap) pairs, taps fastest",
         "        k_ok = rk < K_RED",
-        *_unravel("rk", "ci", [(f"t{d}", f"KS{d}") for d in sp], "        "),
     ]
-    kernel += [f"        {line}" for line in coords]
+    if classes:
+        loop += _unravel("rk", "ci", [(f"j{d}", f"J{d}") for d in sp], "        ")
+    else:
+        loop += _unravel("rk", "ci", [(f"t{d}", f"KS{d}") for d in sp], "        ")
+    loop += [f"        {line}" for line in coords]
     x_off = " + ".join(["x_rows[:, None]", "ci[None, :] * x_sc"] + [f"i{d} * x_s{d}" for d in sp])
     w_off = " + ".join(["w_cols[None, :]", "ci[:, None] * w_sci"] +
                        [f"t{d}[:, None] * w_s{d}" for d in sp])
-    kernel += [
+    w_mask = " & ".join(["k_ok[:, None] & n_ok[None, :]"] +
+                        ([f"(t{d}[:, None] < KS{d})" for d in sp] if classes else []))
+    loop += [
         f"        x_ok = {' & '.join(['m_ok[:, None] & k_ok[None, :]'] + inside)}",
         f"        a = tl.load(x_ptr + {x_off}, mask=x_ok, other=0.0)",
-        f"        b = tl.load(w_ptr + {w_off}, mask=k_ok[:, None] & n_ok[None, :], other=0.0)",
+        f"        b = tl.load(w_ptr + {w_off}, mask={w_mask}, other=0.0)",
         "        if UPCAST:",
         "            a = a.to(tl.float32)",
         "            b = b.to(tl.float32)",
         f"        acc = tl.dot(a, b, acc{dot_kw})",
     ]
+    if classes:
+        kernel += ["    if OUTER:  # a short reduction: one rank-1 update per (input channel, tap) pair",
+                   "        for k in range(0, K_RED):",
+                   *_unravel("k", "ci", [(f"j{d}", f"J{d}") for d in sp], "            ")]
+        x_ok, w_ok = ["m_ok"], ["n_ok"]
+        for d in sp:
+            s_, p_ = stride[d], padding[d]
+            kernel.append(f"            t{d} = (r{d} + {p_}) % {s_} + j{d} * {s_}" if s_ > 1
+                          else f"            t{d} = j{d}")
+            base = f"(r{d} + {p_}) // {s_}" if s_ > 1 else str(p_)
+            kernel.append(f"            i{d} = q{d} + {base} - j{d}")
+            x_ok.append(f"(i{d} >= 0) & (i{d} < I{d})")
+            w_ok.append(f"(t{d} < KS{d})")
+        x_off1 = " + ".join(["x_rows", "ci * x_sc"] + [f"i{d} * x_s{d}" for d in sp])
+        w_off1 = " + ".join(["w_cols", "ci * w_sci"] + [f"t{d} * w_s{d}" for d in sp])
+        kernel += [
+            f"            a = tl.load(x_ptr + {x_off1}, mask={' & '.join(x_ok + w_ok[1:])}, "
+            "other=0.0).to(tl.float32)",
+            f"            b = tl.load(w_ptr + {w_off1}, mask={' & '.join(w_ok)}, "
+            "other=0.0).to(tl.float32)",
+            "            acc += a[:, None] * b[None, :]",
+            "    else:",
+        ]
+        kernel += [f"    {line}" for line in loop]
+    else:
+        kernel += loop
     if bias is not None:
         kernel.append("    acc += tl.load(b_ptr + (grp * CO_G + rn) * b_s, mask=n_ok, "
                       "other=0.0).to(tl.float32)[None, :]")
@@ -163,7 +254,7 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
     kernel.append(f"    tl.store(y_ptr + {y_off}, {stored}, mask=m_ok[:, None] & n_ok[None, :])")
 
     launcher = _launcher(group, name, kind, dims, bool(transposed), list(stride), list(padding),
-                         list(dilation), list(output_padding), groups, bias is not None)
+                         list(dilation), list(output_padding), groups, bias is not None, classes)
     call = ["device", f"@{x.name}", f"@{w.name}"] + ([f"@{bias.name}"] if bias is not None else [])
     config = dict(FLOAT_CONFIG if x.dtype == torch.float32 else HALF_CONFIG)
     return KernelSource(name, f"_launch_{group.name}", "conv", "\n".join(kernel) + "\n",
@@ -172,7 +263,7 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
 
 def _launcher(group: Group, name: str, kind: str, dims: int, transposed: bool,
               stride: list[int], padding: list[int], dilation: list[int],
-              output_padding: list[int], groups: int, has_bias: bool) -> str:
+              output_padding: list[int], groups: int, has_bias: bool, classes: bool) -> str:
     sp = range(dims)
     rank = dims + 2
     taps = [_scaled(f"(w.shape[{2 + d}] - 1)", dilation[d]) for d in sp]
@@ -211,11 +302,24 @@ def _launcher(group: Group, name: str, kind: str, dims: int, transposed: bool,
         f"    out = ({', '.join(sizes)}{',' if dims == 1 else ''})",
         "    y = torch.empty((batch, c_out, *out), device=device, dtype=x.dtype)",
         "    taps = tuple(w.shape[2:])",
-        "    m, k_red = batch * math.prod(out), ci_g * math.prod(taps)",
+    ]
+    if classes:
+        strides = f"({', '.join(map(str, stride))}{',' if dims == 1 else ''})"
+        lines += [
+            f"    # residue classes modulo the stride {list(stride)}: each class's positions (the",
+            "    # largest class's extent per dim) and the taps that can divide (ceil(K / stride))",
+            f"    per_class = tuple(_cdiv(o, s) for o, s in zip(out, {strides}))",
+            f"    class_taps = tuple(_cdiv(k, s) for k, s in zip(taps, {strides}))",
+            "    m, k_red = batch * math.prod(per_class), ci_g * math.prod(class_taps)",
+        ]
+    else:
+        lines.append("    m, k_red = batch * math.prod(out), ci_g * math.prod(taps)")
+    lines += [
         "    if y.numel() == 0:",
         "        return y,",
         f'    cfg = _launch_config("{name}", "conv", co_g, m, k_red)',
-        f'    grid = (_cdiv(m, cfg["BLOCK_M"]), _cdiv(co_g, cfg["BLOCK_N"]), {groups})',
+        f'    grid = (_cdiv(m, cfg["BLOCK_M"]), _cdiv(co_g, cfg["BLOCK_N"]), '
+        f'{groups * (math.prod(stride) if classes else 1)})',
         "    # the last row tile's masked rows address one batch entry past x and y",
         "    index_64 = max(_span(x) + x.stride(0), _span(w), y.numel() + y.stride(0)) >= 2**31",
     ]
@@ -223,9 +327,11 @@ def _launcher(group: Group, name: str, kind: str, dims: int, transposed: bool,
     lines += [
         f"    {name}[grid](",
         f"        x, *x.stride(), w, w_sg, w_sco, w_sci, *w.stride()[2:],{b_args} y, *y.stride(),",
-        "        m, co_g, ci_g, k_red, *x.shape[2:], *out, *taps,",
+        "        m, co_g, ci_g, k_red, *x.shape[2:], *out, *taps," +
+        (" *per_class, *class_taps," if classes else ""),
         '        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],',
-        "        UPCAST=_INTERPRETED and x.dtype != torch.float32, INDEX_64=index_64,",
+        "        UPCAST=_INTERPRETED and x.dtype != torch.float32, INDEX_64=index_64," +
+        (f" OUTER=k_red <= {MAX_CLASS_REDUCTION}," if classes else ""),
         '        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])',
         "    return y,",
     ]
