@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from typing import Any
 
 import torch
@@ -109,7 +108,7 @@ def lower_depthwise_convolution(b: Builder, x: Node, weight: Node, bias: Node | 
     return b.op(name, "identity", [acc], acc, dtype=x.dtype, origin=origin)
 
 
-MAX_CLASS_REDUCTION = int(os.environ.get("KOPT_MAX_CLASS_REDUCTION", "32"))
+MAX_CLASS_REDUCTION = 32
 """The longest reduction per residue class ((input channels per group) x (taps that divide per
 class)) for which a strided transposed convolution with an epilogue is generated rather than
 left to cuDNN. KernelBench level 2's 3-channel 3x3x3 stride-2 ones reduce over 3 x 8 = 24: cuDNN

@@ -31,7 +31,11 @@ from typing import Any
 
 import torch
 
-from kopt.phases.engineers.offline.convolution import MAX_CLASS_REDUCTION, walks_classes
+from kopt.phases.engineers.offline.convolution import (
+    MAX_CLASS_REDUCTION,
+    class_reduction,
+    walks_classes,
+)
 from kopt.phases.engineers.offline.fusion import Group, Partition
 from kopt.phases.engineers.offline.kernels.writer import KernelSource, _origins, _store_type
 
@@ -41,8 +45,13 @@ from kopt.phases.engineers.offline.kernels.writer import KernelSource, _origins,
 # cuDNN, 57 at 2.33x (2026-11-27, BENCHMARKS.md); the accelerator searches TUNABLES.
 HALF_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
 FLOAT_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
-TUNABLES = {"BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128], "BLOCK_K": [16, 32, 64],
+TUNABLES = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [32, 64, 128], "BLOCK_K": [16, 32, 64],
             "num_warps": [4, 8], "num_stages": [2, 3, 4]}
+OUTER_BLOCK_M = 256
+"""Rows per program of a class walk's rank-1 updates (OUTER). On the H200, level-2 50's
+transposed conv3d (3 -> 16 channels, 24 pairs per class) ran 2.68 ms at 256 rows and 4
+warps, 3.46 ms at 128, 12.0 ms at 64, and 3.2-20.9 ms at 8 warps; unrolling the loop by two
+took 2.68 to 2.33 ms (`benchmarks/class_walk_gpu.py`, 2026-11-29)."""
 
 
 def _scaled(var: str, factor: int) -> str:
@@ -222,7 +231,7 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
     ]
     if classes:
         kernel += ["    if OUTER:  # a short reduction: one rank-1 update per (input channel, tap) pair",
-                   "        for k in range(0, K_RED):",
+                   "        for k in tl.range(0, K_RED, loop_unroll_factor=2):",
                    *_unravel("k", "ci", [(f"j{d}", f"J{d}") for d in sp], "            ")]
         x_ok, w_ok = ["m_ok"], ["n_ok"]
         for d in sp:
@@ -257,6 +266,8 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
                          list(dilation), list(output_padding), groups, bias is not None, classes)
     call = ["device", f"@{x.name}", f"@{w.name}"] + ([f"@{bias.name}"] if bias is not None else [])
     config = dict(FLOAT_CONFIG if x.dtype == torch.float32 else HALF_CONFIG)
+    if classes and class_reduction(x, w, stride, groups) <= MAX_CLASS_REDUCTION:
+        config.update(BLOCK_M=OUTER_BLOCK_M, num_warps=4)
     return KernelSource(name, f"_launch_{group.name}", "conv", "\n".join(kernel) + "\n",
                         launcher, call, _origins(group), dict(TUNABLES), config, helpers)
 
