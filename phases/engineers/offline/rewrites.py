@@ -289,16 +289,20 @@ def fold_product_sums(graph: Graph) -> list[str]:
     only, computed from summed weights (module docstring). The values they replace are left
     for `simplify` to drop."""
     notes: list[str] = []
+    users = None  # the graph's readers, recomputed only after a fold changed the graph
     for n in list(graph.nodes):
         p = _product(n)
         if p is None:
             continue
-        found = _affine_chain(p, graph.users(), {id(o) for o in graph.outputs})
+        if users is None:
+            users = graph.users()
+        found = _affine_chain(p, users, {id(o) for o in graph.outputs})
         if found is None:
             continue
         chain, total, mean = found
         target = mean or total
         out = _fold_one(graph, p, chain, total, mean)
+        users = None  # (recomputed after any attempt: a fold may have begun to edit the graph)
         if out is None:
             continue
         swap = {target: out}
