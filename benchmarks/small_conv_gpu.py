@@ -24,7 +24,6 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-
 ALL = 0
 """1: also time the per-element variants (taps, parity): 4-9x slower than cuDNN on the H200."""
 
@@ -224,11 +223,11 @@ def main() -> None:
         if transposed:
             w = torch.randn(C_in, C_out, K, K, K, device="cuda") * 0.2
             b = torch.randn(C_out, device="cuda")
-            ref_fn = lambda: F.conv_transpose3d(x, w, b, stride=S, padding=P)  # noqa: E731
+            ref_fn = lambda: F.conv_transpose3d(x, w, b, stride=S, padding=P)  # noqa: E731, B023
         else:
             w = torch.randn(C_out, C_in, K, K, K, device="cuda") * 0.2
             b = torch.randn(C_out, device="cuda")
-            ref_fn = lambda: F.conv3d(x, w, b, stride=S, padding=P)  # noqa: E731
+            ref_fn = lambda: F.conv3d(x, w, b, stride=S, padding=P)  # noqa: E731, B023
         ref = ref_fn()
         floor_ms = (x.numel() + ref.numel()) * 4 / 2.97e12 * 1e3 * 2  # read+write at copy bw
         row = {"case": name, "out": tuple(ref.shape), "cudnn": timed(ref_fn)}
@@ -242,9 +241,9 @@ def main() -> None:
                 else ((128, 4), (256, 4))
             for block, warps in configs:
                 if vname == "outer":
-                    fn = lambda: run_outer(x, w, b, y, transposed, K, S, P, block, warps)  # noqa: E731
+                    fn = lambda: run_outer(x, w, b, y, transposed, K, S, P, block, warps)  # noqa: E731, B023
                 else:
-                    fn = lambda: run_triton(x, w, b, y, transposed, parity, K, S, P, block, warps)  # noqa: E731
+                    fn = lambda: run_triton(x, w, b, y, transposed, parity, K, S, P, block, warps)  # noqa: E731, B023
                 try:
                     y.zero_()
                     fn()

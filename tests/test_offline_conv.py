@@ -172,8 +172,8 @@ def test_a_strided_transposed_conv_of_few_channels_is_generated_before_its_epilo
     residue class, where cuDNN's kernel reduces over every tap (KernelBench level-2 50, 58,
     60, 72, 96): the class walk's `conv` kernel computes it (rank-1 updates: OUTER), the
     epilogue's kernel reads its output and adds the bias, and the result matches eager."""
-    case = _case_5d(tmp_path, "convt3d_small", "nn.ConvTranspose3d(%d, 6, 3, stride=2, padding=1)"
-                    % c_in, epilogue, [2, c_in, 4, 5, 6])
+    case = _case_5d(tmp_path, "convt3d_small", f"nn.ConvTranspose3d({c_in}, 6, 3, stride=2, padding=1)",
+                    epilogue, [2, c_in, 4, 5, 6])
     result = generate_candidate(case)
     kinds = [k["kind"] for k in result.kernels]
     assert kinds[0] == "conv" and len(kinds) == 2, kinds
