@@ -17,9 +17,10 @@ classes: along each dim, the outputs o = q * stride + r of one residue r take on
 k = (r + padding) % stride + j * stride, ceil(K / stride) of them, at input q + (r + padding)
 // stride - j. Each program takes the rows of one class (the grid's third axis: group x
 class), so its reduction is stride**dims times shorter and has no divisibility masks: with
-every tap masked by the stride, 7 of 8 products of a 3-D stride-2 window were zeros (an
-H200 ran cuDNN's transposed 3-D convolution of 3 channels at 3.8 ms where the 24 products
-that count take 1.8 ms, 2026-11-29, BENCHMARKS.md). The index math is written for the
+every tap masked by the stride, 7 of 8 products of a 3-D stride-2 window were zeros. On an
+H200 (2026-11-29, BENCHMARKS.md), cuDNN's float32 engine took 8.66 ms (+1.3 ms of
+`setTensor5d`) for KernelBench level-2 50's transposed 3-D convolution of 3 channels; the
+class walk's rank-1 updates (OUTER, below) take 2.26 ms. The index math is written for the
 convolution's number of spatial dims; stride, padding and dilation are the model's constants,
 every size (batch, channels, spatial, kernel) is read from the tensors at run time.
 """
@@ -98,18 +99,23 @@ def _input_coordinates(dims: int, transposed: bool, stride: list[int], padding: 
     return lines, inside
 
 
+def _class_tap(d: int, stride: int, padding: int, q: str, j: str) -> tuple[str, str]:
+    """The tap t{d} and input coordinate i{d} along dim d of a residue-class walk (transposed,
+    dilation 1), from the class's residue r{d}, the output's position q in its class and the
+    tap's step j (their texts: scalars, or broadcast blocks)."""
+    tap = f"t{d} = (r{d} + {padding}) % {stride} + j{d} * {stride}" if stride > 1 else f"t{d} = j{d}"
+    base = f"(r{d} + {padding}) // {stride}" if stride > 1 else str(padding)
+    return tap, f"i{d} = {q} + {base} - {j}"
+
+
 def _class_coordinates(dims: int, padding: list[int], stride: list[int]) -> tuple[list[str], list[str]]:
-    """Kernel lines of a residue-class walk (transposed, dilation 1): the tap t{d} and input
-    coordinate i{d} (BLOCK_M, BLOCK_K) of each (output position, tap) pair along dim d, from
-    the class's residue r{d} and the tap's step j{d}, and the conditions under which the tap
-    is in the window and the input inside x."""
+    """Kernel lines of a residue-class walk's tl.dot loop: the tap t{d} (BLOCK_K,) and input
+    coordinate i{d} (BLOCK_M, BLOCK_K) of each (output position, tap) pair along dim d, and
+    the conditions under which the tap is in the window and the input inside x."""
     lines: list[str] = []
     inside: list[str] = []
     for d in range(dims):
-        s, p = stride[d], padding[d]
-        lines.append(f"t{d} = (r{d} + {p}) % {s} + j{d} * {s}" if s > 1 else f"t{d} = j{d}")
-        base = f"(r{d} + {p}) // {s}" if s > 1 else str(p)
-        lines.append(f"i{d} = q{d}[:, None] + {base} - j{d}[None, :]")
+        lines += _class_tap(d, stride[d], padding[d], f"q{d}[:, None]", f"j{d}[None, :]")
         inside.append(f"(t{d}[None, :] < KS{d}) & (i{d} >= 0) & (i{d} < I{d})")
     return lines, inside
 
@@ -235,11 +241,8 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
                    *_unravel("k", "ci", [(f"j{d}", f"J{d}") for d in sp], "            ")]
         x_ok, w_ok = ["m_ok"], ["n_ok"]
         for d in sp:
-            s_, p_ = stride[d], padding[d]
-            kernel.append(f"            t{d} = (r{d} + {p_}) % {s_} + j{d} * {s_}" if s_ > 1
-                          else f"            t{d} = j{d}")
-            base = f"(r{d} + {p_}) // {s_}" if s_ > 1 else str(p_)
-            kernel.append(f"            i{d} = q{d} + {base} - j{d}")
+            kernel += [f"            {line}" for line in _class_tap(d, stride[d], padding[d],
+                                                                   f"q{d}", f"j{d}")]
             x_ok.append(f"(i{d} >= 0) & (i{d} < I{d})")
             w_ok.append(f"(t{d} < KS{d})")
         x_off1 = " + ".join(["x_rows", "ci * x_sc"] + [f"i{d} * x_s{d}" for d in sp])
