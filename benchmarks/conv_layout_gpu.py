@@ -17,8 +17,8 @@ import sys
 import torch
 
 
-def ms(fn, iters: int = 50) -> float:
-    for _ in range(10):
+def ms(fn, iters: int = 50, warm: int = 10) -> float:
+    for _ in range(warm):
         fn()
     torch.cuda.synchronize()
     times = []

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from conv_layout_gpu import ms  # beside this script: CUDA events, median after warm-ups
 
 ALL = 0
 """1: also time the per-element variants (taps, parity): 4-9x slower than cuDNN on the H200."""
@@ -190,20 +191,9 @@ def run_triton(x, w, b, y, transposed, parity, K, S, P, block, warps):
         TRANSPOSED=transposed, PARITY=parity, BLOCK=block, num_warps=warps)
 
 
-def timed(fn, reps=30, warm=5):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(a.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
+def timed(fn) -> float:
+    """The median of 30 CUDA-event times after 5 warm-ups (`conv_layout_gpu.ms`)."""
+    return ms(fn, iters=30, warm=5)
 
 
 def main() -> None:
