@@ -148,10 +148,9 @@ def test_3d_and_transposed_conv_bias_joins_the_epilogue(tmp_path: Path) -> None:
     """ATen adds a cuDNN convolution's bias in a pass of its own over the output: a conv3d or
     a transposed conv3d whose users are pointwise runs without bias, and the one fused
     epilogue adds it (the model's layout is kept: channels_last is the 2-D path only). The
-    transposed one reduces over 12 x 8 pairs per residue class: more than a class walk takes."""
+    transposed one has stride 1: a strided one walks residue classes in a kernel of its own."""
     for name, conv, c_in in (("conv3d_ep", "nn.Conv3d(3, 6, 3)", 3),
-                             ("convt3d_ep", "nn.ConvTranspose3d(12, 6, 3, stride=2, padding=1, "
-                                            "output_padding=1)", 12)):
+                             ("convt3d_ep", "nn.ConvTranspose3d(12, 6, 3, padding=1)", 12)):
         case = _case_5d(tmp_path, name, conv, "torch.sigmoid(torch.tanh(self.conv(x)) * self.scale)",
                         [2, c_in, 5, 6, 7])
         result = generate_candidate(case)
@@ -165,14 +164,16 @@ def test_3d_and_transposed_conv_bias_joins_the_epilogue(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("c_in", "epilogue"), [
     (3, "torch.sigmoid(torch.tanh(self.conv(x)) * self.scale)"),
     (2, "nn.functional.avg_pool3d(self.conv(x) * self.scale, 2)"),
-    (3, "torch.logsumexp(self.conv(x), dim=1, keepdim=True) * self.scale")])
-def test_a_strided_transposed_conv_of_few_channels_is_generated_before_its_epilogue(
+    (3, "torch.logsumexp(self.conv(x), dim=1, keepdim=True) * self.scale"),
+    (12, "torch.sigmoid(torch.tanh(self.conv(x)) * self.scale)")])
+def test_a_strided_transposed_conv_is_generated_before_its_epilogue(
         tmp_path: Path, c_in: int, epilogue: str) -> None:
-    """A stride-2 transposed conv3d of 2-3 channels reduces over 16-24 (channel, tap) pairs per
-    residue class, where cuDNN's kernel reduces over every tap (KernelBench level-2 50, 58,
-    60, 72, 96): the class walk's `conv` kernel computes it (rank-1 updates: OUTER), the
-    epilogue's kernel reads its output and adds the bias, and the result matches eager."""
-    case = _case_5d(tmp_path, "convt3d_small", f"nn.ConvTranspose3d({c_in}, 6, 3, stride=2, padding=1)",
+    """A stride-2 transposed conv3d reduces over (channels x 1-8 taps) per residue class, where
+    cuDNN's kernel reduces over every tap (KernelBench level-2 50, 58, 60, 72, 96 with 3
+    channels, 20, 26, 38, 78, 100 with 32-64): the class walk's `conv` kernel computes it
+    (rank-1 updates for 2-3 channels, OUTER; tl.dot tiles for 12), the epilogue's kernel reads
+    its output and adds the bias, and the result matches eager."""
+    case = _case_5d(tmp_path, f"convt3d_{c_in}", f"nn.ConvTranspose3d({c_in}, 6, 3, stride=2, padding=1)",
                     epilogue, [2, c_in, 4, 5, 6])
     result = generate_candidate(case)
     kinds = [k["kind"] for k in result.kernels]
@@ -180,7 +181,7 @@ def test_a_strided_transposed_conv_of_few_channels_is_generated_before_its_epilo
     assert "convolution_bias" in result.kernels[1]["fuses"]
     assert "OUTER=k_red <= " in result.source and "aten.convolution" not in \
         result.source.split("def _kopt_forward")[1].split("else:")[0]
-    _check_case(case, _load_candidate(result.source, tmp_path, "convt3d_small"), "main")
+    _check_case(case, _load_candidate(result.source, tmp_path, f"convt3d_{c_in}"), "main")
 
 
 def test_conv_bias_joins_a_reduction_after_it(tmp_path: Path) -> None:
@@ -219,6 +220,9 @@ _LONE = [  # (id, module, input shape, dtype): odd sizes, every parameter off it
      "padding=(4, 1), output_padding=(2, 1))", [2, 3, 5, 7], "float32"),
     ("conv_transpose2d_classes_dot", "nn.ConvTranspose2d(20, 4, 3, stride=2, padding=1, "
      "output_padding=1)", [2, 20, 4, 5], "float32"),
+    # a window narrower than the stride: one residue class of three has no tap (bias only)
+    ("conv_transpose1d_class_gaps", "nn.ConvTranspose1d(3, 4, 2, stride=3, padding=1)",
+     [2, 3, 7], "float32"),
     ("conv_transpose2d_bf16", "nn.ConvTranspose2d(4, 4, 3, padding=1, groups=2, bias=False, "
      "dtype=torch.bfloat16)", [2, 4, 6, 7], "bfloat16"),
     ("conv_transpose3d", "nn.ConvTranspose3d(2, 4, (3, 2, 3), stride=(2, 1, 2), "
@@ -272,18 +276,22 @@ def test_lone_convolution_is_one_generated_kernel(tmp_path: Path, name: str, mod
 @pytest.mark.parametrize(("name", "walks"), [
     ("conv_transpose1d", True), ("conv_transpose2d_classes", True), ("conv_transpose3d", True),
     ("conv_transpose2d_classes_dot", True),  # 20 x 4 pairs per class: tl.dot (OUTER false)
+    ("conv_transpose1d_class_gaps", True),
     ("conv_transpose2d", False),  # dilated: every tap, masked where the stride does not divide
     ("conv_transpose2d_bf16", False),  # stride 1: one class
     ("conv3d", False)])
 def test_a_strided_transposed_convolution_walks_residue_classes(tmp_path: Path, name: str,
                                                                 walks: bool) -> None:
     """A transposed convolution with a stride above 1 (no dilation) gives each program one
-    residue class of its outputs, so only the taps that divide are reduced over; the class
+    residue class of its outputs, so only the class's taps (those that divide, inside the
+    window: N0 x N1 x ..., fewer than ceil(K / stride) per dim where K % stride) are reduced
+    over; the class
     walk's output is checked against eager in `test_lone_convolution_is_one_generated_kernel`."""
     _, module, shape, dtype = next(c for c in _LONE if c[0] == name)
     result = generate_candidate(_lone_conv_case(tmp_path, name, module, shape, dtype))
     kernel = result.source.split("@triton.jit")[1].split("\n\n\n")[0]
     assert ("residue class" in kernel) is walks
+    assert ("range(0, tl.cdiv(K_CLASS, BLOCK_K))" in kernel) is walks  # the class's own taps
     assert ("% 2 == 0" in kernel or "% 3 == 0" in kernel) is (not walks and "transpose" in name
                                                              and "bf16" not in name)
 

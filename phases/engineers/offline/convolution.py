@@ -13,9 +13,11 @@ reduction reads (a model that is one convolution, or one a view or a library cal
 `conv` fusion group, the implicit-GEMM template of `kernels/convolution.py`
 (`conv_group_refusal`). One with a pointwise epilogue stays in cuDNN, its bias and epilogue
 fused into the kernel after it (`fusion.split_conv_bias`), except a strided transposed
-convolution whose reduction per residue class is short (MAX_CLASS_REDUCTION): cuDNN's kernel
-for it reduces over every tap, most of them zeros, and the template walks one class at a time,
-so it is a `conv` group whose output the epilogue's kernel reads (the bias still added there).
+convolution: cuDNN's strict float32 kernel for it reduces over every tap, most of them zeros
+(1-25% of the floor on KernelBench level 2), and the template walks one residue class of the
+stride at a time over that class's own taps, so it is a `conv` group whose output the
+epilogue's kernel reads (the bias still added there); on a GPU the region switch times it
+against cuDNN's and keeps the faster.
 """
 
 from __future__ import annotations
@@ -110,11 +112,10 @@ def lower_depthwise_convolution(b: Builder, x: Node, weight: Node, bias: Node | 
 
 MAX_CLASS_REDUCTION = 32
 """The longest reduction per residue class ((input channels per group) x (taps that divide per
-class)) for which a strided transposed convolution with an epilogue is generated rather than
-left to cuDNN. KernelBench level 2's 3-channel 3x3x3 stride-2 ones reduce over 3 x 8 = 24: on
-an H200 cuDNN's float32 engine took 8.66 ms for what the class walk does in 2.26 ms; with 16
-channels (128 pairs, level-2 74) cuDNN is faster than the hand-written tile (BENCHMARKS.md,
-2026-11-29). The region switch still times each generated convolution against PyTorch's."""
+class)) that a strided transposed convolution's kernel runs as rank-1 updates (`OUTER`) rather
+than `tl.dot` tiles. KernelBench level 2's 3-channel 3x3x3 stride-2 ones reduce over 3 x 8 = 24:
+on an H200 cuDNN's float32 engine took 8.66 ms for what the rank-1 loop does in 2.26 ms
+(BENCHMARKS.md, 2026-11-29)."""
 
 CONV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 """What the implicit-GEMM template reads and writes (accumulating in float32)."""
@@ -144,7 +145,8 @@ def conv_group_refusal(n: Node, users: dict[Node, list[Node]]) -> str | None:
     and groups, x, weight, bias and result of one floating dtype, and no pointwise op or
     reduction reading the result, directly or through a view, flatten or a pooling's exact tap
     (that epilogue is fused after cuDNN's convolution instead, with the bias:
-    `fusion.split_conv_bias`). `users`: the graph's readers of each node."""
+    `fusion.split_conv_bias`), unless the convolution walks residue classes (`walks_classes`).
+    `users`: the graph's readers of each node."""
     if len(n.args) != 9:
         return "a convolution with extra arguments stays in cuDNN"
     x, w, b, stride, padding, dilation, transposed, output_padding, groups = n.args
@@ -162,9 +164,11 @@ def conv_group_refusal(n: Node, users: dict[Node, list[Node]]) -> str | None:
     if n.dtype not in CONV_DTYPES or x.dtype != n.dtype or w.dtype != n.dtype or \
             (b is not None and (not isinstance(b, Node) or b.dtype != n.dtype or b.rank != 1)):
         return "a convolution over mixed or non-float dtypes stays in cuDNN"
-    if walks_classes(transposed, list(stride), list(dilation)) and \
-            class_reduction(x, w, stride, groups) <= MAX_CLASS_REDUCTION:
-        return None  # its epilogue reads the template's output
+    if walks_classes(transposed, list(stride), list(dilation)):
+        # cuDNN's strict float32 transposed convolutions ran at 1-25% of the floor; the region
+        # switch times this kernel against cuDNN's and keeps the faster (its epilogue reads
+        # the kernel's output either way)
+        return None
     if any(u.op in POINTWISE or u.op in REDUCTIONS for u in _readers(n, users)):
         return "convolution stays in cuDNN; its pointwise epilogue is fused"
     return None

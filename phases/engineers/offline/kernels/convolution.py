@@ -111,13 +111,28 @@ def _class_tap(d: int, stride: int, padding: int, q: str, j: str) -> tuple[str, 
 def _class_coordinates(dims: int, padding: list[int], stride: list[int]) -> tuple[list[str], list[str]]:
     """Kernel lines of a residue-class walk's tl.dot loop: the tap t{d} (BLOCK_K,) and input
     coordinate i{d} (BLOCK_M, BLOCK_K) of each (output position, tap) pair along dim d, and
-    the conditions under which the tap is in the window and the input inside x."""
+    the conditions under which the input lies inside x (the tap is in the window: j{d} runs
+    over the class's own taps, N{d})."""
     lines: list[str] = []
     inside: list[str] = []
     for d in range(dims):
         lines += _class_tap(d, stride[d], padding[d], f"q{d}[:, None]", f"j{d}[None, :]")
-        inside.append(f"(t{d}[None, :] < KS{d}) & (i{d} >= 0) & (i{d} < I{d})")
+        inside.append(f"(i{d} >= 0) & (i{d} < I{d})")
     return lines, inside
+
+
+def _class_taps(dims: int, padding: list[int], stride: list[int]) -> list[str]:
+    """Kernel lines counting the taps of this program's residue class: along dim d the taps
+    k = (r + p) % s + j * s inside the window, N{d} = ceil((K - (r + p) % s) / s) of them, and
+    K_CLASS, the class's (input channel, tap) pairs. ceil(K / s) bounds N{d}; a kernel that
+    looped to the bound masked up to (1 - N / ceil(K / s)) of its products (for K 3, stride 2
+    in 3-D: 37 of 64)."""
+    lines = []
+    for d in range(dims):
+        s, p = stride[d], padding[d]
+        lines.append(f"    N{d} = (KS{d} - (r{d} + {p}) % {s} + {s - 1}) // {s}" if s > 1
+                     else f"    N{d} = KS{d}")
+    return lines + [f"    K_CLASS = CI_G * {' * '.join(f'N{d}' for d in range(dims))}"]
 
 
 def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> KernelSource:
@@ -161,12 +176,12 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
         f"    y_ptr, y_sb, y_sc, {ss(f'y_s{d}' for d in sp)},  # (N, C_out, *out) {dtype}",
         "    # run-time sizes: output positions, channels per group, (channel, tap) pairs,",
         "    # input, output and kernel extents" + (
-            "; a residue class's positions and taps per dim" if classes else ""),
+            "; a residue class's positions per dim" if classes else ""),
         f"    M, CO_G, CI_G, K_RED, {ss(f'I{d}' for d in sp)}, {ss(f'O{d}' for d in sp)}, "
         f"{ss(f'KS{d}' for d in sp)},",
     ]
     if classes:
-        kernel.append(f"    {ss(f'Q{d}' for d in sp)}, {ss(f'J{d}' for d in sp)},")
+        kernel.append(f"    {ss(f'Q{d}' for d in sp)},")
     kernel += [
         "    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,",
         "    UPCAST: tl.constexpr,  # True only under the CPU interpreter, whose bf16 tl.dot is wrong",
@@ -187,7 +202,8 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
         kernel += [f"    grp = tl.program_id(2) // {n_classes}",
                    f"    # the residue class of this program's outputs modulo the stride {list(stride)}",
                    *_unravel(f"tl.program_id(2) % {n_classes}", "cls",
-                             [(f"r{d}", str(stride[d])) for d in sp], "    ")]
+                             [(f"r{d}", str(stride[d])) for d in sp], "    "),
+                   *_class_taps(dims, list(padding), list(stride))]
     else:
         kernel.append("    grp = tl.program_id(2)")
     kernel += [
@@ -211,21 +227,21 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
         "    w_cols = grp * w_sg + rn * w_sco",
         "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
     ]
+    reduction = "K_CLASS" if classes else "K_RED"
     loop = [
-        "    for k in range(0, tl.cdiv(K_RED, BLOCK_K)):",
+        f"    for k in range(0, tl.cdiv({reduction}, BLOCK_K)):",
         "        rk = k * BLOCK_K + tl.arange(0, BLOCK_K)  # (input channel, tap) pairs, taps fastest",
-        "        k_ok = rk < K_RED",
+        f"        k_ok = rk < {reduction}",
     ]
     if classes:
-        loop += _unravel("rk", "ci", [(f"j{d}", f"J{d}") for d in sp], "        ")
+        loop += _unravel("rk", "ci", [(f"j{d}", f"N{d}") for d in sp], "        ")
     else:
         loop += _unravel("rk", "ci", [(f"t{d}", f"KS{d}") for d in sp], "        ")
     loop += [f"        {line}" for line in coords]
     x_off = " + ".join(["x_rows[:, None]", "ci[None, :] * x_sc"] + [f"i{d} * x_s{d}" for d in sp])
     w_off = " + ".join(["w_cols[None, :]", "ci[:, None] * w_sci"] +
                        [f"t{d}[:, None] * w_s{d}" for d in sp])
-    w_mask = " & ".join(["k_ok[:, None] & n_ok[None, :]"] +
-                        ([f"(t{d}[:, None] < KS{d})" for d in sp] if classes else []))
+    w_mask = "k_ok[:, None] & n_ok[None, :]"
     loop += [
         f"        x_ok = {' & '.join(['m_ok[:, None] & k_ok[None, :]'] + inside)}",
         f"        a = tl.load(x_ptr + {x_off}, mask=x_ok, other=0.0)",
@@ -237,21 +253,19 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
     ]
     if classes:
         kernel += ["    if OUTER:  # a short reduction: one rank-1 update per (input channel, tap) pair",
-                   "        for k in tl.range(0, K_RED, loop_unroll_factor=2):",
-                   *_unravel("k", "ci", [(f"j{d}", f"J{d}") for d in sp], "            ")]
-        x_ok, w_ok = ["m_ok"], ["n_ok"]
+                   "        for k in tl.range(0, K_CLASS, loop_unroll_factor=2):",
+                   *_unravel("k", "ci", [(f"j{d}", f"N{d}") for d in sp], "            ")]
+        x_ok = ["m_ok"]
         for d in sp:
             kernel += [f"            {line}" for line in _class_tap(d, stride[d], padding[d],
                                                                    f"q{d}", f"j{d}")]
             x_ok.append(f"(i{d} >= 0) & (i{d} < I{d})")
-            w_ok.append(f"(t{d} < KS{d})")
         x_off1 = " + ".join(["x_rows", "ci * x_sc"] + [f"i{d} * x_s{d}" for d in sp])
         w_off1 = " + ".join(["w_cols", "ci * w_sci"] + [f"t{d} * w_s{d}" for d in sp])
         kernel += [
-            f"            a = tl.load(x_ptr + {x_off1}, mask={' & '.join(x_ok + w_ok[1:])}, "
+            f"            a = tl.load(x_ptr + {x_off1}, mask={' & '.join(x_ok)}, "
             "other=0.0).to(tl.float32)",
-            f"            b = tl.load(w_ptr + {w_off1}, mask={' & '.join(w_ok)}, "
-            "other=0.0).to(tl.float32)",
+            f"            b = tl.load(w_ptr + {w_off1}, mask=n_ok, other=0.0).to(tl.float32)",
             "            acc += a[:, None] * b[None, :]",
             "    else:",
         ]
@@ -342,7 +356,7 @@ def _launcher(group: Group, name: str, kind: str, dims: int, transposed: bool,
         f"    {name}[grid](",
         f"        x, *x.stride(), w, w_sg, w_sco, w_sci, *w.stride()[2:],{b_args} y, *y.stride(),",
         "        m, co_g, ci_g, k_red, *x.shape[2:], *out, *taps," +
-        (" *per_class, *class_taps," if classes else ""),
+        (" *per_class," if classes else ""),
         '        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],',
         "        UPCAST=_INTERPRETED and x.dtype != torch.float32, INDEX_64=index_64," +
         (f" OUTER=k_red <= {MAX_CLASS_REDUCTION}," if classes else ""),
