@@ -53,6 +53,12 @@ OUTER_BLOCK_M = 256
 transposed conv3d (3 -> 16 channels, 24 pairs per class) ran 2.68 ms at 256 rows and 4
 warps, 3.46 ms at 128, 12.0 ms at 64, and 3.2-20.9 ms at 8 warps; unrolling the loop by two
 took 2.68 to 2.33 ms (`benchmarks/class_walk_gpu.py`, 2026-11-29)."""
+CLASS_FLOAT_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 16, "num_warps": 4, "num_stages": 4}
+"""A float32 class walk's tl.dot tiles. On the H200 (strict float32) the ten stride-2
+transposed convs of KernelBench level 2 (32-64 input channels, 2-D and 3-D) ran at this tile
+within 0-23% of the best of eight tiles and fastest on four; FLOAT_CONFIG's BLOCK_K 32 and 3
+stages took 1.17-1.34x as long (`benchmarks/class_walk_dot_gpu.py`, 2026-11-29, before a class
+looped over its own taps only)."""
 
 
 def _scaled(var: str, factor: int) -> str:
@@ -285,6 +291,8 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
     config = dict(FLOAT_CONFIG if x.dtype == torch.float32 else HALF_CONFIG)
     if classes and class_reduction(x, w, stride, groups) <= MAX_CLASS_REDUCTION:
         config.update(BLOCK_M=OUTER_BLOCK_M, num_warps=4)
+    elif classes and x.dtype == torch.float32:
+        config = dict(CLASS_FLOAT_CONFIG)
     return KernelSource(name, f"_launch_{group.name}", "conv", "\n".join(kernel) + "\n",
                         launcher, call, _origins(group), dict(TUNABLES), config, helpers)
 
