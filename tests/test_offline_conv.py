@@ -179,9 +179,11 @@ def test_a_strided_transposed_conv_is_generated_before_its_epilogue(
     kinds = [k["kind"] for k in result.kernels]
     assert kinds[0] == "conv" and len(kinds) == 2, kinds
     assert "convolution_bias" in result.kernels[1]["fuses"]
-    assert "OUTER=k_red <= " in result.source and "aten.convolution" not in \
+    assert "aten.convolution" not in \
         result.source.split("def _kopt_forward")[1].split("else:")[0]
-    _check_case(case, _load_candidate(result.source, tmp_path, f"convt3d_{c_in}"), "main")
+    module = _load_candidate(result.source, tmp_path, f"convt3d_{c_in}")
+    assert module.KOPT_CONFIG[result.kernels[0]["name"]]["OUTER"] == (c_in <= 4)  # 16-24 pairs
+    _check_case(case, module, "main")
 
 
 def test_conv_bias_joins_a_reduction_after_it(tmp_path: Path) -> None:
@@ -260,7 +262,8 @@ def test_lone_convolution_is_one_generated_kernel(tmp_path: Path, name: str, mod
                                                   shape: list[int], dtype: str) -> None:
     """A model that is one convolution (KernelBench level 1's 50-81) failed code generation
     ("no op of the model could be generated"): now it is one implicit-GEMM kernel whose
-    output matches eager, with the convolution as its region's PyTorch form."""
+    output matches eager, with the convolution as its region's PyTorch form. Its two loops
+    (`tl.dot` chunks, rank-1 updates: `OUTER`) both match where the tuner may pick either."""
     case = _lone_conv_case(tmp_path, name, module, shape, dtype)
     result = generate_candidate(case)
     assert [k["kind"] for k in result.kernels] == ["conv"] and result.unfused == []
@@ -268,9 +271,29 @@ def test_lone_convolution_is_one_generated_kernel(tmp_path: Path, name: str, mod
     triton_form, torch_form = forward.split("else:")
     assert "aten.convolution" not in forward and "torch.nn.functional.conv" in torch_form
     assert "_launch_g0(" in triton_form
-    assert set(result.tunables[result.kernels[0]["name"]]) == {
+    kernel = result.kernels[0]["name"]
+    assert set(result.tunables[kernel]) - {"OUTER"} == {
         "BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}
-    _check_case(case, _load_candidate(result.source, tmp_path, name), "main")
+    candidate = _load_candidate(result.source, tmp_path, name)
+    _check_case(case, candidate, "main")
+    if "OUTER" in result.tunables[kernel]:  # every _LONE case reduces over at most 256 pairs
+        candidate.KOPT_CONFIG[kernel]["OUTER"] = 1 - candidate.KOPT_CONFIG[kernel]["OUTER"]
+        _check_case(case, candidate, "main")
+
+
+def test_a_short_float32_reduction_starts_with_rank1_updates(tmp_path: Path) -> None:
+    """A float32 convolution of at most 81 (channel, tap) pairs (3 channels, 3x3x3) starts with
+    the rank-1 loop; longer ones and half-precision ones with `tl.dot`; up to 256 pairs the
+    tuner may try the other loop."""
+    for name, module, shape, dtype, outer, tuned in (
+            ("c3", "nn.Conv3d(3, 4, 3)", [1, 3, 4, 4, 5], "float32", 1, True),
+            ("c4", "nn.Conv3d(4, 4, 3)", [1, 4, 4, 4, 5], "float32", 0, True),
+            ("c10", "nn.Conv3d(10, 4, 3)", [1, 10, 4, 4, 5], "float32", 0, False),
+            ("bf16", "nn.Conv2d(3, 4, 3, dtype=torch.bfloat16)", [1, 3, 5, 6], "bfloat16", 0, True)):
+        result = generate_candidate(_lone_conv_case(tmp_path, name, module, shape, dtype))
+        kernel = result.kernels[0]["name"]
+        config = _load_candidate(result.source, tmp_path, name).KOPT_CONFIG[kernel]
+        assert (config["OUTER"], "OUTER" in result.tunables[kernel]) == (outer, tuned), name
 
 
 @pytest.mark.parametrize(("name", "walks"), [

@@ -117,6 +117,19 @@ than `tl.dot` tiles. KernelBench level 2's 3-channel 3x3x3 stride-2 ones reduce 
 on an H200 cuDNN's float32 engine took 8.66 ms for what the rank-1 loop does in 2.26 ms
 (BENCHMARKS.md, 2026-11-29)."""
 
+MAX_RANK1_REDUCTION = 81
+"""The longest reduction per output element ((input channels per group) x taps) of a float32
+`conv` group that does not walk classes whose kernel starts with rank-1 updates (such a
+convolution with an epilogue still stays in cuDNN: `conv_group_refusal`). 81 is a 3-channel 3x3x3 window (KernelBench level 2's 6, 24, 48): a
+hand-written (positions x output channels) tile of rank-1 updates ran their conv3d in 0.375 and
+1.42 ms against TF32 cuDNN's 0.508 and 2.05 ms, and lost on 24 (1.43 against 0.84 ms; H200,
+2026-11-29, `benchmarks/small_conv_gpu.py`); a `tl.dot` tile took 3.7x cuDNN's time on level 1's
+54 (3 channels, 3x3x3; 2026-11-27)."""
+
+MAX_RANK1_TUNED = 256
+"""Up to this many (channel, tap) pairs a convolution's tuner also tries the other loop
+(`OUTER` in TUNABLES); beyond it the rank-1 loop is not tried."""
+
 CONV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 """What the implicit-GEMM template reads and writes (accumulating in float32)."""
 
@@ -177,6 +190,27 @@ def conv_group_refusal(n: Node, users: dict[Node, list[Node]]) -> str | None:
 def walks_classes(transposed: bool, stride: list[int], dilation: list[int]) -> bool:
     """Whether a convolution's kernel walks its output by residue classes of the stride."""
     return bool(transposed) and max(stride) > 1 and all(d == 1 for d in dilation)
+
+
+def rank1_pairs(conv: Node) -> int:
+    """The (input channel, tap) pairs an output element of `conv` reduces over in its kernel's
+    loop: per residue class where it walks classes (`class_reduction`), else the input channels
+    of a group times the window's taps (1 << 30 when not known from the traced shapes)."""
+    x, w, _, stride, _, dilation, transposed, _, groups = conv.args
+    if walks_classes(bool(transposed), list(stride), list(dilation)):
+        return class_reduction(x, w, stride, groups)
+    if not all(isinstance(k, int) for k in (*w.shape[2:], x.shape[1])):
+        return 1 << 30
+    return x.shape[1] // groups * math.prod(w.shape[2:])
+
+
+def starts_rank1(conv: Node) -> bool:
+    """Whether `conv`'s kernel starts with rank-1 updates (`OUTER`): a class walk of at most
+    MAX_CLASS_REDUCTION pairs a class, or a float32 convolution of at most MAX_RANK1_REDUCTION."""
+    x, _, _, stride, _, dilation, transposed, _, _ = conv.args
+    if walks_classes(bool(transposed), list(stride), list(dilation)):
+        return rank1_pairs(conv) <= MAX_CLASS_REDUCTION
+    return x.dtype == torch.float32 and rank1_pairs(conv) <= MAX_RANK1_REDUCTION
 
 
 def class_reduction(x: Node, w: Node, stride: Any, groups: int) -> int:

@@ -14,13 +14,22 @@ inside x; the output_padding only lengthens the output.
 
 A transposed convolution with a stride above 1 (and no dilation) walks its output by residue
 classes: along each dim, the outputs o = q * stride + r of one residue r take only the taps
-k = (r + padding) % stride + j * stride, ceil(K / stride) of them, at input q + (r + padding)
-// stride - j. Each program takes the rows of one class (the grid's third axis: group x
+k = (r + padding) % stride + j * stride inside the window (ceil((K - (r + padding) % stride)
+/ stride) of them: the program counts its class's taps), at input q + (r + padding) // stride
+- j. Each program takes the rows of one class (the grid's third axis: group x
 class), so its reduction is stride**dims times shorter and has no divisibility masks: with
 every tap masked by the stride, 7 of 8 products of a 3-D stride-2 window were zeros. On an
 H200 (2026-11-29, BENCHMARKS.md), cuDNN's float32 engine took 8.66 ms (+1.3 ms of
 `setTensor5d`) for KernelBench level-2 50's transposed 3-D convolution of 3 channels; the
-class walk's rank-1 updates (OUTER, below) take 2.26 ms. The index math is written for the
+class walk's rank-1 updates take 2.26 ms.
+
+Every kernel has two loops, picked by the launch configuration's `OUTER`: `tl.dot` over
+BLOCK_K chunks, or one rank-1 update of the (BLOCK_M, BLOCK_N) accumulator per (input channel,
+tap) pair, an x value per row times a weight per column. A short reduction starts with the
+second (`convolution.starts_rank1`: a class walk of at most 32 pairs a class, a float32
+convolution of at most 81), where a float32 `tl.dot` of a few dozen pairs spends its time
+staging tiles; up to 256 pairs the tuner tries both (`OUTER` in the kernel's tunables). The
+index math is written for the
 convolution's number of spatial dims; stride, padding and dilation are the model's constants,
 every size (batch, channels, spatial, kernel) is read from the tensors at run time.
 """
@@ -33,8 +42,9 @@ from typing import Any
 import torch
 
 from kopt.phases.engineers.offline.convolution import (
-    MAX_CLASS_REDUCTION,
-    class_reduction,
+    MAX_RANK1_TUNED,
+    rank1_pairs,
+    starts_rank1,
     walks_classes,
 )
 from kopt.phases.engineers.offline.fusion import Group, Partition
@@ -81,15 +91,16 @@ def _unravel(flat: str, lead: str, inner: list[tuple[str, str]], indent: str) ->
 
 
 def _input_coordinates(dims: int, transposed: bool, stride: list[int], padding: list[int],
-                       dilation: list[int]) -> tuple[list[str], list[str]]:
+                       dilation: list[int], tile: bool = True) -> tuple[list[str], list[str]]:
     """Kernel lines computing i{d} (BLOCK_M, BLOCK_K), the input coordinate each (output
     position, tap) pair reads along spatial dim d, and the conditions under which it lies
-    inside x (and, transposed, under which the stride divides exactly)."""
+    inside x (and, transposed, under which the stride divides exactly). `tile` False: one tap
+    (a scalar t{d}) for every output position (the rank-1 loop: i{d} is (BLOCK_M,))."""
     lines: list[str] = []
     inside: list[str] = []
     for d in range(dims):
         s, p, dl = stride[d], padding[d], dilation[d]
-        o, t = f"o{d}[:, None]", f"t{d}[None, :]"
+        o, t = (f"o{d}[:, None]", f"t{d}[None, :]") if tile else (f"o{d}", f"t{d}")
         if not transposed:
             lines.append(f"i{d} = {_shifted(f'{_scaled(o, s)} + {_scaled(t, dl)}', -p)}")
             if p:  # with no padding every window lies inside x (the output's size says so)
@@ -193,8 +204,7 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
         "    UPCAST: tl.constexpr,  # True only under the CPU interpreter, whose bf16 tl.dot is wrong",
         "    INDEX_64: tl.constexpr,",
     ]
-    if classes:
-        kernel.append("    OUTER: tl.constexpr,  # rank-1 updates instead of tl.dot (a short reduction)")
+    kernel.append("    OUTER: tl.constexpr,  # rank-1 updates instead of tl.dot (a short reduction)")
     kernel += [
         "):",
         f"    # {kind}, stride {list(stride)}, padding {list(padding)}, dilation {list(dilation)}, "
@@ -257,27 +267,31 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
         "            b = b.to(tl.float32)",
         f"        acc = tl.dot(a, b, acc{dot_kw})",
     ]
+    kernel += ["    if OUTER:  # a short reduction: one rank-1 update per (input channel, tap) pair",
+               f"        for k in tl.range(0, {reduction}, loop_unroll_factor=2):"]
+    x_ok = ["m_ok"]
     if classes:
-        kernel += ["    if OUTER:  # a short reduction: one rank-1 update per (input channel, tap) pair",
-                   "        for k in tl.range(0, K_CLASS, loop_unroll_factor=2):",
-                   *_unravel("k", "ci", [(f"j{d}", f"N{d}") for d in sp], "            ")]
-        x_ok = ["m_ok"]
+        kernel += _unravel("k", "ci", [(f"j{d}", f"N{d}") for d in sp], "            ")
         for d in sp:
             kernel += [f"            {line}" for line in _class_tap(d, stride[d], padding[d],
                                                                    f"q{d}", f"j{d}")]
             x_ok.append(f"(i{d} >= 0) & (i{d} < I{d})")
-        x_off1 = " + ".join(["x_rows", "ci * x_sc"] + [f"i{d} * x_s{d}" for d in sp])
-        w_off1 = " + ".join(["w_cols", "ci * w_sci"] + [f"t{d} * w_s{d}" for d in sp])
-        kernel += [
-            f"            a = tl.load(x_ptr + {x_off1}, mask={' & '.join(x_ok)}, "
-            "other=0.0).to(tl.float32)",
-            f"            b = tl.load(w_ptr + {w_off1}, mask=n_ok, other=0.0).to(tl.float32)",
-            "            acc += a[:, None] * b[None, :]",
-            "    else:",
-        ]
-        kernel += [f"    {line}" for line in loop]
     else:
-        kernel += loop
+        kernel += _unravel("k", "ci", [(f"t{d}", f"KS{d}") for d in sp], "            ")
+        lines1, inside1 = _input_coordinates(dims, bool(transposed), list(stride), list(padding),
+                                             list(dilation), tile=False)
+        kernel += [f"            {line}" for line in lines1]
+        x_ok += inside1
+    x_off1 = " + ".join(["x_rows", "ci * x_sc"] + [f"i{d} * x_s{d}" for d in sp])
+    w_off1 = " + ".join(["w_cols", "ci * w_sci"] + [f"t{d} * w_s{d}" for d in sp])
+    kernel += [
+        f"            a = tl.load(x_ptr + {x_off1}, mask={' & '.join(x_ok)}, "
+        "other=0.0).to(tl.float32)",
+        f"            b = tl.load(w_ptr + {w_off1}, mask=n_ok, other=0.0).to(tl.float32)",
+        "            acc += a[:, None] * b[None, :]",
+        "    else:",
+        *(f"    {line}" for line in loop),
+    ]
     if bias is not None:
         kernel.append("    acc += tl.load(b_ptr + (grp * CO_G + rn) * b_s, mask=n_ok, "
                       "other=0.0).to(tl.float32)[None, :]")
@@ -288,13 +302,17 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
     launcher = _launcher(group, name, kind, dims, bool(transposed), list(stride), list(padding),
                          list(dilation), list(output_padding), groups, bias is not None, classes)
     call = ["device", f"@{x.name}", f"@{w.name}"] + ([f"@{bias.name}"] if bias is not None else [])
-    config = dict(FLOAT_CONFIG if x.dtype == torch.float32 else HALF_CONFIG)
-    if classes and class_reduction(x, w, stride, groups) <= MAX_CLASS_REDUCTION:
-        config.update(BLOCK_M=OUTER_BLOCK_M, num_warps=4)
+    config = dict(FLOAT_CONFIG if x.dtype == torch.float32 else HALF_CONFIG, OUTER=0)
+    tunables = dict(TUNABLES)
+    pairs = rank1_pairs(conv)
+    if pairs <= MAX_RANK1_TUNED:
+        tunables["OUTER"] = [0, 1]
+    if starts_rank1(conv):
+        config.update(BLOCK_M=OUTER_BLOCK_M, num_warps=4, OUTER=1)
     elif classes and x.dtype == torch.float32:
-        config = dict(CLASS_FLOAT_CONFIG)
+        config = dict(CLASS_FLOAT_CONFIG, OUTER=0)
     return KernelSource(name, f"_launch_{group.name}", "conv", "\n".join(kernel) + "\n",
-                        launcher, call, _origins(group), dict(TUNABLES), config, helpers)
+                        launcher, call, _origins(group), tunables, config, helpers)
 
 
 def _launcher(group: Group, name: str, kind: str, dims: int, transposed: bool,
@@ -366,8 +384,8 @@ def _launcher(group: Group, name: str, kind: str, dims: int, transposed: bool,
         "        m, co_g, ci_g, k_red, *x.shape[2:], *out, *taps," +
         (" *per_class," if classes else ""),
         '        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],',
-        "        UPCAST=_INTERPRETED and x.dtype != torch.float32, INDEX_64=index_64," +
-        (f" OUTER=k_red <= {MAX_CLASS_REDUCTION}," if classes else ""),
+        '        UPCAST=_INTERPRETED and x.dtype != torch.float32, INDEX_64=index_64,',
+        '        OUTER=bool(cfg.get("OUTER", 0)),',
         '        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])',
         "    return y,",
     ]
