@@ -23,7 +23,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
 from conv_layout_gpu import ms  # beside this script: CUDA events, median after warm-ups
 
 DEVICE = os.environ.get("KOPT_BENCH_DEVICE", "cuda")  # "cpu" (TRITON_INTERPRET=1): a dry run

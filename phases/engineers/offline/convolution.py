@@ -120,11 +120,11 @@ on an H200 cuDNN's float32 engine took 8.66 ms for what the rank-1 loop does in 
 MAX_RANK1_REDUCTION = 81
 """The longest reduction per output element ((input channels per group) x taps) of a float32
 `conv` group that does not walk classes whose kernel starts with rank-1 updates (such a
-convolution with an epilogue still stays in cuDNN: `conv_group_refusal`). 81 is a 3-channel 3x3x3 window (KernelBench level 2's 6, 24, 48): a
-hand-written (positions x output channels) tile of rank-1 updates ran their conv3d in 0.375 and
-1.42 ms against TF32 cuDNN's 0.508 and 2.05 ms, and lost on 24 (1.43 against 0.84 ms; H200,
-2026-11-29, `benchmarks/small_conv_gpu.py`); a `tl.dot` tile took 3.7x cuDNN's time on level 1's
-54 (3 channels, 3x3x3; 2026-11-27)."""
+convolution with an epilogue still stays in cuDNN: `conv_group_refusal`). 81 is a 3-channel
+3x3x3 window (KernelBench level 2's 6, 24, 48): a hand-written (positions x output channels)
+tile of rank-1 updates ran their conv3d in 0.375 and 1.42 ms against TF32 cuDNN's 0.508 and
+2.05 ms, and lost on 24 (1.43 against 0.84 ms; H200, 2026-11-29, `benchmarks/small_conv_gpu.py`);
+a `tl.dot` tile took 3.7x cuDNN's time on level 1's 54 (3 channels, 3x3x3; 2026-11-27)."""
 
 MAX_RANK1_TUNED = 256
 """Up to this many (channel, tap) pairs a convolution's tuner also tries the other loop

@@ -16,9 +16,9 @@ A transposed convolution with a stride above 1 (and no dilation) walks its outpu
 classes: along each dim, the outputs o = q * stride + r of one residue r take only the taps
 k = (r + padding) % stride + j * stride inside the window (ceil((K - (r + padding) % stride)
 / stride) of them: the program counts its class's taps), at input q + (r + padding) // stride
-- j. Each program takes the rows of one class (the grid's third axis: group x
-class), so its reduction is stride**dims times shorter and has no divisibility masks: with
-every tap masked by the stride, 7 of 8 products of a 3-D stride-2 window were zeros. On an
+- j. Each program takes the rows of one class (the grid's third axis: group x class), so its
+reduction is stride**dims times shorter and has no divisibility masks: with every tap masked
+by the stride, 7 of 8 products of a 3-D stride-2 window were zeros. On an
 H200 (2026-11-29, BENCHMARKS.md), cuDNN's float32 engine took 8.66 ms (+1.3 ms of
 `setTensor5d`) for KernelBench level-2 50's transposed 3-D convolution of 3 channels; the
 class walk's rank-1 updates take 2.26 ms.
@@ -28,10 +28,11 @@ BLOCK_K chunks, or one rank-1 update of the (BLOCK_M, BLOCK_N) accumulator per (
 tap) pair, an x value per row times a weight per column. A short reduction starts with the
 second (`convolution.starts_rank1`: a class walk of at most 32 pairs a class, a float32
 convolution of at most 81), where a float32 `tl.dot` of a few dozen pairs spends its time
-staging tiles; up to 256 pairs the tuner tries both (`OUTER` in the kernel's tunables). The
-index math is written for the
-convolution's number of spatial dims; stride, padding and dilation are the model's constants,
-every size (batch, channels, spatial, kernel) is read from the tensors at run time.
+staging tiles; up to 256 pairs the tuner tries both (`OUTER` in the kernel's tunables).
+
+The index math is written for the convolution's number of spatial dims; stride, padding and
+dilation are the model's constants, every size (batch, channels, spatial, kernel) is read from
+the tensors at run time.
 """
 
 from __future__ import annotations
@@ -304,8 +305,7 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
     call = ["device", f"@{x.name}", f"@{w.name}"] + ([f"@{bias.name}"] if bias is not None else [])
     config = dict(FLOAT_CONFIG if x.dtype == torch.float32 else HALF_CONFIG, OUTER=0)
     tunables = dict(TUNABLES)
-    pairs = rank1_pairs(conv)
-    if pairs <= MAX_RANK1_TUNED:
+    if rank1_pairs(conv) <= MAX_RANK1_TUNED:
         tunables["OUTER"] = [0, 1]
     if starts_rank1(conv):
         config.update(BLOCK_M=OUTER_BLOCK_M, num_warps=4, OUTER=1)
