@@ -308,8 +308,8 @@ def test_a_strided_transposed_convolution_walks_residue_classes(tmp_path: Path, 
     """A transposed convolution with a stride above 1 (no dilation) gives each program one
     residue class of its outputs, so only the class's taps (those that divide, inside the
     window: N0 x N1 x ..., fewer than ceil(K / stride) per dim where K % stride) are reduced
-    over; the class
-    walk's output is checked against eager in `test_lone_convolution_is_one_generated_kernel`."""
+    over; the class walk's output is checked against eager in
+    `test_lone_convolution_is_one_generated_kernel`."""
     _, module, shape, dtype = next(c for c in _LONE if c[0] == name)
     result = generate_candidate(_lone_conv_case(tmp_path, name, module, shape, dtype))
     kernel = result.source.split("@triton.jit")[1].split("\n\n\n")[0]

@@ -12,6 +12,9 @@ import pytest
 from kopt.harness.case import load_case, load_case_dir
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline import generate_candidate
+from kopt.phases.engineers.offline.fallback import TorchRegion
+from kopt.phases.engineers.offline.fusion import Group
+from kopt.phases.engineers.offline.graph import Node
 from kopt.phases.engineers.offline.regions import SWITCH, regions, with_choices
 from tests.test_offline import _check_case, _load_candidate, _write_case
 
@@ -64,9 +67,6 @@ def test_a_region_in_pytorch_copies_only_an_output_that_may_alias(tmp_path: Path
                if "memory_format=torch.contiguous_format" in line and "= t_" in line]
     assert outputs and not any("copy=True" in line for line in outputs), outputs
 
-    from kopt.phases.engineers.offline.fallback import TorchRegion
-    from kopt.phases.engineers.offline.fusion import Group
-    from kopt.phases.engineers.offline.graph import Node
     x = Node("x", "input")
     view, neg = Node("x_view", "view", [x]), Node("neg", "neg", [x])
     group = Group(0, "pointwise", (4,), (4,), nodes=[view, neg])

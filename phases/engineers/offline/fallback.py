@@ -264,7 +264,8 @@ class TorchRegion:
     def aliases(self, o: Node) -> bool:
         """Whether output `o`'s torch form may share memory with another tensor: a layout op
         (a view), an identity or a cast (`.to` returns its operand when the dtype matches), a
-        pooling tap (a slice), or a value this group did not compute."""
+        pooling tap (a slice), a value this group did not compute, and, kept copied since no
+        case here needs otherwise, a gather (`select`, squeezed) or a constant (`full`)."""
         if o not in self.g.nodes:
             return True
         if self.g.kind == "conv" and o is self.g.anchor:
