@@ -108,6 +108,44 @@ def test_a_graphs_captured_ops_are_counted_at_each_replay(monkeypatch: pytest.Mo
     assert counter.intact() == []
 
 
+def test_a_failed_capture_puts_the_callers_stream_back(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.cuda.graph's exit ends the capture before it restores the caller's stream: a
+    capture that fails there (seen on an H200: KernelBench 2/88 rejected once, "left a
+    different current CUDA stream after forward") must not leave its side stream current.
+    A stand-in for torch.cuda.graph fails the way torch's does; the forward's first result
+    comes back and the key runs op by op."""
+    _, _, mod = _candidate("softmax", tmp_path)
+    current = ["caller"]
+
+    class FailingCapture:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def __enter__(self) -> None:
+            current[0] = "capture side stream"
+
+        def __exit__(self, *exc) -> None:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    cuda = mod.torch.cuda
+    monkeypatch.setattr(cuda, "graph", FailingCapture)
+    monkeypatch.setattr(cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(cuda, "graph_pool_handle", lambda: "pool")
+    monkeypatch.setattr(cuda, "current_stream", lambda device=None: current[0])
+    monkeypatch.setattr(cuda, "set_stream", lambda stream: current.__setitem__(0, stream))
+
+    class Module:
+        _kopt_pool = None
+
+    x = torch.randn(8)
+    first, entry = mod._capture(Module(), torch.exp, (x,))
+    assert current == ["caller"], "the caller's stream is current again"
+    assert torch.equal(first, torch.exp(x)) and entry.startswith("capture failed: RuntimeError")
+    current[0] = "caller"
+    assert mod._capture_direct(Module(), torch.exp, (x,)) is None and current == ["caller"]
+
+
 @pytest.mark.gpu
 def test_replayed_forward_matches_op_by_op_after_new_weights_and_values(tmp_path: Path) -> None:
     case, _, mod = _candidate("conv2d_relu_bias", tmp_path)

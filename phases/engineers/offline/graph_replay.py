@@ -98,6 +98,19 @@ def _out_tensors(out):
     return []
 
 
+def _captured(graph, pool, fn, args):
+    """fn(*args) captured into graph. torch.cuda.graph's exit ends the capture before it puts
+    the caller's stream back, so a capture that fails there (an op that synchronised with the
+    host, a launch the capture would not take) would leave its side stream current for every
+    later op of the caller: the caller's stream is put back here whatever happened."""
+    caller = torch.cuda.current_stream()
+    try:
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            return fn(*args)
+    finally:
+        torch.cuda.set_stream(caller)
+
+
 def _capture(module, fn, args):
     """The first call: fn(*args) op by op (Triton compiles, cuDNN and cuBLAS initialise
     here), then fn captured over copies of args. Returns (that result, the entry): the entry
@@ -111,8 +124,7 @@ def _capture(module, fn, args):
     try:
         if module._kopt_pool is None:
             module._kopt_pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=module._kopt_pool, capture_error_mode="thread_local"):
-            out = fn(*static)
+        out = _captured(graph, module._kopt_pool, fn, static)
     except Exception as err:  # noqa: BLE001 (an op that syncs with the host cannot be captured)
         return first, f"capture failed: {type(err).__name__}: {err}"[:300]
     copied = [a for a in static if isinstance(a, torch.Tensor)] + _out_tensors(out)
@@ -128,8 +140,7 @@ def _capture_direct(module, fn, args):
     and alive while the caller passes it)."""
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph, pool=module._kopt_pool, capture_error_mode="thread_local"):
-            out = fn(*args)
+        out = _captured(graph, module._kopt_pool, fn, args)
     except Exception:  # noqa: BLE001 (the copying graph still serves these inputs)
         return None
     return graph, out
