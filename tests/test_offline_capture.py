@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch.export import Dim
 
-from kopt.phases.engineers.offline.capture import _forward_arg_names, out_of_place
+from kopt.phases.engineers.offline.capture import _forward_arg_names
+from kopt.phases.engineers.offline.in_place import out_of_place
 
 
 def _exported(model: torch.nn.Module, x: torch.Tensor):  # type: ignore[no-untyped-def]
