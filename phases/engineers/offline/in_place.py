@@ -27,25 +27,28 @@ def out_of_place(gm: torch.fx.GraphModule) -> int:
         if key is not None:
             memory[n] = key
     done = 0
-    for node in nodes:
-        functional = _functional_twin(node)
-        if functional is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
-            continue
-        src = node.args[0]
-        chained = _chained(node)
-        if not _fresh(src) or src not in memory or any(
-                m not in (src, node, *chained) for m, key in memory.items() if key == memory[src]):
-            continue
-        steps = [src, node, *chained]  # each value is read only before the next write
-        if any(order[u] > order[b] for a, b in zip(steps, steps[1:], strict=False) for u in a.users
-               if u is not b):
-            continue
-        node.target = functional
-        for m in (node, *chained):  # now a value of its own, written by the ops chained on it
-            memory[m] = ("out of place", node)
-        done += 1
-    if done:
-        gm.recompile()
+    try:
+        for node in nodes:
+            functional = _functional_twin(node)
+            if functional is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
+                continue
+            src = node.args[0]
+            chained = _chained(node)
+            allowed = (src, node, *chained)
+            if not _fresh(src) or src not in memory or any(
+                    m not in allowed for m, key in memory.items() if key == memory[src]):
+                continue
+            steps = [src, node, *chained]  # each value is read only before the next write
+            if any(order[u] > order[b] for a, b in zip(steps, steps[1:], strict=False)
+                   for u in a.users if u is not b):
+                continue
+            node.target = functional
+            for m in (node, *chained):  # now a value of its own, written by the ops chained on it
+                memory[m] = ("out of place", node)
+            done += 1
+    finally:
+        if done:  # the module's code follows its graph, however far the loop got
+            gm.recompile()
     return done
 
 
