@@ -105,3 +105,28 @@ def test_forward_argument_names_come_from_the_program_as_its_module_names_them()
     unlifted = list(inspect.signature(ep.module().forward).parameters)
     assert _forward_arg_names(ep, 2) == unlifted == ["tokens", "scale"]
     assert _forward_arg_names(ep, 1) == ["tokens"]
+
+
+class Promoting(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        y.add_(x.double())  # stays float32: y + x.double() would be float64
+        return y
+
+
+def test_an_in_place_op_whose_operand_would_promote_stays_in_place() -> None:
+    torch.manual_seed(0)
+    model = Promoting()
+    ep = _exported(model, torch.randn(4, 6))
+    assert _in_place_calls(ep) == ["aten.add_.Tensor"]
+    assert out_of_place(ep.graph_module) == 0
+    program = ep.run_decompositions()
+    x = torch.randn(5, 6)
+    with torch.no_grad():
+        got = program.module()(x)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, model(x).detach())

@@ -35,7 +35,7 @@ def out_of_place(gm: torch.fx.GraphModule) -> int:
             src = node.args[0]
             chained = _chained(node)
             allowed = (src, node, *chained)
-            if not _fresh(src) or src not in memory or any(
+            if not _fresh(src) or not _same_dtypes(node, src) or src not in memory or any(
                     m not in allowed for m, key in memory.items() if key == memory[src]):
                 continue
             steps = [src, node, *chained]  # each value is read only before the next write
@@ -50,6 +50,22 @@ def out_of_place(gm: torch.fx.GraphModule) -> int:
         if done:  # the module's code follows its graph, however far the loop got
             gm.recompile()
     return done
+
+
+def _same_dtypes(node: torch.fx.Node, src: torch.fx.Node) -> bool:
+    """Every tensor `node` reads has `src`'s dtype: an in-place op keeps its tensor's dtype
+    where the out-of-place one promotes (`x.add_(y)` of float32 x and float64 y is float32,
+    `x + y` float64)."""
+    dtype = src.meta["val"].dtype
+    reads = [*node.args[1:], *node.kwargs.values()]
+    flat = [v for a in reads for v in (a if isinstance(a, (list, tuple)) else [a])]
+    for v in flat:
+        if not isinstance(v, torch.fx.Node):
+            continue  # a Python number: no promotion an in-place op would allow
+        val = v.meta.get("val")
+        if not (isinstance(val, torch.Tensor) and val.dtype == dtype):
+            return False
+    return True
 
 
 def _chained(node: torch.fx.Node) -> list[torch.fx.Node]:
