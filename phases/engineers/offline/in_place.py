@@ -112,7 +112,7 @@ def _functional_twin(node: torch.fx.Node) -> Any:
     if not args or args[0].alias_info is None or not args[0].alias_info.is_write or any(
             a.alias_info is not None for a in args[1:]):
         return None
-    packet = getattr(torch.ops.aten, name[:-1], None)
+    packet = getattr(getattr(torch.ops, target.namespace), name[:-1], None)  # its own library's
     twin = getattr(packet, target._overloadname, None) if packet is not None else None
     if not isinstance(twin, torch._ops.OpOverload):
         return None
