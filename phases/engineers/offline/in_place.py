@@ -33,17 +33,16 @@ def out_of_place(gm: torch.fx.GraphModule) -> int:
             if functional is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
                 continue
             src = node.args[0]
-            chained = _chained(node)
-            allowed = (src, node, *chained)
-            if not _fresh(src) or not _same_dtypes(node, src) or src not in memory or any(
-                    m not in allowed for m, key in memory.items() if key == memory[src]):
+            steps = (src, node, *_chained(node))  # the value, then each write of it in turn
+            if not _fresh(src) or not _same_dtypes(node, src) or any(
+                    m not in steps for m, key in memory.items() if key == memory[src]):
                 continue
-            steps = [src, node, *chained]  # each value is read only before the next write
+            # each step's value is read only before the next write
             if any(order[u] > order[b] for a, b in zip(steps, steps[1:], strict=False)
                    for u in a.users if u is not b):
                 continue
             node.target = functional
-            for m in (node, *chained):  # now a value of its own, written by the ops chained on it
+            for m in steps[1:]:  # now a value of its own, written by the ops chained on it
                 memory[m] = ("out of place", node)
             done += 1
     finally:
