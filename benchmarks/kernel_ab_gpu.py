@@ -6,7 +6,9 @@ library calls' total) side by side.
 
 RULE: `walk` (a kernel laid out like a permuted view walks that view's memory order),
 `static` (sizes fixed in the program passed as constexprs), `siblings` (products of one
-activation as one product over their weights side by side). CASE: a bundled case or case
+activation as one product over their weights side by side), `dynamic` (sizes a symbolic export
+leaves to run time: every kernel's domain sizes and element count made constexprs by a source
+edit, a measurement of what run-time sizes cost, not a generator rule). CASE: a bundled case or case
 directory; FILE.py: a KernelBench problem (imported as `kopt import-kernelbench` does). Each
 forward launched op by op (no CUDA graph), 20 forwards profiled (torch.profiler); the whole
 forward's device time is the sum over its kernels. Markdown table last.
@@ -51,8 +53,21 @@ def without(rule: str) -> Iterator[None]:
             yield
         finally:
             sibling_products.fuse_sibling_products = saved
+    elif rule == "dynamic":  # a source edit after generation (edit_source)
+        yield
     else:
-        raise SystemExit(f"unknown rule {rule!r}: walk, static or siblings")
+        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings or dynamic")
+
+
+def edit_source(rule: str, source: str) -> str:
+    """The generated source as `without(rule)` measures it: for `dynamic`, every run-time
+    size parameter of a kernel (`D0,`, `n_elements,` alone on their line) a constexpr."""
+    if rule != "dynamic":
+        return source
+    import re
+
+    return re.sub(r"^(\s+)(D\d+|n_elements|n_rows|n_cols),$", r"\1\2: tl.constexpr,", source,
+                  flags=re.M)
 
 
 def kernel_times(fn) -> dict[str, float]:
@@ -81,7 +96,7 @@ def main() -> int:
     from kopt.phases.engineers.offline import generate_candidate
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings"])
+    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "dynamic"])
     ap.add_argument("cases", nargs="+")
     opts = ap.parse_args()
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}")
@@ -100,6 +115,8 @@ def main() -> int:
         for label in ("as generated", f"without {opts.without}"):
             with contextlib.nullcontext() if label == "as generated" else without(opts.without):
                 source = generate_candidate(case).source
+            if label != "as generated":
+                source = edit_source(opts.without, source)
             mod = import_source(source, f"cand_{case.name}_{len(figures)}", work)
             mod.KOPT_GRAPH = False
             model = build_model(case, "main", cls=mod.ModelNew, device="cuda")
