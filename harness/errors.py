@@ -82,6 +82,12 @@ class EngineerError(KoptError):
     exit_code = 1
 
 
+class NothingToGenerate(EngineerError):
+    """The model has no op the offline engineer generates (every compute op a library call it
+    keeps whole, such as a cuDNN recurrent layer, or nothing to compute): PyTorch is the
+    answer for it, not a failure of the engineer."""
+
+
 class RegressionError(KoptError):
     """A step would accept a kernel measured slower than eager PyTorch (`kopt approve` without
     `--force`): a negative verdict, exit 1."""

@@ -31,10 +31,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kopt.harness.errors import BadInputError, KoptError
+from kopt.harness.errors import BadInputError, KoptError, NothingToGenerate
 from kopt.harness.sizing import DEFAULT_MAX_ELEMENTS
 from kopt.phases.outcome import KEEP_PYTORCH, decide
 
+NOTHING_TO_GENERATE = "nothing to generate"
+"""A row's status where the model has no op the engine generates: outcome keep-pytorch."""
 QUICK_TIMING = {"rel_err_target": 0.03, "max_seconds": 1.0}
 """The suite's stopping rule: 3% relative error or one second per variant (`kopt bench` uses
 the timer's 1% default)."""
@@ -61,6 +63,7 @@ class Problem:
 @dataclass
 class SuiteRow:
     """One problem's outcome. `status`: verified, rejected, import failed, codegen failed,
+    nothing to generate (every compute op a library call kopt keeps: outcome keep-pytorch),
     failed (verification or timing could not run), timeout, unfinished (the suite was stopped
     while the problem ran: `unfinished_rows`)."""
 
@@ -310,6 +313,9 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     try:
         with _CODEGEN_LOCK:
             result = generate_candidate(case)
+    except NothingToGenerate as err:  # PyTorch is this model's answer: not a failure
+        row.status, row.outcome, row.detail = NOTHING_TO_GENERATE, KEEP_PYTORCH, err.one_line()[:300]
+        return row, case, None
     except Exception as err:  # the engineer's own failure on this problem: its row only
         row.status, row.detail = "codegen failed", f"{type(err).__name__}: {err}"[:300]
         return row, case, None
@@ -583,6 +589,7 @@ def _stats(rows: Sequence[SuiteRow]) -> dict[str, Any]:
             "geomean_vs_compile": geomean([r.speedup_vs_compile or 0 for r in timed]),
             "slower_than_eager": sum(1 for r in timed if (r.speedup_vs_eager or 0) < 1.0),
             "keep_pytorch": sum(1 for r in timed if r.outcome == KEEP_PYTORCH),
+            "nothing_to_generate": sum(1 for r in rows if r.status == NOTHING_TO_GENERATE),
             # what a user of each result runs: PyTorch (1.00x) where the candidate is not
             # faster than eager beyond noise (the never-regress outcome), else the candidate
             "geomean_result_vs_eager": geomean([1.0 if r.outcome == KEEP_PYTORCH
@@ -711,6 +718,9 @@ def to_markdown(result: SuiteResult) -> str:
     lines += ["", "Geomeans are the candidates'. `result vs eager` counts a problem whose "
               "candidate does not beat eager beyond the timer's noise (outcome keep-pytorch) "
               "at 1.00x: the user keeps PyTorch there."]
+    if s["nothing_to_generate"]:
+        lines += ["", f"{s['nothing_to_generate']} problem(s) had nothing to generate (every "
+                  "compute op a library call kopt keeps whole): PyTorch is their answer."]
     if result.device != "cuda":
         lines += ["", "CPU (Triton interpreter, smoke inputs): verification only, no timings."]
     spent = s["time_spent"]

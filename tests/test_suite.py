@@ -845,3 +845,27 @@ def test_a_suite_logged_to_a_file_says_when_each_problem_starts(
     assert "started level3_2_wide" in out and out.index("started level3_2_wide") < out.index("MARK")
     assert kopt(["suite", str(tmp_path / "level3"), "--device", "cpu", "--json"]) == 0
     assert "started" not in capsys.readouterr().out  # --json: the last line stays the object
+
+
+def test_a_model_with_nothing_to_generate_is_kept_as_pytorch_not_a_failure(tmp_path: Path) -> None:
+    """KernelBench level 3's LSTMHn and GRUHidden are one cuDNN recurrent layer each, which the
+    engine keeps whole: PyTorch is their answer. The row says so (status `nothing to
+    generate`, outcome keep-pytorch) instead of `codegen failed`, and the summary counts it."""
+    import kopt.phases.suite as suite
+
+    file = tmp_path / "level3" / "7_AttentionOnly.py"
+    file.parent.mkdir()
+    file.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                    "class Model(nn.Module):\n"
+                    "    def forward(self, q, k, v):\n"
+                    "        return F.scaled_dot_product_attention(q, k, v)\n\n\n"
+                    "def get_inputs():\n"
+                    "    return [torch.randn(2, 4, 16, 8) for _ in range(3)]\n\n\n"
+                    "def get_init_inputs():\n"
+                    "    return []\n")
+    row = suite.run_problem(suite.Problem(file, "level3"), tmp_path / "work", device="cpu")
+    assert (row.status, row.outcome) == ("nothing to generate", "keep-pytorch"), row.detail
+    assert "scaled_dot_product_attention" in row.detail and not row.verified
+    s = summarize([row, _row("b", "level3", 2.0, 1.5)])
+    assert s["nothing_to_generate"] == 1 and s["verified"] == 1
+    assert s["levels"]["level3"]["nothing_to_generate"] == 1

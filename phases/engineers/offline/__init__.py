@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from kopt.phases.engineers.base import register_engineer
-from kopt.phases.engineers.offline.engineer import OfflineEngineer, OfflineResult, generate_candidate
+from kopt.phases.engineers.offline.engineer import (
+    OfflineEngineer,
+    OfflineResult,
+    generate_candidate,
+)
 
 register_engineer("offline", lambda options: OfflineEngineer(options))
 

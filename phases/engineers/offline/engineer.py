@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kopt.harness.case import Case
-from kopt.harness.errors import EngineerError
+from kopt.harness.errors import NothingToGenerate
 from kopt.phases.engineers.base import EngineerRequest, Proposal
 from kopt.phases.engineers.offline.capture import capture
 from kopt.phases.engineers.offline.codegen import build_kernels, write_module
@@ -73,7 +73,7 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
     if not kernels:
         left = "; ".join(dict.fromkeys(f"{u['op'].removeprefix('aten.')}: {u['reason']}"
                                        for u in part.unfused)) or "no compute op"
-        raise EngineerError(f"{case.name}: no op of the model could be generated as a Triton "
+        raise NothingToGenerate(f"{case.name}: no op of the model could be generated as a Triton "
                             f"kernel (left to PyTorch: {left})",
                             fix="keep PyTorch for this model; the offline engineer fuses "
                                 "pointwise ops, reductions, pooling, scans, matmuls and "

@@ -12,8 +12,6 @@ each rounds like a two-level sum, about S times more exact than one running sum.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch.utils._sympy.functions import FloorDiv
 
