@@ -469,13 +469,30 @@ def test_pooling_follows_the_smoke_sets_sizes(tmp_path: Path) -> None:
     _accepted_on_cpu(tmp_path, case, result.source)
 
 
-def test_a_bare_copy_of_a_layout_change_is_torch_contiguous(tmp_path: Path) -> None:
+def test_a_bare_copy_of_a_layout_change_runs_only_where_a_copy_is_needed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`.t().contiguous()` between two products (attention's output transposed back to
-    (B, S, H, D)) launches no copy kernel: torch's contiguous() copies only when needed."""
+    (B, S, H, D)): the forward checks the value's layout and takes it as it is when it is
+    contiguous already (flash attention's output often is: no copy at all), else the
+    generated copy kernel makes the copy (PyTorch's own copy of a permuted 4-D view is its
+    slow strided loop). Here the value is transposed, so the kernel runs; with the region
+    set to PyTorch, torch's contiguous() does; both match eager."""
     body = ["z = (x @ y.t()).t().contiguous()", "return torch.relu(z @ x)"]
     result, module = _generate(tmp_path, body, [[13, 7], [9, 7]])
-    assert [k["kind"] for k in result.kernels] == ["matmul", "matmul"], result.kernels
-    assert ".contiguous()  # clone" in result.source
+    assert [k["kind"] for k in result.kernels] == ["matmul", "pointwise", "matmul"], result.kernels
+    copy = next(k for k in result.kernels if k["kind"] == "pointwise")
+    group = copy["name"].split("_")[1]  # _g1_..._kernel -> g1
+    assert f'.is_contiguous() or KOPT_REGIONS["{group}"] != "triton":' in result.source
+    launches = []
+    real = getattr(module, f"_launch_{group}")
+    monkeypatch.setattr(module, f"_launch_{group}", lambda *a: launches.append(1) or real(*a))
+    case = load_case_dir(_write_case(tmp_path, body, [[13, 7], [9, 7]], "float32"))
+    _check_case(case, module, "main", seed=6)
+    assert launches, "a transposed value was not copied by the generated kernel"
+    monkeypatch.setitem(module.KOPT_REGIONS, group, "torch")
+    launches.clear()
+    _check_case(case, module, "main", seed=7)
+    assert not launches
 
 
 @pytest.mark.parametrize("shape", [[3, 5, 37], [15, 37]])  # through the product's view; 2-D
@@ -609,3 +626,17 @@ def test_coordinates_without_division_match_at_small_blocks(tmp_path: Path, bloc
     y = torch.randn(shape[0], 1, *ones)
     got = module.ModelNew()(x, y)
     torch.testing.assert_close(got, torch.sigmoid(x) * y + x)
+
+
+def test_a_masked_fill_after_a_product_runs_in_its_epilogue(tmp_path: Path) -> None:
+    """`(q @ k.T) * scale`, then `masked_fill(mask, -inf)` and a ReLU (KernelBench level-3
+    50): the fill value is a constant, so the select and the ReLU join the product's epilogue
+    (one pass over the scores, as torch.compile's) instead of a second kernel that reads the
+    scaled scores back. Matches eager."""
+    body = ["a = (x @ y.t()) * 0.5",
+            "a = a.masked_fill(y[:, 0] > 0.0, float('-inf'))",
+            "return torch.relu(a)"]
+    result, _ = _generate(tmp_path, body, [[13, 7], [9, 7]])
+    fused = [k["fuses"] for k in result.kernels if k["kind"] == "matmul"]
+    assert len(fused) == 1 and any(f.startswith("where") for f in fused[0]) and \
+        any(f.startswith("relu") for f in fused[0]), result.kernels

@@ -319,8 +319,6 @@ class ForwardWriter:
             code = f"{x}.reshape({self.view_shape(n)})"
         elif n.op == "flatten":
             code = f"{x}.flatten({n.args[1]}, {n.args[2]})"
-        elif n.op == "contiguous":  # a copy only where the layout needs one (fusion._copies_to_torch)
-            code = f"{x}.contiguous()"
         elif n.op == "unsqueeze":
             code = f"{x}.unsqueeze({n.args[1]})"
         elif n.op == "squeeze":
@@ -382,6 +380,14 @@ class ForwardWriter:
             self.var[o] = f"v_{o.name}"
             outs.append(self.var[o])
         launch = f"{', '.join(outs)}, = {k.launcher}({', '.join(args)})"
+        if g.copy_of is not None:  # a copy only where the layout needs one (fusion._copies_when_needed)
+            x = self.var[g.copy_of]
+            self.regions.append(g.name)
+            self.lines.append(f'if {x}.is_contiguous() or KOPT_REGIONS["{g.name}"] != "triton":')
+            self.lines.append(f"    {outs[0]} = {x}.contiguous()  # laid out already: no copy")
+            self.lines.append("else:")
+            self.lines.append(f"    {launch}")
+            return
         if torch_lines is None:
             self.lines.append(launch)
             return
