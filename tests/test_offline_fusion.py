@@ -640,3 +640,26 @@ def test_a_masked_fill_after_a_product_runs_in_its_epilogue(tmp_path: Path) -> N
     fused = [k["fuses"] for k in result.kernels if k["kind"] == "matmul"]
     assert len(fused) == 1 and any(f.startswith("where") for f in fused[0]) and \
         any(f.startswith("relu") for f in fused[0]), result.kernels
+
+
+def test_a_key_copied_for_its_transpose_is_written_without_it(tmp_path: Path) -> None:
+    """`q @ k.transpose(-2, -1)` on heads split from a projection: export copies the transposed
+    key (expand, clone, view, bmm). The copy is written in the key's own order of its last
+    two dims (dense as (B, H, S, D), viewed as (B, H, D, S)), so its loads and stores run along
+    the same contiguous dim and the product reads the transposed matrix as it is; the query's
+    copy stays row-major. Matches eager, at the traced sizes and at others."""
+    from kopt.phases.engineers.offline.capture import capture
+    from kopt.phases.engineers.offline.fusion import partition
+
+    body = ["b, s = x.shape[0], x.shape[1]",
+            "q = (x @ y).view(b, s, 2, 4).transpose(1, 2)",
+            "k = (x @ y.t()).view(b, s, 2, 4).transpose(1, 2)",
+            "return torch.relu(q @ k.transpose(-2, -1))"]
+    result, _ = _generate(tmp_path, body, [[3, 5, 8], [8, 8]])
+    assert "laid out without the transpose of" in result.source
+    case = load_case_dir(_write_case(tmp_path, body, [[3, 5, 8], [8, 8]], "float32"))
+    walks = [g.walk for g in partition(capture(case, "main").graph).groups if g.copy_of is not None]
+    assert sorted(walks, key=str) == [(0, 1, 3, 2), None], walks
+    module = _load_candidate(result.source, tmp_path, case.name + "_b")
+    _check_case(load_case_dir(_write_case(tmp_path / "other", body, [[2, 7, 8], [8, 8]], "float32")),
+                module, "main", seed=8)

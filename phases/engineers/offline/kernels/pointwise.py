@@ -48,6 +48,8 @@ def memory_walk(group: Group) -> Walk | None:
     if group.nhwc or not group.laid_like:
         return None
     like = next(iter(group.laid_like.values()))
+    if group.walk is not None:  # a copy's own memory order (fusion._products_take_it_transposed)
+        return Walk(like, group.walk)
     if like.op != "permute" or len(like.args) < 2:
         return None
     perm = [int(d) % like.rank for d in like.args[1]]
@@ -88,7 +90,11 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
             "    pid = tl.program_id(0)",
             "offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
             "mask = offs < n_elements"]
-    if walk is not None:
+    if walk is not None and group.walk is not None:
+        head.append(f"# the flat index walks the domain in dims {walk.order} outermost first, the "
+                    f"output laid out so: a copy of {walk.like.name} without its last two dims' "
+                    "transpose, read transposed by the products")
+    elif walk is not None:
         head.append(f"# the flat index walks the domain in {walk.like.name}'s memory order, dims "
                     f"{walk.order} outermost first (the output is laid out so)")
     head += _decompose_direct("offs", sorted(w.coords_needed), r, "c",

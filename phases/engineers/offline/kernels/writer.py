@@ -546,8 +546,9 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
         like = group.laid_like.get(y)
         if like is not None and w.walk is not None:  # dense in the walk's order, whatever x's padding
             inverse = tuple(w.walk.index(d) for d in range(len(w.walk)))
+            how = "without the transpose of" if group.walk is not None else "like"
             lines.append(f"    y{o} = torch.empty(({''.join(f'D[{d}], ' for d in w.walk)}), device=device, "
-                         f"dtype={y.dtype}).permute{inverse}  # {y.name}, laid out like {like.name}")
+                         f"dtype={y.dtype}).permute{inverse}  # {y.name}, laid out {how} {like.name}")
             continue
         if like is not None:  # the layout of a permuted input (fusion._outputs_in_input_layout)
             lines.append(f"    y{o} = torch.empty_like(x{group.inputs.index(like)}, dtype={y.dtype})"
