@@ -664,3 +664,15 @@ def test_a_key_copied_for_its_transpose_is_written_without_it(tmp_path: Path) ->
     module = _load_candidate(result.source, tmp_path, case.name + "_b")
     _check_case(load_case_dir(_write_case(tmp_path / "other", body, [[2, 7, 8], [8, 8]], "float32")),
                 module, "main", seed=8)
+
+
+def test_a_model_of_copies_only_keeps_one_that_always_runs(tmp_path: Path) -> None:
+    """Where every kernel would be a copy skipped when its input is laid out already, one of
+    them always runs: a candidate must launch Triton (`triton_launched`), and a model whose
+    values all come out contiguous would otherwise launch nothing. Matches eager."""
+    body = ["o1 = F.scaled_dot_product_attention(x, y, y).transpose(1, 2).contiguous()",
+            "o2 = F.scaled_dot_product_attention(y, x, x).transpose(1, 2).contiguous()",
+            "return F.scaled_dot_product_attention(o1, o2, o2)"]
+    result, _ = _generate(tmp_path, body, [[2, 3, 5, 8], [2, 3, 5, 8]])
+    assert [k["kind"] for k in result.kernels] == ["pointwise", "pointwise"], result.kernels
+    assert result.source.count(".is_contiguous() or KOPT_REGIONS[") == 1, result.source
