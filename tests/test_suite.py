@@ -869,3 +869,6 @@ def test_a_model_with_nothing_to_generate_is_kept_as_pytorch_not_a_failure(tmp_p
     s = summarize([row, _row("b", "level3", 2.0, 1.5)])
     assert s["nothing_to_generate"] == 1 and s["verified"] == 1
     assert s["levels"]["level3"]["nothing_to_generate"] == 1
+    md = to_markdown(SuiteResult([row], "cpu", 1.0, ""))
+    assert "| level3_7_AttentionOnly | level3 | nothing to generate |" in md
+    assert "1 problem(s) had nothing to generate" in md

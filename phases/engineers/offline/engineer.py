@@ -73,11 +73,11 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
     if not kernels:
         left = "; ".join(dict.fromkeys(f"{u['op'].removeprefix('aten.')}: {u['reason']}"
                                        for u in part.unfused)) or "no compute op"
-        raise NothingToGenerate(f"{case.name}: no op of the model could be generated as a Triton "
-                            f"kernel (left to PyTorch: {left})",
-                            fix="keep PyTorch for this model; the offline engineer fuses "
-                                "pointwise ops, reductions, pooling, scans, matmuls and "
-                                "convolutions")
+        raise NothingToGenerate(f"{case.name}: no op of the model could be generated as a "
+                                f"Triton kernel (left to PyTorch: {left})",
+                                fix="keep PyTorch for this model; the offline engineer fuses "
+                                    "pointwise ops, reductions, pooling, scans, matmuls and "
+                                    "convolutions")
     ctor = build_constructor(case, captured.model, input_set)
     source, notes = write_module(case, part, ctor, kernels, part.unfused)
     notes = [f"rewrite: {r}" for r in rewritten] + notes

@@ -679,8 +679,8 @@ def _copies_when_needed(p: _Partitioner, outputs: set[Node], users: dict[Node, l
     strided loop (KernelBench level-3 50's four head copies, 0.217 ms on an H200 against
     torch.compile's 0.098 ms). Only for a value that is not returned and not a forward input;
     where every kernel would be such a copy, the last one always runs."""
-    for g in list(p.groups):
-        if len(p.groups) < 2 or g.kind != "pointwise" or len(g.nodes) != 1:
+    for g in p.groups:
+        if g.kind != "pointwise" or len(g.nodes) != 1:
             continue
         (n,) = g.nodes
         x = n.args[0] if n.op == "identity" and n.args else None
