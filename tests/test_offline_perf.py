@@ -245,3 +245,59 @@ def test_a_bias_only_epilogue_is_cublas_own_on_that_backend(workspace: Path,
     # block's output); c_attn's bias is its whole epilogue, and so is c_proj's once its
     # residual add moved into the LayerNorm after it (one forward ran)
     assert len(addmms) == 2, addmms
+
+
+LIBRARY_ACTIVATION_MODEL = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(64).to(torch.{dtype})
+        self.fc = nn.Linear(64, 96).to(torch.{dtype})
+
+    def forward(self, x):
+        return {act}(self.fc(self.norm(x)))
+'''
+
+
+@pytest.mark.parametrize("act, dtype, use_gelu", [
+    ("torch.relu", "float32", False),
+    ("torch.relu", "bfloat16", False),
+    ("lambda v: F.gelu(v, approximate='tanh')", "bfloat16", True),
+    ("lambda v: F.gelu(v, approximate='tanh')", "float32", None),  # torch's formula: Triton's
+    ("F.gelu", "bfloat16", None),  # exact GELU: cuBLASLt's is the tanh form
+    ("torch.sigmoid", "bfloat16", None),
+])
+def test_a_bias_and_activation_epilogue_is_cublaslt_own_where_exact(
+        act: str, dtype: str, use_gelu: bool | None, workspace: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A product whose whole epilogue is its bias then ReLU (any dtype) or tanh-GELU (16-bit
+    results) is one `torch._addmm_activation` on the cuBLAS backend: no second pass over the
+    product. Exact GELU, tanh-GELU with a float32 result and other activations keep the Triton
+    epilogue. Outputs match the model either way."""
+    d = workspace / f"lin_{dtype}_{abs(hash(act)) % 1000}"
+    d.mkdir()
+    (d / "model.py").write_text(LIBRARY_ACTIVATION_MODEL.format(dtype=dtype, act=f"({act})"))
+    (d / "manifest.yaml").write_text(f"name: {d.name}\ninputs:\n  args:\n    - {{shape: [3, 37, 64], dtype: {dtype}}}\n"
+                                     "device: cpu\n")
+    case = load_case_dir(d)
+    source = generate_candidate(case).source
+    call = f"torch._addmm_activation(bias, a, b, use_gelu={use_gelu}, out=y0)"
+    assert (call in source) == (use_gelu is not None), source[-3000:]
+    assert "torch._addmm_activation" in source or use_gelu is None
+    module = _load_candidate(source, workspace, d.name)
+    for k in _matmul_kernels(module):
+        module.KOPT_CONFIG[k]["BACKEND"] = "cublas"
+    calls: list[bool] = []
+    real = torch._addmm_activation
+
+    def counting(bias, a, b, *args, **kwargs):
+        calls.append(kwargs.get("use_gelu"))
+        return real(bias, a, b, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "_addmm_activation", counting)
+    _check_case(case, module, "main")
+    assert calls == ([use_gelu] if use_gelu is not None else [])

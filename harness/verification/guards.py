@@ -42,8 +42,9 @@ NON_COMPUTE_OPS = frozenset({
 })
 
 LIBRARY_FAMILIES: dict[str, frozenset[str]] = {
+    # (_addmm_activation: addmm with cuBLASLt's ReLU or tanh-GELU epilogue)
     "gemm": frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv",
-                       "dot", "_int_mm"}),
+                       "dot", "_int_mm", "_addmm_activation"}),
     "convolution": frozenset({
         "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
         "conv_transpose2d", "conv_transpose3d", "cudnn_convolution",

@@ -150,9 +150,10 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
              "    numel = math.prod(D)"]
     if group.epi_view is not None:
         lines.append("    E = _resolve_shape(view_shape, numel)  # the view the epilogue continues on")
-    bias = _bias_only(group, w.staged, outs) and len(part.groups) > 1
-    if bias:
-        lines.append("    bias = x0  # the product's only epilogue: cuBLAS adds it (addmm)")
+    library = _library_epilogue(group, w.staged, outs) if len(part.groups) > 1 else None
+    if library:
+        lines.append("    bias = x0  # the product's only epilogue: cuBLAS adds it (addmm)" if library == "bias"
+                     else f"    bias = x0  # the product's only epilogue: bias and {library}, cuBLASLt's own")
     for i, (x, kind) in enumerate(w.staged):
         lines.append(f"    x{i} = x{i}.expand({'E' if kind == 'E' else 'D'}).reshape(D)  # {x.name}: broadcast, a view when possible")
     for o, y in enumerate(outs):
@@ -169,9 +170,14 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
         lines += ["        # the bare product through torch (cuBLAS on a GPU); nothing to fuse after it",
                   f"        {product}(a, b, out=y0)",
                   "    " + ret]
-    elif bias:
+    elif library == "bias":
         lines += ["        # a bias is the whole epilogue: cuBLAS's own (one pass, as eager's linear)",
                   "        torch.addmm(bias, a, b, out=y0)",
+                  "    " + ret]
+    elif library:
+        lines += [f"        # bias and {library} are the whole epilogue: cuBLASLt applies them to the",
+                  "        # accumulator as it writes the result (no second pass over the product)",
+                  f"        torch._addmm_activation(bias, a, b, use_gelu={library == 'gelu_tanh'}, out=y0)",
                   "    " + ret]
     else:
         lines += [
@@ -219,23 +225,46 @@ def _has_epilogue(group: Group) -> bool:
     return any(n is not group.anchor and n.op not in LAYOUT for n in group.nodes)
 
 
-def _bias_only(group: Group, staged: list[tuple[Node, str]], outs: list[Node]) -> bool:
-    """The epilogue of a 2-D product is one bias add (a vector along N, in the product's
-    dtype), whose result (or a view of it) is the group's one output: on the cuBLAS backend
-    `torch.addmm` adds it in the product's own epilogue instead of a second pass over the
-    result (GPT-2's QKV projection on an H200: a 0.018 ms Triton pass; eager has none)."""
+LIBRARY_ACTIVATIONS = {"relu": (torch.float32, torch.float16, torch.bfloat16),
+                       "gelu_tanh": (torch.float16, torch.bfloat16)}
+"""Activations cuBLASLt applies in a product's epilogue after its bias
+(`torch._addmm_activation`), by the dtypes it is exact enough for: ReLU is exact; its GELU is
+the tanh form, evaluated on the float32 accumulator before the one rounding to a 16-bit result
+(a float32 result is left to the Triton epilogue, which evaluates torch's own formula)."""
+
+
+def _library_epilogue(group: Group, staged: list[tuple[Node, str]], outs: list[Node]) -> str | None:
+    """What cuBLAS can do of a 2-D product's epilogue on its own: `"bias"` when the epilogue
+    is one bias add (a vector along N, in the product's dtype), whose result (or a view of it)
+    is the group's one output -- `torch.addmm` adds it in the product's own epilogue instead of
+    a second pass over the result (GPT-2's QKV projection on an H200: a 0.018 ms Triton pass;
+    eager has none); the activation's op (`LIBRARY_ACTIVATIONS`) when that bias add is followed
+    by ReLU or tanh-GELU and nothing else -- `torch._addmm_activation` runs both in cuBLASLt's
+    epilogue (GPT-2's MLP: the product's Triton pass over 8192x3072 was 0.031 ms, H200). None
+    otherwise (the product, then one Triton pass for the epilogue)."""
     mm = group.anchor
     rest = [n for n in group.nodes if n is not mm and n.op not in LAYOUT]
-    if mm is None or mm.op != "mm" or len(rest) != 1 or len(staged) != 1 or len(outs) != 1:
-        return False
+    if mm is None or mm.op != "mm" or not 1 <= len(rest) <= 2 or len(staged) != 1 or len(outs) != 1:
+        return None
     add, (vec, _kind) = rest[0], staged[0]
     if add.op != "add" or sorted(map(id, add.args)) != sorted((id(mm), id(vec))):
-        return False
-    if outs[0] is not add and not (outs[0] is group.epi_view and group.epi_view.args[0] is add):
-        return False
+        return None
+    act = rest[1] if len(rest) == 2 else None
+    last = act or add
+    view = group.epi_view  # (the one view the epilogue may continue on)
+    if act is not None and (act.op not in LIBRARY_ACTIVATIONS or len(act.args) != 1 or act.kwargs
+                            or not (act.args[0] is add or view is not None and act.args[0] is view
+                                    and view.args[0] is add)):
+        return None
+    if outs[0] is not last and not (outs[0] is view and view.args[0] is last):
+        return None
     dtype = mm.args[0].dtype
-    return (vec.dtype == add.dtype == outs[0].dtype == dtype and vec.shape[-1] == mm.shape[-1]
-            and (vec.rank == 1 or vec.rank == 2 and vec.shape[0] == 1))
+    if act is not None and dtype not in LIBRARY_ACTIVATIONS[act.op]:
+        return None
+    if not (vec.dtype == add.dtype == last.dtype == outs[0].dtype == dtype
+            and vec.shape[-1] == mm.shape[-1] and (vec.rank == 1 or vec.rank == 2 and vec.shape[0] == 1)):
+        return None
+    return act.op if act is not None else "bias"
 
 
 def _cublas_allowed(group: Group, part: Partition) -> bool:
