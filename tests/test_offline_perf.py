@@ -263,25 +263,27 @@ class Model(nn.Module):
 '''
 
 
-@pytest.mark.parametrize("act, dtype, use_gelu", [
-    ("torch.relu", "float32", False),
-    ("torch.relu", "bfloat16", False),
-    ("lambda v: F.gelu(v, approximate='tanh')", "bfloat16", True),
-    ("lambda v: F.gelu(v, approximate='tanh')", "float32", None),  # torch's formula: Triton's
-    ("F.gelu", "bfloat16", None),  # exact GELU: cuBLASLt's is the tanh form
-    ("torch.sigmoid", "bfloat16", None),
+@pytest.mark.parametrize("act, dtype, use_gelu, rows", [
+    ("torch.relu", "float32", False, 37),
+    ("torch.relu", "float32", False, 1),  # one row: cuBLASLt's epilogue is not taken; ours is
+    ("torch.relu", "bfloat16", False, 37),
+    ("lambda v: F.gelu(v, approximate='tanh')", "bfloat16", True, 37),
+    ("lambda v: F.gelu(v, approximate='tanh')", "float32", None, 37),  # torch's formula: Triton's
+    ("F.gelu", "bfloat16", None, 37),  # exact GELU: cuBLASLt's is the tanh form
+    ("torch.sigmoid", "bfloat16", None, 37),
 ])
 def test_a_bias_and_activation_epilogue_is_cublaslt_own_where_exact(
-        act: str, dtype: str, use_gelu: bool | None, workspace: Path,
+        act: str, dtype: str, use_gelu: bool | None, rows: int, workspace: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A product whose whole epilogue is its bias then ReLU (any dtype) or tanh-GELU (16-bit
     results) is one `torch._addmm_activation` on the cuBLAS backend: no second pass over the
     product. Exact GELU, tanh-GELU with a float32 result and other activations keep the Triton
-    epilogue. Outputs match the model either way."""
-    d = workspace / f"lin_{dtype}_{abs(hash(act)) % 1000}"
+    epilogue, and so does a product of one row (where torch would run the activation as a
+    kernel of its own). Outputs match the model either way."""
+    d = workspace / f"lin_{dtype}_{rows}_{abs(hash(act)) % 1000}"
     d.mkdir()
     (d / "model.py").write_text(LIBRARY_ACTIVATION_MODEL.format(dtype=dtype, act=f"({act})"))
-    (d / "manifest.yaml").write_text(f"name: {d.name}\ninputs:\n  args:\n    - {{shape: [3, 37, 64], dtype: {dtype}}}\n"
+    (d / "manifest.yaml").write_text(f"name: {d.name}\ninputs:\n  args:\n    - {{shape: [{'3, ' if rows > 1 else ''}{rows}, 64], dtype: {dtype}}}\n"
                                      "device: cpu\n")
     case = load_case_dir(d)
     source = generate_candidate(case).source
@@ -300,4 +302,4 @@ def test_a_bias_and_activation_epilogue_is_cublaslt_own_where_exact(
 
     monkeypatch.setattr(torch, "_addmm_activation", counting)
     _check_case(case, module, "main")
-    assert calls == ([use_gelu] if use_gelu is not None else [])
+    assert calls == ([use_gelu] if use_gelu is not None and rows > 1 else [])

@@ -164,8 +164,16 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
     ret = "    return " + ", ".join(ret_items) + ("," if len(outs) == 1 else "")
     product = "torch.bmm" if batched else "torch.mm"
     lines += ["    if numel == 0:", "    " + ret,
-              f'    cfg = _launch_config("{name}", "matmul", N, M, K)',
-              '    if cfg.get("BACKEND", "triton") == "cublas":']
+              f'    cfg = _launch_config("{name}", "matmul", N, M, K)']
+    if library and library != "bias":
+        # cuBLASLt takes the epilogue for two rows or more; with one, torch's _addmm_activation
+        # would copy the bias, multiply, then run the activation as a third kernel
+        lines += ['    if cfg.get("BACKEND", "triton") == "cublas" and M > 1:',
+                  f"        # bias and {library} are the whole epilogue: cuBLASLt applies them to the",
+                  "        # accumulator as it writes the result (no second pass over the product)",
+                  f"        torch._addmm_activation(bias, a, b, use_gelu={library == 'gelu_tanh'}, out=y0)",
+                  "    " + ret]
+    lines.append('    if cfg.get("BACKEND", "triton") == "cublas":')
     if not _has_epilogue(group) and len(outs) == 1:
         lines += ["        # the bare product through torch (cuBLAS on a GPU); nothing to fuse after it",
                   f"        {product}(a, b, out=y0)",
@@ -173,11 +181,6 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
     elif library == "bias":
         lines += ["        # a bias is the whole epilogue: cuBLAS's own (one pass, as eager's linear)",
                   "        torch.addmm(bias, a, b, out=y0)",
-                  "    " + ret]
-    elif library:
-        lines += [f"        # bias and {library} are the whole epilogue: cuBLASLt applies them to the",
-                  "        # accumulator as it writes the result (no second pass over the product)",
-                  f"        torch._addmm_activation(bias, a, b, use_gelu={library == 'gelu_tanh'}, out=y0)",
                   "    " + ret]
     else:
         lines += [
