@@ -267,6 +267,7 @@ class Model(nn.Module):
     ("torch.relu", "float32", False, 37),
     ("torch.relu", "float32", False, 1),  # one row: cuBLASLt's epilogue is not taken; ours is
     ("torch.relu", "bfloat16", False, 37),
+    ("lambda v: torch.relu(v).clone()", "float32", False, 37),  # (a dropout of p=0 in training)
     ("lambda v: F.gelu(v, approximate='tanh')", "bfloat16", True, 37),
     ("lambda v: F.gelu(v, approximate='tanh')", "float32", None, 37),  # torch's formula: Triton's
     ("F.gelu", "bfloat16", None, 37),  # exact GELU: cuBLASLt's is the tanh form

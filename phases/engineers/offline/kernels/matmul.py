@@ -236,6 +236,10 @@ the tanh form, evaluated on the float32 accumulator before the one rounding to a
 (a float32 result is left to the Triton epilogue, which evaluates torch's own formula)."""
 
 
+COPIES = ("identity", "clone", "alias", "lift_fresh_copy")
+"""Ops whose value is their input's (graph.py lowers clone and alias to identity)."""
+
+
 def _library_epilogue(group: Group, staged: list[tuple[Node, str]], outs: list[Node]) -> str | None:
     """What cuBLAS can do of a 2-D product's epilogue on its own: `"bias"` when the epilogue
     is one bias add (a vector along N, in the product's dtype), whose result (or a view of it)
@@ -247,6 +251,9 @@ def _library_epilogue(group: Group, staged: list[tuple[Node, str]], outs: list[N
     otherwise (the product, then one Triton pass for the epilogue)."""
     mm = group.anchor
     rest = [n for n in group.nodes if n is not mm and n.op not in LAYOUT]
+    copies = []  # a trailing clone (a dropout of p=0 in training mode): the result is fresh anyway
+    while len(rest) > 1 and rest[-1].op in COPIES and rest[-1].args and rest[-1].args[0] is rest[-2]:
+        copies.insert(0, rest.pop())
     if mm is None or mm.op != "mm" or not 1 <= len(rest) <= 2 or len(staged) != 1 or len(outs) != 1:
         return None
     add, (vec, _kind) = rest[0], staged[0]
@@ -259,6 +266,9 @@ def _library_epilogue(group: Group, staged: list[tuple[Node, str]], outs: list[N
                             or not (act.args[0] is add or view is not None and act.args[0] is view
                                     and view.args[0] is add)):
         return None
+    if copies and (copies[0].args[0] is not last or outs[0] is not copies[-1]):
+        return None
+    last = copies[-1] if copies else last
     if outs[0] is not last and not (outs[0] is view and view.args[0] is last):
         return None
     dtype = mm.args[0].dtype
