@@ -305,6 +305,12 @@ reduce an inequality (a square root of a size: KernelBench level-1 92 printed 60
 into the suite's output); the export itself goes on. Errors still show."""
 
 
+SPECIALISED_LOGGER = "torch._export.non_strict_utils"
+"""Export's warning that it fixed a size of 1 (`0/1 specialized`): the engineer exports the set
+itself when widening its leading size would change what the program computes (`_takes`), and
+says nothing a user can act on."""
+
+
 @contextmanager
 def _quiet(name: str) -> Iterator[None]:
     """Records under ERROR from logger `name` dropped meanwhile (a filter: torch's logging
@@ -337,12 +343,16 @@ def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any],
                 a, kw = traced or (args, kwargs)
                 ds = {"args": tuple(dims(v) for v in a), "kwargs": {k: dims(v) for k, v in kw.items()}}
                 ds = _match_signature(model, a, kw, ds)
-            with torch.no_grad(), warnings.catch_warnings(), _quiet(SOLVER_LOGGER):
+            with torch.no_grad(), warnings.catch_warnings(), _quiet(SOLVER_LOGGER), _quiet(SPECIALISED_LOGGER):
                 # torch's own deprecation inside export's copy of the input spec: nothing a
                 # user can act on, and it was the one stray line in `kopt run`'s output
                 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
                 with whole_recurrent_layers():
                     ep = torch.export.export(model, tuple(a), kw, dynamic_shapes=ds)
+                if dynamic and traced is not None and not _takes(ep, args):
+                    # the widened leading size met another input's size and export made them
+                    # one symbol (a (1, C) beside a (2, C) it broadcasts against): export the set
+                    return _export(model, args, kwargs)
                 try:
                     out_of_place(ep.graph_module)
                 except Exception:  # noqa: BLE001 - a saving of time: the program as exported is right
@@ -352,6 +362,27 @@ def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any],
             errors.append(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
     raise EngineerError(f"torch.export could not capture the model ({errors[-1]})",
                         fix="make forward traceable (no data-dependent Python control flow)")
+
+
+def _takes(ep: Any, args: list[Any]) -> bool:
+    """Whether the program exported on widened inputs (`_trace_set`) can take the input set's
+    own positional tensors: each size it fixed is theirs, and each symbol stands for one size
+    across them."""
+    user = set(ep.graph_signature.user_inputs)
+    vals = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder" and n.name in user]
+    bound: dict[Any, int] = {}
+    for val, real in zip(vals, args, strict=False):
+        if not isinstance(val, torch.Tensor) or not isinstance(real, torch.Tensor):
+            continue
+        if val.dim() != real.dim():
+            return False
+        for s, n in zip(val.shape, real.shape, strict=True):
+            if is_concrete_int(s):
+                if int(s) != n:
+                    return False
+            elif isinstance(s.node.expr, sympy.Symbol) and bound.setdefault(s.node.expr, n) != n:
+                return False
+    return True
 
 
 # Library calls that stay whole in the candidate: decomposing attention would replace

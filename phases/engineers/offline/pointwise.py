@@ -54,6 +54,20 @@ def _tiled_split(programs, n_cols, block):
             return False
         expected *= x.shape[d]
     return True''',
+    "_laid_from": '''def _laid_from(x, shape):
+    """The first dim from which x is laid out as a contiguous tensor of the domain's shape:
+    over dims k.. its strides are the domain's row-major ones (a size-1 dim of both, any), so a
+    kernel reads its offset over them from the flat index instead of from coordinates divided
+    out per element. len(shape) when not even the last dim is."""
+    if x.dim() != len(shape):
+        return len(shape)
+    expected, k = 1, len(shape)
+    for d in range(len(shape) - 1, -1, -1):
+        if shape[d] != 1 and (x.shape[d] != shape[d] or x.stride(d) != expected):
+            break
+        expected *= shape[d]
+        k = d
+    return k''',
     "_welford_combine": '''@triton.jit
 def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
     # Two lanes' (mean, sum of squared deviations, count) as one (Chan et al.); empty lanes

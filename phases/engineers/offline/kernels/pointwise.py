@@ -72,6 +72,13 @@ class _PointwiseWriter(_Writer):
     def flat_offset(self, dm: DimMap) -> str | None:
         return "offs" if dm == _identity(len(self.g.domain)) else None
 
+    def inner_flat(self, k: int) -> str | None:
+        if self.walk is not None or self.g.nhwc:  # the flat index is not the row-major one
+            return None
+        for j in range(k):
+            self.coord(j)
+        return "(" + " - ".join(["offs"] + [f"c{j} * span{j}" for j in range(k)]) + ")"
+
 
 def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) -> KernelSource:
     w = _PointwiseWriter(group, part, sym_code)
@@ -82,6 +89,8 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     scope = _Scope()
     for o, out in enumerate(group.outputs):
         w.store(out, o, scope, "mask")
+    if w.inner_flags:
+        w.helpers.add("_laid_from")
     body = w.lines
     r = len(group.domain)
     head = ["if INDEX_64:  # offsets past 2**31: 64-bit index maths",

@@ -101,6 +101,9 @@ class _Writer:
         self.input_index = {n: i for i, n in enumerate(group.inputs)}
         self.dim_sources: dict[int, tuple[int, int]] = {}
         self.contig_flags: list[int] = []
+        self.inner_flags: list[int] = []
+        """Inputs with an `X<i>_INNER` constexpr (`_laid_from` at launch): their offset over a
+        trailing run of dims laid out as the domain's comes from the flat index."""
         self.walk: tuple[int, ...] | None = None
         """The domain's dims in the order the flat index walks them, outermost first, when not
         row-major (a pointwise kernel in a permuted input's memory order: pointwise.memory_walk)."""
@@ -122,6 +125,42 @@ class _Writer:
     def flat_offset(self, dm: DimMap) -> str | None:
         return None
 
+    def inner_flat(self, k: int) -> str | None:
+        """The flat index's part over domain dims k.. (their coordinates times the domain's
+        row-major spans), or None where the template has no flat index to take it from."""
+        return None
+
+    def _inner_loads(self, i: int, x: Node, per_dim: list[tuple[int | None, str | None]],
+                     var: str, m: str, indent: str = "", first: int = 0) -> list[str] | None:
+        """`if X<i>_INNER <= k:` branches loading x with its offset over a trailing run of
+        domain dims k.. (at least two) from the flat index, for each k from the first dim of the
+        longest such run this load allows: `per_dim` is, per dim j of x, (the domain dim it
+        follows plainly, its offset term) with None where the dim is tapped or not the domain's
+        j. None when no run of two dims or more is there. The coordinates of those dims are then
+        dead in the branch taken (no division per element for them: KernelBench level-3 18's
+        concatenation kernel, 64x64x126x126 float32 inputs on an H200, 427.7 -> 246.0 us, a
+        clone of its output 246.3; benchmarks/inner_offsets_gpu.py, 2026-11-30)."""
+        r = len(self.g.domain)
+        if x.rank != r:
+            return None
+        start = r
+        for j in range(r - 1, -1, -1):
+            if per_dim[j][0] != j:
+                break
+            start = j
+        start = max(start, first)  # (from dim 0 is X<i>_CONTIG's flat load, where it has one)
+        if start > r - 2 or self.inner_flat(r - 2) is None:
+            return None
+        if i not in self.inner_flags:
+            self.inner_flags.append(i)
+        lines = []
+        for k in range(start, r - 1):
+            terms = [t for j, (_d, t) in enumerate(per_dim) if j < k and t is not None]
+            offset = " + ".join(terms + [self.inner_flat(k)])
+            lines += [f"{'if' if k == start else 'elif'} X{i}_INNER <= {k}:  # laid out as the domain from dim {k}",
+                      f"    {var} = tl.load(x{i}_ptr + {offset}{m}){indent}"]
+        return lines
+
     # -- operands -----------------------------------------------------------------------
     def load(self, x: Node, dm: DimMap, scope: _Scope) -> Operand:
         key = ("load", x, dm)
@@ -138,11 +177,21 @@ class _Writer:
         m = f", mask={mask}, other=0" if mask else ""
         var = self.fresh("x")
         flat = self.flat_offset(dm) if x.rank == len(self.g.domain) else None
+        per_dim = [(d if d == j else None, f"{self.coord(d)} * x{i}_s{j}" if d is not None else None)
+                   for j, d in enumerate(dm)] if terms else []
+        inner = self._inner_loads(i, x, per_dim, var, m, first=1 if flat is not None else 0) if terms else None
         if flat is not None:
             if i not in self.contig_flags:
                 self.contig_flags.append(i)
             self.emit(f"if X{i}_CONTIG:  # contiguous and full-size: load at the flat index")
             self.emit(f"    {var} = tl.load(x{i}_ptr + {flat}{m})")
+            for line in (inner or []):
+                self.emit(line.replace("if X", "elif X", 1) if line.startswith("if X") else line)
+            self.emit("else:")
+            self.emit(f"    {var} = tl.load(x{i}_ptr + {offset}{m})")
+        elif inner:
+            for line in inner:
+                self.emit(line)
             self.emit("else:")
             self.emit(f"    {var} = tl.load(x{i}_ptr + {offset}{m})")
         else:
@@ -162,13 +211,16 @@ class _Writer:
         i = -1 if constant else self.input_index[x]
         pooled = {d: rest for d, *rest in n.kwargs["taps"]}  # stride, dilation, padding, t, k, size
         terms, inside = [], []
+        per_dim: list[tuple[int | None, str | None]] = []
         for j in range(x.rank):
             d = dm[j] if j < len(dm) else None
-            c = self.coord(d) if d is not None else "0"
             if j not in pooled:
+                c = self.coord(d) if d is not None else "0"
                 if d is not None:
                     terms.append(f"{c} * x{i}_s{j}")
+                per_dim.append((d if d == j else None, f"{c} * x{i}_s{j}" if d is not None else None))
                 continue
+            c = self.coord(d) if d is not None else "0"
             stride, dilation, padding, t, _window, size = pooled[j]
             idx = self.fresh("t")
             if isinstance(padding, Sym):  # a concatenation's offset that follows the inputs
@@ -177,6 +229,7 @@ class _Writer:
                 shift = str(t * dilation - padding)
             self.emit(f"{idx} = {c} * {stride} + {shift}")
             terms.append(f"{idx} * x{i}_s{j}")
+            per_dim.append((None, f"{idx} * x{i}_s{j}"))
             if padding or n.kwargs.get("clip"):
                 # compared as it arrives (int32 like the index; a size of 1 arrives as a constant)
                 text = literal(size) if isinstance(size, int) else self.scalar_param(Sym(size, x.shape[j]))
@@ -193,7 +246,14 @@ class _Writer:
             where = " & ".join(inside) or "True"
             self.emit(f"{var} = tl.where({where}, {value}, {other}).to({ct})  # {n.origin}: tap")
             return Operand(var, ct)
-        self.emit(f"{var} = tl.load(x{i}_ptr + {' + '.join(terms) or '0'}{m})  # {n.origin}: tap")
+        inner = self._inner_loads(i, x, per_dim, var, m, f"  # {n.origin}: tap") if not constant else None
+        if inner:
+            for line in inner:
+                self.emit(line)
+            self.emit("else:")
+            self.emit(f"    {var} = tl.load(x{i}_ptr + {' + '.join(terms) or '0'}{m})  # {n.origin}: tap")
+        else:
+            self.emit(f"{var} = tl.load(x{i}_ptr + {' + '.join(terms) or '0'}{m})  # {n.origin}: tap")
         ct = compute_type(x.dtype)
         if TL_TYPES[x.dtype] != ct:
             self.emit(f"{var} = {var}.to({ct})")
@@ -495,7 +555,7 @@ def _finish_simple(w: _Writer, group: Group, part: Partition, name: str, kind: s
     many float32 partials per (split, column) (reduction.py's `_split_phases`)."""
     in_params, in_args = _input_params(w, group.inputs, "x")
     out_params, out_args = _input_params(w, group.outputs, "y")
-    flags = [f"X{i}_CONTIG" for i in w.contig_flags]
+    flags = [f"X{i}_CONTIG" for i in w.contig_flags] + [f"X{i}_INNER" for i in w.inner_flags]
     sig = ["    # inputs: pointer, then one stride per dim (0 where broadcast)"] + _signature(in_params)
     sig += ["    # outputs (contiguous)"] + _signature(out_params)
     static = static_sizes(group)
@@ -567,6 +627,7 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
                             for i in w.contig_flags)
         else:  # the flat index walks the domain in `walk` order: dense in that order
             flags = "".join(f", X{i}_CONTIG=_dense_walk(x{i}, D, {tuple(walk)})" for i in w.contig_flags)
+        flags += "".join(f", X{i}_INNER=_laid_from(x{i}, D)" for i in w.inner_flags)
         spans = "".join(f", _span(x{i})" for i in range(len(group.inputs)))
         if group.nhwc:  # one (hw, channels) tile of one image per program
             lines += [f'    cfg = _launch_config("{name}", "tiled", D[2] * D[3], D[1])',
