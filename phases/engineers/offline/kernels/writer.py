@@ -130,36 +130,49 @@ class _Writer:
         row-major spans), or None where the template has no flat index to take it from."""
         return None
 
-    def _inner_loads(self, i: int, x: Node, per_dim: list[tuple[int | None, str | None]],
-                     var: str, m: str, indent: str = "", first: int = 0) -> list[str] | None:
-        """`if X<i>_INNER <= k:` branches loading x with its offset over a trailing run of
-        domain dims k.. (at least two) from the flat index, for each k from the first dim of the
-        longest such run this load allows: `per_dim` is, per dim j of x, (the domain dim it
-        follows plainly, its offset term) with None where the dim is tapped or not the domain's
-        j. None when no run of two dims or more is there. The coordinates of those dims are then
-        dead in the branch taken (no division per element for them: KernelBench level-3 18's
-        concatenation kernel, 64x64x126x126 float32 inputs on an H200, 427.7 -> 246.0 us, a
-        clone of its output 246.3; benchmarks/inner_offsets_gpu.py, 2026-11-30)."""
+    def _inner_offsets(self, i: int, x: Node, per_dim: list[tuple[int | None, str | None]],
+                       first: int = 0) -> list[tuple[str, str]]:
+        """(condition, offset) pairs: under `X<i>_INNER <= k`, x's offset with its part over a
+        trailing run of domain dims k.. (at least two) taken from the flat index, for each k from
+        the first dim of the longest such run this load allows (`first` at least). `per_dim` is,
+        per dim j of x, (the domain dim it follows plainly, its offset term), with None where the
+        dim is tapped or not the domain's j. Empty when there is no run of two dims or more. The
+        coordinates of those dims are then dead in the branch taken (no division per element for
+        them: KernelBench level-3 18's concatenation kernel, 64x64x126x126 float32 inputs on an
+        H200, 427.7 -> 246.0 us, a clone of its output 246.3; benchmarks/inner_offsets_gpu.py,
+        2026-11-30)."""
         r = len(self.g.domain)
         if x.rank != r:
-            return None
+            return []
         start = r
         for j in range(r - 1, -1, -1):
             if per_dim[j][0] != j:
                 break
             start = j
-        start = max(start, first)  # (from dim 0 is X<i>_CONTIG's flat load, where it has one)
+        start = max(start, first)
         if start > r - 2 or self.inner_flat(r - 2) is None:
-            return None
+            return []
         if i not in self.inner_flags:
             self.inner_flags.append(i)
-        lines = []
+        out = []
         for k in range(start, r - 1):
             terms = [t for j, (_d, t) in enumerate(per_dim) if j < k and t is not None]
-            offset = " + ".join(terms + [self.inner_flat(k)])
-            lines += [f"{'if' if k == start else 'elif'} X{i}_INNER <= {k}:  # laid out as the domain from dim {k}",
-                      f"    {var} = tl.load(x{i}_ptr + {offset}{m}){indent}"]
-        return lines
+            out.append((f"X{i}_INNER <= {k}:  # laid out as the domain from dim {k}",
+                        " + ".join(terms + [self.inner_flat(k)])))
+        return out
+
+    def _emit_load(self, var: str, i: int, offset: str, m: str, choices: list[tuple[str, str]],
+                   note: str = "") -> None:
+        """var = x<i> at `offset` (its coordinates'), or at the offset of the first of
+        `choices` ((constexpr condition, offset) pairs) whose condition holds at launch."""
+        if not choices:
+            self.emit(f"{var} = tl.load(x{i}_ptr + {offset}{m}){note}")
+            return
+        for n, (cond, at) in enumerate(choices):
+            self.emit(f"{'if' if n == 0 else 'elif'} {cond}")
+            self.emit(f"    {var} = tl.load(x{i}_ptr + {at}{m}){note}")
+        self.emit("else:")
+        self.emit(f"    {var} = tl.load(x{i}_ptr + {offset}{m}){note}")
 
     # -- operands -----------------------------------------------------------------------
     def load(self, x: Node, dm: DimMap, scope: _Scope) -> Operand:
@@ -177,25 +190,16 @@ class _Writer:
         m = f", mask={mask}, other=0" if mask else ""
         var = self.fresh("x")
         flat = self.flat_offset(dm) if x.rank == len(self.g.domain) else None
-        per_dim = [(d if d == j else None, f"{self.coord(d)} * x{i}_s{j}" if d is not None else None)
-                   for j, d in enumerate(dm)] if terms else []
-        inner = self._inner_loads(i, x, per_dim, var, m, first=1 if flat is not None else 0) if terms else None
+        choices = []
         if flat is not None:
             if i not in self.contig_flags:
                 self.contig_flags.append(i)
-            self.emit(f"if X{i}_CONTIG:  # contiguous and full-size: load at the flat index")
-            self.emit(f"    {var} = tl.load(x{i}_ptr + {flat}{m})")
-            for line in (inner or []):
-                self.emit(line.replace("if X", "elif X", 1) if line.startswith("if X") else line)
-            self.emit("else:")
-            self.emit(f"    {var} = tl.load(x{i}_ptr + {offset}{m})")
-        elif inner:
-            for line in inner:
-                self.emit(line)
-            self.emit("else:")
-            self.emit(f"    {var} = tl.load(x{i}_ptr + {offset}{m})")
-        else:
-            self.emit(f"{var} = tl.load(x{i}_ptr + {offset}{m})")
+            choices.append((f"X{i}_CONTIG:  # contiguous and full-size: load at the flat index", flat))
+        if terms:  # (from dim 0, where X<i>_CONTIG's flat load is there, it is that load)
+            per_dim = [(d if d == j else None, f"{self.coord(d)} * x{i}_s{j}" if d is not None else None)
+                       for j, d in enumerate(dm)]
+            choices += self._inner_offsets(i, x, per_dim, first=1 if flat is not None else 0)
+        self._emit_load(var, i, offset, m, choices)
         ct = compute_type(x.dtype)
         if TL_TYPES[x.dtype] != ct:
             self.emit(f"{var} = {var}.to({ct})")
@@ -214,13 +218,12 @@ class _Writer:
         per_dim: list[tuple[int | None, str | None]] = []
         for j in range(x.rank):
             d = dm[j] if j < len(dm) else None
+            c = self.coord(d) if d is not None else "0"
             if j not in pooled:
-                c = self.coord(d) if d is not None else "0"
                 if d is not None:
                     terms.append(f"{c} * x{i}_s{j}")
                 per_dim.append((d if d == j else None, f"{c} * x{i}_s{j}" if d is not None else None))
                 continue
-            c = self.coord(d) if d is not None else "0"
             stride, dilation, padding, t, _window, size = pooled[j]
             idx = self.fresh("t")
             if isinstance(padding, Sym):  # a concatenation's offset that follows the inputs
@@ -246,14 +249,8 @@ class _Writer:
             where = " & ".join(inside) or "True"
             self.emit(f"{var} = tl.where({where}, {value}, {other}).to({ct})  # {n.origin}: tap")
             return Operand(var, ct)
-        inner = self._inner_loads(i, x, per_dim, var, m, f"  # {n.origin}: tap") if not constant else None
-        if inner:
-            for line in inner:
-                self.emit(line)
-            self.emit("else:")
-            self.emit(f"    {var} = tl.load(x{i}_ptr + {' + '.join(terms) or '0'}{m})  # {n.origin}: tap")
-        else:
-            self.emit(f"{var} = tl.load(x{i}_ptr + {' + '.join(terms) or '0'}{m})  # {n.origin}: tap")
+        self._emit_load(var, i, " + ".join(terms) or "0", m, self._inner_offsets(i, x, per_dim),
+                        f"  # {n.origin}: tap")
         ct = compute_type(x.dtype)
         if TL_TYPES[x.dtype] != ct:
             self.emit(f"{var} = {var}.to({ct})")
