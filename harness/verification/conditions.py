@@ -63,21 +63,30 @@ class CompileTooSlow(Exception):
 @contextlib.contextmanager
 def _time_limit(seconds: float) -> Iterator[None]:
     """Raise CompileTooSlow in this thread after `seconds` (a timer signal: tracing is Python,
-    so it is interrupted between bytecodes). Only in the main thread, where signals land."""
+    so it is interrupted between bytecodes). Only in the main thread, where signals land.
+
+    Dynamo catches what is raised inside its own tracing and runs that frame eagerly, so one
+    signal can be swallowed: the timer repeats until the block ends, and a block that ends
+    after the limit fired raises CompileTooSlow on the way out even if every raise was caught.
+    """
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
+    fired: list[bool] = []
 
     def stop(_signum: int, _frame: Any) -> None:
+        fired.append(True)
         raise CompileTooSlow(f"torch.compile took longer than {seconds:g} s")
 
     previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, max(seconds / 4, 0.01))
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if fired:  # the block ran on past a raise something caught
+        raise CompileTooSlow(f"torch.compile took longer than {seconds:g} s")
 
 
 # -- parent side: where the conditions go ---------------------------------------------------------
