@@ -290,7 +290,6 @@ def test_a_bias_and_activation_epilogue_is_cublaslt_own_where_exact(
     source = generate_candidate(case).source
     call = f"torch._addmm_activation(bias, a, b, use_gelu={use_gelu}, out=y0)"
     assert (call in source) == (use_gelu is not None), source[-3000:]
-    assert "torch._addmm_activation" in source or use_gelu is None
     module = _load_candidate(source, workspace, d.name)
     for k in _matmul_kernels(module):
         module.KOPT_CONFIG[k]["BACKEND"] = "cublas"

@@ -266,8 +266,6 @@ def _library_epilogue(group: Group, staged: list[tuple[Node, str]], outs: list[N
                             or not (act.args[0] is add or view is not None and act.args[0] is view
                                     and view.args[0] is add)):
         return None
-    if copies and (copies[0].args[0] is not last or outs[0] is not copies[-1]):
-        return None
     last = copies[-1] if copies else last
     if outs[0] is not last and not (outs[0] is view and view.args[0] is last):
         return None
