@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "kopt.workbench.commands.init",
     "kopt.workbench.commands.targets",
     "kopt.workbench.commands.jobs",
+    "kopt.workbench.commands.serve",
 ]
 
 
@@ -70,6 +71,13 @@ def _check_names(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The `kopt` command. Run as the process's own command (`argv` None: the console script,
     `python -m kopt`), the process ends as soon as the command has (`_leave`)."""
+    if argv is None:  # the console script: a warm server may run it (workbench/serve.py)
+        from kopt.workbench.serve import relay
+
+        served = relay(sys.argv[1:])
+        if served is not None:
+            _leave(served)
+            return served
     code = _command(argv)
     if argv is None:
         _leave(code)
