@@ -410,8 +410,10 @@ def _width(columns: Any) -> Iterator[None]:
 def warm_up(device: str) -> None:
     """What the first served command would otherwise do itself: import every command module
     (torch with them) and start the standbys its jobs take."""
+    from kopt.harness.paths import kopt_dir
     from kopt.workbench import early_workers
     from kopt.workbench.cli import build_parser
 
+    kopt_dir().mkdir(parents=True, exist_ok=True)  # a used workspace: its jobs' standbys start early
     early_workers.start(["verify", "--device", device])
     build_parser()
