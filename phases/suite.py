@@ -660,6 +660,9 @@ def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: i
             on_row(row)
         return row
 
+    from kopt.phases.engineers.offline.capture import warm_up
+
+    warm_up()  # torch.export's one-time set-up, not the first problem's codegen
     try:
         with _workspace(root, jobs, gated=device == "cuda"):
             # Problems run on threads, one at a time too: the main thread only waits, so a

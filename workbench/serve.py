@@ -257,7 +257,7 @@ class Server:
         st = folder.stat()
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             raise BadInputError(f"{folder} is not private to this user",
-                                fix=f"remove it, or set TMPDIR to a folder of your own")
+                                fix="remove it, or set TMPDIR to a folder of your own")
         answer = ask(self.workspace, {"status": True})
         if answer is not None:
             raise BadInputError(f"a kopt server already serves {self.workspace} (pid "
