@@ -62,6 +62,8 @@ settings, the compilers and the search paths."""
 
 SOURCE_DIRS = ("kopt", "harness", "phases", "workbench")
 
+ENV_DEPTH = "KOPT_WORKER_STANDBY"
+
 
 def socket_path(workspace: Path) -> Path:
     """This workspace's socket: under the temporary folder (a socket's path is limited to
@@ -241,8 +243,10 @@ class Server:
         self.path = socket_path(workspace)
         self.idle_s = idle_s
         self.log = log
-        self.env = dict(os.environ)
-        self.identity = identity(self.env)
+        self.identity = identity()
+        self.env = {ENV_DEPTH: "2", **os.environ}
+        """A command's environment: the server's own, two standbys waiting unless it says
+        otherwise (the client's identity is checked against the server's own)."""
         self.commands: queue.Queue[tuple[socket.socket, dict[str, Any]] | None] = queue.Queue()
         self.busy = threading.Event()
         self.served = 0
@@ -414,6 +418,10 @@ def warm_up(device: str) -> None:
     from kopt.workbench import early_workers
     from kopt.workbench.cli import build_parser
 
+    from kopt.harness.targets.local import ISOLATED
+
     kopt_dir().mkdir(parents=True, exist_ok=True)  # a used workspace: its jobs' standbys start early
+    ISOLATED.keep(2)
+    os.environ.setdefault(ENV_DEPTH, "2")
     early_workers.start(["verify", "--device", device])
     build_parser()

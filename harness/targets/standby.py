@@ -141,6 +141,12 @@ class Standby:
     def _depth(self) -> int:
         return self._most if self._most is not None else depth()
 
+    def keep(self, most: int) -> None:
+        """Keep up to `most` waiting from now on, whatever `depth()` says (`kopt serve`: two
+        reference interpreters, so that a verification typed right after another finds one
+        that has finished its imports)."""
+        self._most = max(1, most)
+
     def waiting(self) -> list[subprocess.Popen[str]]:
         """The waiting processes, oldest first."""
         with self._lock:
