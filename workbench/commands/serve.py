@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from kopt.workbench import serve
+from kopt.workbench.arguments import positive
 from kopt.workbench.output import console, print_json_line
 
 
@@ -25,22 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="where the waiting workers get ready for (default: cuda when the NVIDIA "
                         "driver is there, else cpu)")
-    p.add_argument("--idle-minutes", type=_minutes, default=serve.IDLE_S / 60,
+    p.add_argument("--idle-minutes", type=positive("minutes"), default=serve.IDLE_S / 60,
                    help=f"end after this long without a command (default {serve.IDLE_S / 60:g})")
     p.add_argument("--status", action="store_true", help="say whether a server serves here")
     p.add_argument("--stop", action="store_true", help="end this workspace's server")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=handle)
-
-
-def _minutes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of minutes (not {text!r})") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of minutes (not {text!r})")
-    return value
 
 
 def handle(args: argparse.Namespace) -> int:

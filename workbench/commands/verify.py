@@ -19,6 +19,7 @@ from kopt.harness.case import load_case
 from kopt.harness.targets.resolve import resolve_target
 from kopt.harness.verify import MAX_TIMEOUT_S, TIMEOUT_FACTOR, TIMEOUT_FLOOR_S, verify_candidate
 from kopt.phases.breakdown import ClockedTarget, TimingBreakdown
+from kopt.workbench.arguments import positive
 from kopt.workbench.output import console, err_console, print_json_line
 from kopt.workbench.sandbox_option import add_option
 
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="where to run (default: the case's device; cpu = Triton interpreter)")
     p.add_argument("--target", default=None, help="execution target (default: local)")
-    p.add_argument("--timeout", type=_seconds, default=None,
+    p.add_argument("--timeout", type=positive("seconds"), default=None,
                    help=f"seconds the candidate's job may take (default: {TIMEOUT_FACTOR:g}x "
                         f"the baseline's reference job, at least {TIMEOUT_FLOOR_S:g} s on a GPU "
                         f"and {2 * TIMEOUT_FLOOR_S:g} s on the CPU, at most {MAX_TIMEOUT_S:g} s)")
@@ -44,18 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(stderr; `timing` in --json's object)")
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.set_defaults(func=handle)
-
-
-def _seconds(text: str) -> float:
-    """`--timeout`: a positive number of seconds (argparse reports anything else as bad
-    input about --timeout, exit 2)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds (not {text!r})") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds (not {text!r})")
-    return value
 
 
 def handle(args: argparse.Namespace) -> int:
