@@ -412,11 +412,10 @@ def _width(columns: Any) -> Iterator[None]:
 
 
 def warm_up(device: str) -> None:
-    """What the first served command would otherwise do itself: import every command module
-    (torch with them) and start the standbys its jobs take."""
+    """What the first served command would otherwise do itself: start the standbys its jobs
+    take (the caller imports the command modules, torch with them)."""
     from kopt.harness.paths import kopt_dir
     from kopt.workbench import early_workers
-    from kopt.workbench.cli import build_parser
 
     from kopt.harness.targets.local import ISOLATED
 
@@ -424,4 +423,3 @@ def warm_up(device: str) -> None:
     ISOLATED.keep(2)
     os.environ.setdefault(ENV_DEPTH, "2")
     early_workers.start(["verify", "--device", device])
-    build_parser()

@@ -58,11 +58,12 @@ def handle(args: argparse.Namespace) -> int:
     try:
         console.print(f"kopt server pid {os.getpid()} warming up ({device}) ...")
         serve.warm_up(device)
+        from kopt.workbench.cli import _command, build_parser
+
+        build_parser()  # every command module imported, torch with them
         console.print(f"serving `kopt {'`, `kopt '.join(sorted(serve.SERVED))}` for {workspace} "
                       f"(ends after {args.idle_minutes:g} min idle, on Ctrl-C or `kopt serve --stop`)",
                       soft_wrap=True)
-        from kopt.workbench.cli import _command
-
         server.run(_command)
     except KeyboardInterrupt:
         console.print("kopt server: interrupted, ending")

@@ -596,8 +596,10 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
         for o in full:
             w.store(o, outs[o], loop, "cmask")
         w.indent -= 1
-    for o in rows:  # a split's row values are stored by its first program only
-        w.store(o, outs[o], top, "imask & (ps == 0)" if w.split else _row_mask(w))
+    for o in rows:  # a split's row values are stored by its first program only (a select, not
+        # `imask & (ps == 0)`: triton 3.9.0's interpreter widens a block mask and-ed with a scalar
+        # condition to int64 and then refuses it as a mask)
+        w.store(o, outs[o], top, "tl.where(ps == 0, imask, False)" if w.split else _row_mask(w))
     looped = _split_phases(w, finals, stats, w.lines) if w.split else stats + w.lines
     r = len(group.domain)
     sizes = ["n_cols"] + [f"D{k}" for k in range(r) if k != group.rdim]
