@@ -114,3 +114,82 @@ def test_without_a_server_the_client_runs_the_command_itself(tmp_path: Path, mon
     assert serve.relay(["verify", "a", "b"]) is None  # no socket
     assert serve.relay(["run", "a"]) is None  # not a served command
     assert serve.relay(["verify", "--help"]) is None
+
+
+@pytest.fixture
+def short_tmp(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The serve module's temporary folder, short (a socket's path is limited to about 100
+    bytes; xdist's tmp_path alone can be 60)."""
+    import shutil
+    import tempfile
+
+    from kopt.workbench import serve
+
+    folder = tempfile.mkdtemp(prefix="ks", dir="/tmp")
+    monkeypatch.setattr(serve.tempfile, "gettempdir", lambda: folder)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _fake_server(path: Path, replies: list[dict], *, close_early: bool = False):  # type: ignore[no-untyped-def]
+    """A socket at `path` that reads one request, sends `replies` (one JSON line each) and
+    closes; the request it read is put in the returned list."""
+    import json as _json
+    import socket
+    import threading
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.listen(1)
+    seen: list[dict] = []
+
+    def serve_one() -> None:
+        conn, _ = sock.accept()
+        with conn:
+            buf = b""
+            while b"\n" not in buf:
+                buf += conn.recv(65536)
+            seen.append(_json.loads(buf.split(b"\n", 1)[0]))
+            for reply in replies:
+                conn.sendall((_json.dumps(reply) + "\n").encode())
+        sock.close()
+
+    threading.Thread(target=serve_one, daemon=True).start()
+    return seen
+
+
+def test_the_client_relays_frames_and_the_exit_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str], short_tmp: str) -> None:
+    from kopt.workbench import serve
+
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path))
+    path = serve.socket_path(tmp_path.resolve())
+    seen = _fake_server(path, [{"accept": True}, {"out": "checks\n"}, {"err": "warned\n"},
+                               {"out": '{"accepted": false}\n'}, {"exit": 1}])
+    assert serve.relay(["verify", "c", "k.py", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert out == 'checks\n{"accepted": false}\n' and err == "warned\n"
+    assert seen[0]["argv"] == ["verify", "c", "k.py", "--json"] and seen[0]["cwd"] == os.getcwd()
+    assert seen[0]["identity"] == serve.identity()
+
+
+def test_a_busy_server_leaves_the_command_to_the_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         short_tmp: str) -> None:
+    from kopt.workbench import serve
+
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path))
+    _fake_server(serve.socket_path(tmp_path.resolve()), [{"accept": False, "why": "busy"}])
+    assert serve.relay(["verify", "c", "k.py"]) is None
+
+
+def test_a_server_gone_mid_command_is_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str], short_tmp: str) -> None:
+    from kopt.workbench import serve
+
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path))
+    _fake_server(serve.socket_path(tmp_path.resolve()), [{"accept": True}, {"out": "half\n"}])
+    assert serve.relay(["bench", "c"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "half\n"
+    assert err.startswith("kopt: error: the kopt server ended in the middle of the command")

@@ -132,6 +132,14 @@ def _connect(path: Path, timeout: float) -> socket.socket | None:
 def relay(argv: list[str]) -> int | None:
     """Run `argv` in this workspace's server; its exit code, or None when it was not run
     there (the caller runs it itself)."""
+    try:
+        return _relay(argv)
+    except KeyboardInterrupt:  # before the server answered: nothing ran
+        print("kopt: interrupted", file=sys.stderr)
+        return 130
+
+
+def _relay(argv: list[str]) -> int | None:
     if not argv or argv[0] not in SERVED or any(a in ("-h", "--help") for a in argv):
         return None
     if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
@@ -415,9 +423,8 @@ def warm_up(device: str) -> None:
     """What the first served command would otherwise do itself: start the standbys its jobs
     take (the caller imports the command modules, torch with them)."""
     from kopt.harness.paths import kopt_dir
-    from kopt.workbench import early_workers
-
     from kopt.harness.targets.local import ISOLATED
+    from kopt.workbench import early_workers
 
     kopt_dir().mkdir(parents=True, exist_ok=True)  # a used workspace: its jobs' standbys start early
     ISOLATED.keep(2)
