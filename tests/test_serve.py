@@ -138,7 +138,7 @@ def _fake_server(path: Path, replies: list[dict], *, close_early: bool = False):
     import socket
     import threading
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(str(path))
     sock.listen(1)
@@ -193,3 +193,16 @@ def test_a_server_gone_mid_command_is_one_error_line(tmp_path: Path, monkeypatch
     out, err = capsys.readouterr()
     assert out == "half\n"
     assert err.startswith("kopt: error: the kopt server ended in the middle of the command")
+
+
+def test_a_socket_in_a_folder_others_can_open_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          short_tmp: str) -> None:
+    """Someone else's server where this workspace's would be is never asked: the folder must
+    be this user's alone."""
+    from kopt.workbench import serve
+
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path))
+    path = serve.socket_path(tmp_path.resolve())
+    seen = _fake_server(path, [{"accept": True}, {"out": "forged\n"}, {"exit": 0}])
+    path.parent.chmod(0o777)
+    assert serve.relay(["verify", "c", "k.py"]) is None and seen == []

@@ -114,8 +114,19 @@ def _lines(conn: socket.socket) -> Iterator[dict[str, Any]]:
             yield json.loads(line)
 
 
+def _private(path: Path) -> bool:
+    """Whether `path` and its folder are this user's and no one else's: a client must not
+    print the verdicts of a server someone else put where this workspace's would be."""
+    try:
+        folder, sock = path.parent.stat(), path.stat()
+    except OSError:
+        return False
+    mine = os.getuid()
+    return folder.st_uid == mine == sock.st_uid and not folder.st_mode & 0o077
+
+
 def _connect(path: Path, timeout: float) -> socket.socket | None:
-    if not path.exists():
+    if not _private(path):
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout)
