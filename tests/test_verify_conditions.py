@@ -398,9 +398,8 @@ def test_a_compile_draw_past_its_time_limit_runs_simulated(monkeypatch: pytest.M
 
 def test_a_compile_limit_whose_signal_was_caught_still_ends_the_draw() -> None:
     """Dynamo runs a frame eagerly when something raises inside its tracing, so the limit's
-    first raise can be swallowed (CI: the signal landed while dynamo traced, and the draw ran
-    on as "compiled"): the timer repeats, and a block that outlives a caught raise still ends
-    in CompileTooSlow."""
+    raise can be swallowed (CI: the signal landed while dynamo traced, and the draw ran on as
+    "compiled"): a block that outlives a caught raise still ends in CompileTooSlow."""
     import signal
     import time
 
@@ -414,15 +413,8 @@ def test_a_compile_limit_whose_signal_was_caught_still_ends_the_draw() -> None:
             except conditions.CompileTooSlow:
                 caught += 1  # what dynamo does with an exception inside its tracing
     assert caught == 1
-    with pytest.raises(conditions.CompileTooSlow):  # every raise caught, the block finishes
-        with conditions._time_limit(0.02):
-            deadline = time.monotonic() + 0.2
-            while time.monotonic() < deadline:
-                try:
-                    time.sleep(0.01)
-                except conditions.CompileTooSlow:
-                    caught += 1
-    assert caught > 2  # repeated, not a single one-shot signal
+    with conditions._time_limit(5.0):  # a limit not reached: nothing raised on the way out
+        time.sleep(0.01)
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 

@@ -65,10 +65,11 @@ def _time_limit(seconds: float) -> Iterator[None]:
     """Raise CompileTooSlow in this thread after `seconds` (a timer signal: tracing is Python,
     so it is interrupted between bytecodes). Only in the main thread, where signals land.
 
-    Dynamo catches what is raised inside its own tracing and runs that frame eagerly, so one
-    signal can be swallowed: the timer repeats until the block ends, and a block that ends
-    after the limit fired raises CompileTooSlow on the way out even if every raise was caught.
-    """
+    Dynamo catches what is raised inside its own tracing and runs that frame eagerly, so the
+    signal's raise can be swallowed: a block that ends after the limit fired raises
+    CompileTooSlow on the way out even then (one that never ends is the worker job's timeout).
+    The signal fires once: a repeating one also landed in finalizers (an event loop's
+    `__del__`), where Python can only print the exception."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
@@ -79,7 +80,7 @@ def _time_limit(seconds: float) -> Iterator[None]:
         raise CompileTooSlow(f"torch.compile took longer than {seconds:g} s")
 
     previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds, max(seconds / 4, 0.01))
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
