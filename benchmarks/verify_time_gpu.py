@@ -33,6 +33,7 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     _runs(args, {**env, "KOPT_SERVE": "0"}, "own process")
+    _steps(args, env)
     if args.serve:
         _served(args, env)
     return 0
@@ -85,8 +86,9 @@ def _runs(args: argparse.Namespace, env: dict[str, str], how: str) -> None:
     if len(took) > 1:
         print(f"{how}: warm median {statistics.median(took[1:]):.1f} s over {len(took) - 1} run(s)",
               flush=True)
-    if how != "own process":
-        return
+
+
+def _steps(args: argparse.Namespace, env: dict[str, str]) -> None:
     # where a warm verification's seconds go: the same verification in one process, its steps
     t0 = time.monotonic()
     probe = subprocess.run([sys.executable, "-c", _STEPS, args.case, args.candidate, args.device],
