@@ -430,7 +430,24 @@ def build_kernels(part: Partition, precision: str) -> dict[int, KernelSource]:
             out[g.index] = conv_kernel(g, part, name, precision)
         else:
             out[g.index] = matmul_kernel(g, part, code, name, precision)
+    _keep_one_triton_epilogue(part, out, precision)
     return out
+
+
+def _keep_one_triton_epilogue(part: Partition, kernels: dict[int, KernelSource],
+                              precision: str) -> None:
+    """A model that is products whose every epilogue cuBLAS(Lt) applies itself (a stack of
+    `Linear` + ReLU) would run without a single Triton kernel: no candidate (the verifier
+    rejects a forward that launches none, and rightly: it is PyTorch with other op names).
+    The smallest product then keeps its epilogue as a Triton pass, the others keep cuBLASLt's.
+    (2026-11-30, H200: KernelBench level-3 2, ShallowWideMLP, rejected for exactly that.)"""
+    if not kernels or not all(k.library for k in kernels.values()):
+        return
+    g = min((g for g in part.groups if g.index in kernels),
+            key=lambda g: (math.prod(g.anchor.shape), -g.index))
+    k = kernels[g.index]
+    kernels[g.index] = matmul_kernel(g, part, lambda v: sym_code(v, part.graph.symbols),
+                                     k.name, precision, library_epilogue=False)
 
 
 def _cost_comment(g: Group) -> str:

@@ -59,7 +59,11 @@ class _MatmulWriter(_Writer):
         return super().operand(a, dm, consumer, scope)
 
 
-def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, precision: str) -> KernelSource:
+def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, precision: str,
+                  *, library_epilogue: bool = True) -> KernelSource:
+    """A matmul group's kernel and launcher. `library_epilogue=False` keeps its epilogue in
+    Triton even where cuBLAS(Lt) could apply it (`_library_epilogue`): codegen asks that of one
+    group when every group of the model would otherwise run without Triton."""
     w = _MatmulWriter(group, part, sym_code)
     mm = group.anchor
     a, b = mm.args[0], mm.args[1]
@@ -150,7 +154,8 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
              "    numel = math.prod(D)"]
     if group.epi_view is not None:
         lines.append("    E = _resolve_shape(view_shape, numel)  # the view the epilogue continues on")
-    library = _library_epilogue(group, w.staged, outs) if len(part.groups) > 1 else None
+    library = (_library_epilogue(group, w.staged, outs)
+               if library_epilogue and len(part.groups) > 1 else None)
     if library:
         lines.append("    bias = x0  # the product's only epilogue: cuBLAS adds it (addmm)" if library == "bias"
                      else f"    bias = x0  # the product's only epilogue: bias and {library}, cuBLASLt's own")
@@ -221,7 +226,7 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
                 "GROUP_M": [8], "num_warps": [4, 8], "num_stages": [3, 4]}
     return KernelSource(name, f"_launch_{group.name}", "matmul", "\n".join(kernel) + "\n",
                         "\n".join(lines) + "\n", call, _origins(group), tunables,
-                        config, w.helpers)
+                        config, w.helpers, library)
 
 
 def _has_epilogue(group: Group) -> bool:

@@ -53,6 +53,9 @@ class KernelSource:
     tunables: dict[str, list[Any]]
     config: dict[str, Any]
     helpers: set[str] = field(default_factory=set)
+    library: str | None = None
+    """A product whose whole epilogue cuBLAS(Lt) applies itself (`"bias"`, `"relu"`,
+    `"gelu_tanh"`): on the cuBLAS backend this group launches no Triton kernel."""
 
 
 def kernel_label(group: Group) -> str:
