@@ -12,7 +12,10 @@ and vs torch.compile, and how many candidates are slower than eager by over 2%; 
 results' (a keep-pytorch problem counted at 1.00x, what its user runs) geomean and count
 slower than eager; with
 `--level`, that level's rows first. Rows of different sessions may come from different
-cards (H100, H200): each speedup is a ratio on its own card.
+cards (H100, H200): each speedup is a ratio on its own card. A row from a run over a folder
+not named after its level (`shared/s25a`, a copy of some level-2 files) counts under the
+KernelBench level whose folder holds a file of its name (`--kernelbench`, default
+`../shared/kernelbench` beside the checkout).
 """
 
 from __future__ import annotations
@@ -36,7 +39,24 @@ def _order(path: Path) -> tuple[str, int, int]:
     return (m.group(1), 0, int(m.group(2))) if m else ("0", 0, 0)
 
 
-def latest_rows(results: Path) -> dict[tuple[str, str], tuple[str, dict]]:
+def level_index(kernelbench: Path) -> dict[str, str]:
+    """Problem file stem -> its KernelBench level folder (`2_Conv...` -> `level2`)."""
+    return {f.stem: d.name for d in sorted(kernelbench.glob("level*")) if d.is_dir()
+            for f in d.glob("*.py")}
+
+
+def canonical(level: str, problem: str, index: dict[str, str]) -> tuple[str, str]:
+    """The (level, problem) a row counts under: its own where its folder was a level's,
+    else the level whose folder holds a file of the problem's name."""
+    if re.fullmatch(r"level\d+", level) or not problem.startswith(level + "_"):
+        return level, problem
+    rest = problem[len(level) + 1:]
+    found = index.get(rest.split(" (")[0])
+    return (found, f"{found}_{rest}") if found else (level, problem)
+
+
+def latest_rows(results: Path, index: dict[str, str] | None = None,
+                ) -> dict[tuple[str, str], tuple[str, dict]]:
     rows: dict[tuple[str, str], tuple[str, dict]] = {}
     for path in sorted(results.glob("*suite*.json"), key=_order):
         if "cpu" in path.name:
@@ -48,9 +68,10 @@ def latest_rows(results: Path) -> dict[tuple[str, str], tuple[str, dict]]:
         for row in (data.get("rows") if isinstance(data, dict) else data) or []:
             if any(f in (row.get("detail") or "") for f in RUN_FAULTS):
                 continue
-            if row.get("status") == "unfinished" and (row["level"], row["problem"]) in rows:
+            key = canonical(row["level"], row["problem"], index or {})
+            if row.get("status") == "unfinished" and key in rows:
                 continue  # a call's time limit stopped it: an earlier finished row stands
-            rows[(row["level"], row["problem"])] = (path.name, row)
+            rows[key] = (path.name, row)
     return rows
 
 
@@ -67,8 +88,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--level", help="also list this level's rows (level1, level2, level3)")
+    ap.add_argument("--kernelbench", default=str(Path(__file__).resolve().parent.parent.parent
+                                                 / "shared" / "kernelbench"),
+                    help="KernelBench's level folders, to place rows of other folders")
     args = ap.parse_args()
-    rows = latest_rows(Path(args.results))
+    rows = latest_rows(Path(args.results), level_index(Path(args.kernelbench)))
     for level in sorted({lvl for lvl, _ in rows}):
         mine = sorted(((k, v) for k, v in rows.items() if k[0] == level),
                       key=lambda kv: _number(kv[0][1]))
