@@ -220,7 +220,54 @@ def model_class(case: Case) -> type[torch.nn.Module]:
     return cls
 
 
-def instantiate(cls: type[torch.nn.Module], resolved: ResolvedInputSet, file: Path) -> torch.nn.Module:
+SKIPPED_INITS = frozenset({torch.nn.init.kaiming_uniform_, torch.nn.init.uniform_,
+                           torch.nn.init.normal_})
+"""The initialisers a constructor's draws are skipped in: the ones torch hands to a torch
+function mode whole (the others call Tensor methods, and a skipped Tensor draw inside a
+rejection loop such as trunc_normal_'s would never end). They are what nn.Linear, the
+convolutions, nn.Embedding and the recurrent layers initialise their weights with."""
+
+
+class _SkippedFills(torch.overrides.TorchFunctionMode):
+    """Leaves the tensors a constructor initialises through `SKIPPED_INITS` as allocated, and
+    notes them. A torch function mode is this thread's own: other threads draw as usual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped: list[torch.Tensor] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in SKIPPED_INITS:
+            tensor = args[0] if args else kwargs.get("tensor")  # (nn.init passes it by keyword)
+            if isinstance(tensor, torch.Tensor):
+                self.skipped.append(tensor)
+                return tensor
+        return func(*args, **kwargs)
+
+
+def instantiate(cls: type[torch.nn.Module], resolved: ResolvedInputSet, file: Path, *,
+                state_follows: bool = False) -> torch.nn.Module:
+    """`cls(*init_args, **init_kwargs)`, a constructor error as a CaseError naming the file.
+
+    `state_follows`: the caller loads a whole state_dict next (`load_state_dict(strict=True)`),
+    which overwrites every parameter and persistent buffer, so the random draws that would
+    initialise them are skipped (a 2.15-billion-parameter MLP spent tens of seconds of each
+    worker job drawing weights it then replaced: KernelBench level-3 2, H200, 2026-11-30).
+    When a skipped draw filled anything outside the state_dict (a non-persistent buffer, a
+    plain tensor attribute), the constructor runs again with every draw."""
+    if state_follows:
+        mode = _SkippedFills()
+        with mode:
+            model = _construct(cls, resolved, file)
+        kept = {t.untyped_storage().data_ptr() for t in model.state_dict(keep_vars=True).values()
+                if isinstance(t, torch.Tensor)}
+        if all(t.untyped_storage().data_ptr() in kept for t in mode.skipped):
+            return model
+    return _construct(cls, resolved, file)
+
+
+def _construct(cls: type[torch.nn.Module], resolved: ResolvedInputSet, file: Path) -> torch.nn.Module:
     try:
         return cls(*resolved.init_args, **resolved.init_kwargs)
     except Exception as err:
@@ -288,6 +335,6 @@ def build_model(case: Case, input_set: str = "main", *, device: str | torch.devi
     """The baseline (or `cls`, e.g. a candidate's ModelNew) with the baseline's weights, in eval mode."""
     resolved = case.input_set(input_set)
     weights = agent_provide_weights(case, input_set, seed)
-    model = instantiate(cls or model_class(case), resolved, case.model_file)
+    model = instantiate(cls or model_class(case), resolved, case.model_file, state_follows=True)
     model.load_state_dict(weights, strict=True)
     return model.to(device).eval()

@@ -226,3 +226,111 @@ def test_chunked_draws_depend_on_the_seed_only(init: str, monkeypatch: pytest.Mo
         assert float(chunked.min()) >= 0.0 and float(chunked.max()) <= 1.0
     empty = TensorSpec.model_validate({"shape": [0, 300], "dtype": "bfloat16", "init": init, **extra})
     assert data.draw_tensor(empty, 123).shape == (0, 300)
+
+
+FILLS_MODEL = """\
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, noise=False, truncated=False):
+        super().__init__()
+        self.fc = nn.Linear(32, 24)
+        self.emb = nn.Embedding(10, 8)
+        if truncated:  # a rejection loop over Tensor draws: they are drawn, so it ends
+            nn.init.trunc_normal_(self.emb.weight, std=0.02)
+        if noise:  # a random projection outside the state_dict: it must be drawn
+            self.register_buffer("proj", nn.init.normal_(torch.empty(8, 8)), persistent=False)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+def _fills_case(tmp_path: Path, noise: bool, truncated: bool = False) -> Case:
+    name = f"fills{int(noise)}{int(truncated)}"
+    d = tmp_path / "cases" / name
+    d.mkdir(parents=True)
+    (d / "model.py").write_text(FILLS_MODEL)
+    (d / "manifest.yaml").write_text(
+        f"name: {name}\nmodel: {{module: model.py, class: Model, init_kwargs: "
+        f"{{noise: {str(noise).lower()}, truncated: {str(truncated).lower()}}}}}\n"
+        "inputs:\n  args: [{shape: [4, 32]}]\n")
+    return load_case_dir(d)
+
+
+@pytest.mark.parametrize("noise", [False, True])
+def test_a_model_whose_state_is_loaded_next_skips_the_draws_the_state_replaces(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, noise: bool) -> None:
+    """`instantiate(state_follows=True)` (every worker job loads the baseline's state_dict
+    next) leaves nn.init's draws undone: torch's generator is where it was. A draw that fills
+    something outside the state_dict (a non-persistent buffer) makes it construct again with
+    every draw, so that buffer is the seed's, as without the option. The state loaded on top
+    is the baseline's either way."""
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path))
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    case = _fills_case(tmp_path, noise)
+    resolved, cls = case.input_set("main"), data.model_class(case)
+    torch.manual_seed(3)
+    before = torch.random.get_rng_state()
+    model = data.instantiate(cls, resolved, case.model_file, state_follows=True)
+    drew = not torch.equal(before, torch.random.get_rng_state())
+    assert drew == noise
+    if noise:
+        torch.manual_seed(3)
+        plain = data.instantiate(cls, resolved, case.model_file)
+        assert torch.equal(model.proj, plain.proj)
+    built = data.build_model(case)
+    want = agent_provide_weights(case)
+    assert all(torch.equal(v, want[k]) for k, v in built.state_dict().items())
+
+
+def test_an_initialiser_that_loops_over_its_draws_still_draws(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """trunc_normal_ redraws until its values fall inside the bounds (Tensor draws, not one of
+    `SKIPPED_INITS`): skipping them would loop on unfilled memory. It runs as without the
+    option: a drawn, truncated tensor, and the model's state the baseline's."""
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path))
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    case = _fills_case(tmp_path, False, truncated=True)
+    torch.manual_seed(5)
+    model = data.instantiate(data.model_class(case), case.input_set("main"), case.model_file,
+                             state_follows=True)
+    w = model.emb.weight.detach()
+    assert float(w.abs().max()) <= 2.0 and 0.005 < float(w.std()) < 0.05
+    built = data.build_model(case)
+    want = agent_provide_weights(case)
+    assert all(torch.equal(v, want[k]) for k, v in built.state_dict().items())
+
+
+def test_draws_skipped_in_one_thread_are_drawn_in_another(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The skip is the constructing thread's own (a torch function mode is thread-local):
+    `kopt suite --jobs N` draws one problem's seeded weights while another thread builds."""
+    import threading
+
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path))
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    case = _fills_case(tmp_path, False)
+    inside, done = threading.Event(), threading.Event()
+
+    class Slow(torch.nn.Module):
+        def __init__(self, **_: object) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+            inside.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=data.instantiate, args=(Slow, case.input_set("main"),
+                                                              case.model_file),
+                              kwargs={"state_follows": True})
+    thread.start()
+    try:
+        assert inside.wait(30)
+        want = agent_provide_weights(case, cache=False)
+        assert want["fc.weight"].abs().sum() > 0 and want["fc.weight"].std() > 0.01
+        assert torch.equal(want["fc.weight"], agent_provide_weights(case, cache=False)["fc.weight"])
+    finally:
+        done.set()
+        thread.join(30)

@@ -195,7 +195,7 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
         check = load(request["check"], device)
         live = {k: v.clone() for k, v in pool[0].items()}
         inputs = tensors.materialize(resolved, live, device)
-        model = instantiate(cls, resolved, case.model_file)
+        model = instantiate(cls, resolved, case.model_file, state_follows=True)
         model.load_state_dict(weights, strict=True)
         model = model.to(device).eval()
 

@@ -336,7 +336,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
                 key = msg.get("instance")
                 model = instances.get(key) if key is not None else None
                 if model is None:
-                    model = instantiate(cls, resolved, case.model_file)
+                    model = instantiate(cls, resolved, case.model_file, state_follows=True)
                     if key is not None:
                         instances[key] = model
                 stage = "load_state_dict"

@@ -47,7 +47,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             weights = tensors.load_bases(
                 job_dir / "inputs" / f"{item.get('weights', f'weights-{set_name}')}.safetensors",
                 "cpu")
-            model = instantiate(cls, resolved, case.model_file)
+            model = instantiate(cls, resolved, case.model_file, state_follows=True)
             model.load_state_dict(weights, strict=True)
             model = model.to(device).eval()
         set_facts: dict[str, Any] = {}

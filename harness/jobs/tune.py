@@ -54,7 +54,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     guards.start_device(device)
 
     def load(cls: type[torch.nn.Module]) -> torch.nn.Module:
-        model = instantiate(cls, resolved, case.model_file)
+        model = instantiate(cls, resolved, case.model_file, state_follows=True)
         model.load_state_dict(weights, strict=True)
         return model.to(device).eval()
 
