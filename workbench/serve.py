@@ -63,6 +63,9 @@ settings, the compilers and the search paths."""
 SOURCE_DIRS = ("kopt", "harness", "phases", "workbench")
 
 ENV_DEPTH = "KOPT_WORKER_STANDBY"
+STANDBYS = "2"
+"""Standby workers a served command's jobs keep waiting, unless the server's environment sets
+`KOPT_WORKER_STANDBY`: a verification takes a candidate and a reference job at once."""
 
 
 def socket_path(workspace: Path) -> Path:
@@ -263,8 +266,8 @@ class Server:
         self.idle_s = idle_s
         self.log = log
         self.identity = identity()
-        self.env = {ENV_DEPTH: "2", **os.environ}
-        """A command's environment: the server's own, two standbys waiting unless it says
+        self.env = {ENV_DEPTH: STANDBYS, **os.environ}
+        """A command's environment: the server's own, `STANDBYS` waiting unless it says
         otherwise (the client's identity is checked against the server's own)."""
         self.commands: queue.Queue[tuple[socket.socket, dict[str, Any]] | None] = queue.Queue()
         self.busy = threading.Event()
@@ -439,5 +442,5 @@ def warm_up(device: str) -> None:
 
     kopt_dir().mkdir(parents=True, exist_ok=True)  # a used workspace: its jobs' standbys start early
     ISOLATED.keep(2)
-    os.environ.setdefault(ENV_DEPTH, "2")
+    os.environ.setdefault(ENV_DEPTH, STANDBYS)
     early_workers.start(["verify", "--device", device])
