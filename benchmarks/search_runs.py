@@ -5,7 +5,8 @@ first wrote), with where the seconds went. Run on a GPU machine from a scratch w
     python benchmarks/search_runs.py --standby 2 rmsnorm   # KOPT_WORKER_STANDBY=2, own workspace
 
 Prints one row per run: wall seconds, the outcome, the optimizer's hypotheses, the
-accelerator's trials and whether it started from the tuning memory, and seconds per phase and
+accelerator's trials and whether it started from the tuning memory, the integrator's
+side-by-side rows (median, p20, p80; eager's and compile's kept or not), and seconds per phase and
 per worker job kind, and per step inside each kind's jobs (from `kopt run --json`'s
 `timing_breakdown`).
 """
@@ -48,8 +49,18 @@ def run_once(case: str, home: Path, standby: str | None = None) -> dict:
         timings.append(f"{f.parent.name} {t.get('median_ms', 0):.4f} ms x{t.get('samples')} "
                        f"({t.get('stop_reason')}, warm-up {t.get('warmup')}) "
                        f"timing {(m.get('steps') or {}).get('timing', 0):.1f}s")
+    # the integrator's side-by-side rows: eager and compile kept from an earlier bench
+    # (`timed_s_ago`) or timed now, and the final kernel, each with its spread
+    final = []
+    side = run_dir / "integrator" / "timing.json"
+    for label, row in (json.loads(side.read_text()).items() if side.is_file() else []):
+        lat = (row or {}).get("latency_ms") or {}
+        if lat.get("median"):
+            ago = row.get("timed_s_ago")
+            final.append(f"{label} {lat['median']:.4f} ms (p20 {lat.get('p20') or 0:.4f}, p80 "
+                         f"{lat.get('p80') or 0:.4f})" + (f" kept {ago:.0f} s" if ago is not None else ""))
     return {"case": case, "wall_s": wall, "outcome": (result.get("outcome") or {}).get("summary"),
-            "timings": timings,
+            "timings": timings, "final": final,
             "rounds": len(opt.get("iterations", [])),
             "hypotheses": [h["name"] for h in opt.get("hypotheses", [])],
             "trials": (acc.get("budget") or {}).get("trials_run"),
@@ -95,6 +106,8 @@ def main(cases: list[str]) -> int:
                         f"{k} {t:.1f}" for k, t in sorted(v["steps"].items(), key=lambda kv: -kv[1])))
             if r.get("timings"):
                 print(f"{'':<26}timed: " + "; ".join(r["timings"]))
+            if r.get("final"):
+                print(f"{'':<26}integrator: " + "; ".join(r["final"]))
             if r["hypotheses"]:
                 print(f"{'':<26}hypotheses: " + "; ".join(r["hypotheses"]))
     return 0
