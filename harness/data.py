@@ -255,15 +255,20 @@ def instantiate(cls: type[torch.nn.Module], resolved: ResolvedInputSet, file: Pa
     initialise them are skipped (a 2.15-billion-parameter MLP spent tens of seconds of each
     worker job drawing weights it then replaced: KernelBench level-3 2, H200, 2026-11-30).
     When a skipped draw filled anything outside the state_dict (a non-persistent buffer, a
-    plain tensor attribute), the constructor runs again with every draw."""
+    plain tensor attribute), or the constructor raised while its draws were skipped (code that
+    checks or factorises the values it drew), the constructor runs again with every draw."""
     if state_follows:
         mode = _SkippedFills()
-        with mode:
-            model = _construct(cls, resolved, file)
-        kept = {t.untyped_storage().data_ptr() for t in model.state_dict(keep_vars=True).values()
-                if isinstance(t, torch.Tensor)}
-        if all(t.untyped_storage().data_ptr() in kept for t in mode.skipped):
-            return model
+        try:
+            with mode:
+                model = _construct(cls, resolved, file)
+        except CaseError:
+            pass  # judged below, with every draw
+        else:
+            kept = {t.untyped_storage().data_ptr()
+                    for t in model.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor)}
+            if all(t.untyped_storage().data_ptr() in kept for t in mode.skipped):
+                return model
     return _construct(cls, resolved, file)
 
 

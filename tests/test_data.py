@@ -234,10 +234,14 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    def __init__(self, noise=False, truncated=False):
+    def __init__(self, noise=False, truncated=False, checked=False):
         super().__init__()
         self.fc = nn.Linear(32, 24)
         self.emb = nn.Embedding(10, 8)
+        if checked:  # a constructor that checks what it drew
+            self.scale = nn.Parameter(nn.init.uniform_(torch.zeros(100), 2.0, 3.0))
+            if float(self.scale.detach().min()) < 2.0:
+                raise ValueError("scale out of range")
         if truncated:  # a rejection loop over Tensor draws: they are drawn, so it ends
             nn.init.trunc_normal_(self.emb.weight, std=0.02)
         if noise:  # a random projection outside the state_dict: it must be drawn
@@ -248,14 +252,16 @@ class Model(nn.Module):
 """
 
 
-def _fills_case(tmp_path: Path, noise: bool, truncated: bool = False) -> Case:
-    name = f"fills{int(noise)}{int(truncated)}"
+def _fills_case(tmp_path: Path, noise: bool, truncated: bool = False,
+                checked: bool = False) -> Case:
+    name = f"fills{int(noise)}{int(truncated)}{int(checked)}"
     d = tmp_path / "cases" / name
     d.mkdir(parents=True)
     (d / "model.py").write_text(FILLS_MODEL)
     (d / "manifest.yaml").write_text(
         f"name: {name}\nmodel: {{module: model.py, class: Model, init_kwargs: "
-        f"{{noise: {str(noise).lower()}, truncated: {str(truncated).lower()}}}}}\n"
+        f"{{noise: {str(noise).lower()}, truncated: {str(truncated).lower()}, "
+        f"checked: {str(checked).lower()}}}}}\n"
         "inputs:\n  args: [{shape: [4, 32]}]\n")
     return load_case_dir(d)
 
@@ -281,6 +287,21 @@ def test_a_model_whose_state_is_loaded_next_skips_the_draws_the_state_replaces(
         torch.manual_seed(3)
         plain = data.instantiate(cls, resolved, case.model_file)
         assert torch.equal(model.proj, plain.proj)
+    built = data.build_model(case)
+    want = agent_provide_weights(case)
+    assert all(torch.equal(v, want[k]) for k, v in built.state_dict().items())
+
+
+def test_a_constructor_that_checks_its_draws_is_built_with_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A constructor that raises on values a skipped draw left (zeros here) is run again with
+    every draw: the model is built as without the option, and its state is the baseline's."""
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path))
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    case = _fills_case(tmp_path, False, checked=True)
+    model = data.instantiate(data.model_class(case), case.input_set("main"), case.model_file,
+                             state_follows=True)
+    assert float(model.scale.detach().min()) >= 2.0
     built = data.build_model(case)
     want = agent_provide_weights(case)
     assert all(torch.equal(v, want[k]) for k, v in built.state_dict().items())
