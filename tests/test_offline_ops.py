@@ -85,18 +85,27 @@ def test_an_operand_of_size_one_broadcasts_where_it_was_traced_wider(tmp_path: P
     torch.testing.assert_close(got, torch.mean(torch.clamp(1 - x * y, min=0)))
 
 
-@pytest.mark.parametrize("layer", ["nn.InstanceNorm2d(c)", "nn.InstanceNorm2d(c, affine=True)"])
+@pytest.mark.parametrize("layer, conv", [("nn.InstanceNorm2d(c)", False),
+                                         ("nn.InstanceNorm2d(c, affine=True)", False),
+                                         ("nn.InstanceNorm2d(c)", True)])
 def test_instance_norm_is_generated_and_follows_its_channel_count(tmp_path: Path,
-                                                                    layer: str) -> None:
+                                                                    layer: str, conv: bool) -> None:
     """Instance norm runs a batch norm with the batch's own statistics on an (1, N*C, H, W)
     view: statistics per row over H*W, and the view's N*C computed at run time (the smoke
-    set's constructor has other channels than the set the candidate was generated on)."""
-    case = _constructor_case(tmp_path, f"inorm{'affine' in layer:d}", "c", [f"self.norm = {layer}"],
-                             ["return self.norm(x) * 2.0"], "c: 6", [3, 6, 9, 11], "c: 4",
-                             [2, 4, 7, 5])
+    set's constructor has other channels than the set the candidate was generated on), also
+    after a convolution, whose rows and columns are sizes less an offset (a held-out
+    KernelBench-style Conv2d + InstanceNorm2d probe, 2026-11-30: the view kept main's 16
+    channels on smoke's 8)."""
+    layers = [f"self.norm = {layer}"] + (["self.conv = nn.Conv2d(3, c, 3)"] if conv else [])
+    case = _constructor_case(tmp_path, f"inorm{'affine' in layer:d}{conv:d}", "c", layers,
+                             ["return self.norm(self.conv(x) if hasattr(self, 'conv') else x) * 2.0"],
+                             "c: 6", [3, 3 if conv else 6, 9, 11], "c: 4",
+                             [2, 3 if conv else 4, 7, 5])
     result = generate_candidate(case)
-    # the affine weight repeated per sample (N*C elements) is left to PyTorch
-    assert result.kernels and all("repeat" in u["op"] for u in result.unfused), result.unfused
+    # the affine weight repeated per sample (N*C elements) is left to PyTorch, and cuDNN's
+    # convolution kept whole
+    assert result.kernels and all("repeat" in u["op"] or "convolution" in u["op"]
+                                  for u in result.unfused), result.unfused
     _accepted_on_cpu(tmp_path, case, result.source)
 
 

@@ -301,6 +301,8 @@ class ForwardWriter:
             # with C from the constructor) becomes -1: reshape computes it at run time
             baked = [j for j, v in enumerate(target) if isinstance(v, Sym) and
                      not getattr(v.expr, "is_Symbol", True)]
+            if len(baked) > 1:  # (N*C, H - 2, W - 2) after a convolution: the scaled one
+                baked = [j for j in baked if _scaled(target[j].expr)]
             if len(baked) == 1:
                 target[baked[0]] = -1
         if -1 not in target and concrete:
@@ -396,6 +398,13 @@ class ForwardWriter:
         self.lines.append(f"    {launch}")
         self.lines.append("else:  # the same region in PyTorch (the accelerator times both, keeps the faster)")
         self.lines += [f"    {line}" for line in torch_lines]
+
+
+def _scaled(expr: Any) -> bool:
+    """A size expression that is a traced constant times run-time sizes (`16*s77`), as a
+    merged dim's is; an offset one (`s53 - 2`, a convolution's output rows) is not."""
+    coeff, _rest = expr.as_coeff_Mul()
+    return coeff not in (1, -1)
 
 
 def _by_name(graph: Any, name: str) -> Node:
