@@ -676,3 +676,19 @@ def test_a_model_of_copies_only_keeps_one_that_always_runs(tmp_path: Path) -> No
     result, _ = _generate(tmp_path, body, [[2, 3, 5, 8], [2, 3, 5, 8]])
     assert [k["kind"] for k in result.kernels] == ["pointwise", "pointwise"], result.kernels
     assert result.source.count(".is_contiguous() or KOPT_REGIONS[") == 1, result.source
+
+
+def test_a_products_epilogue_view_reads_the_products_sizes_from_its_operands(tmp_path: Path) -> None:
+    """A product's epilogue view (`(B*T, N)` back to `(B, T, N)`) whose T export fixed (here
+    by a position table the constructor sizes) is computed inside the product's kernel, where
+    forward holds no tensor to read T from: N comes from the weight's columns and T becomes
+    the -1, so a smoke constructor with a shorter table runs (a MinGPT-style probe kept main's
+    T=128 on smoke's 64, 2026-11-30)."""
+    case = _constructor_case(
+        tmp_path, "posfc", "seq",
+        ["self.pos = nn.Parameter(torch.randn(seq, 12))", "self.fc = nn.Linear(12, 20)"],
+        ["return torch.relu(self.fc(x + self.pos))"],
+        "seq: 16", [3, 16, 12], "seq: 8", [2, 8, 12])
+    result = generate_candidate(case)
+    assert any(k["kind"] == "matmul" for k in result.kernels), result.kernels
+    _accepted_on_cpu(tmp_path, case, result.source)

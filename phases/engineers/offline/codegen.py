@@ -279,20 +279,23 @@ class ForwardWriter:
             return self.size(v)
         return repr(v)
 
-    def view_shape(self, n: Node, src: str | None = None) -> str:
+    def view_shape(self, n: Node, src: str | None = None, dims: list[str] | None = None) -> str:
         """A view's target sizes as source: a fixed size that its input has at the same
         position from the front or from the back is read from the input (`x.shape[1]`: the
         channels kept by `x.view(b, c, -1)`), the largest other fixed size becomes -1 (else the one
-        size computed with a traced constant), and any size still fixed is noted. `src`: the input's expression (default: forward's variable)."""
+        size computed with a traced constant), and any size still fixed is noted. `src`: the input's expression (default: forward's variable);
+        `dims`: each input size's expression instead, for an input forward never holds (a
+        product inside its kernel: its rows and columns read from its operands)."""
         target = list(n.args[1])
         x = n.args[0]
         src = src or (self.var.get(x) if isinstance(x, Node) else None)
-        if src is not None and isinstance(x, Node):
+        if (src is not None or dims is not None) and isinstance(x, Node):
             for order in (range(min(len(target), x.rank)), range(-1, -min(len(target), x.rank) - 1, -1)):
                 for j in order:
                     v, s = target[j], x.sym[j]
                     if isinstance(v, int) and v not in (1, -1) and v == s:
-                        target[j] = _Source(f"{src}.shape[{j % x.rank}]")
+                        target[j] = _Source(dims[j % x.rank] if dims is not None
+                                            else f"{src}.shape[{j % x.rank}]")
                     elif not (v == s or (isinstance(v, Sym) and v.expr == s)):
                         break
         concrete = [j for j, v in enumerate(target) if isinstance(v, int) and v not in (1, -1)]
@@ -358,6 +361,24 @@ class ForwardWriter:
             code = f"torch.ops.{n.target}({args}{kwargs})"
         self.lines.append(f"{v} = {code}  # {n.origin}")
 
+    def product_dims(self, g: Group, view: Node) -> list[str] | None:
+        """The sizes of a matmul group's product as forward reads them from its operands, when
+        the epilogue view's input has the product's shape; else None. (MinGPT's `qkv` viewed as
+        (B, T, -1) inside the product's kernel kept the traced T where the view's input was
+        not a forward variable to read it from.)"""
+        mm = g.anchor
+        x = view.args[0] if view.args else None
+        if g.kind != "matmul" or mm is None or not isinstance(x, Node) or x.shape != mm.shape:
+            return None
+        a, b = (self.var.get(v) if isinstance(v, Node) else None for v in mm.args[:2])
+        if a is None or b is None:
+            return None
+        if mm.op == "mm":
+            return [f"{a}.shape[0]", f"{b}.shape[1]"]
+        if mm.op == "bmm":
+            return [f"{a}.shape[0]", f"{a}.shape[1]", f"{b}.shape[2]"]
+        return None
+
     def group(self, g: Group) -> None:
         k = self.kernels[g.index]
         args = []
@@ -369,7 +390,8 @@ class ForwardWriter:
             elif a.startswith("="):
                 args.append(self.size(g.domain_sym[int(a[1:])]))
             elif a.startswith("%"):
-                args.append(self.view_shape(_by_name(self.graph, a[1:])))
+                view = _by_name(self.graph, a[1:])
+                args.append(self.view_shape(view, dims=self.product_dims(g, view)))
             else:
                 args.append(a[1:])
         try:
