@@ -338,8 +338,16 @@ def agent_provide_weights(case: Case, input_set: str = "main", seed: int = 0,
 def build_model(case: Case, input_set: str = "main", *, device: str | torch.device = "cpu",
                 cls: type[torch.nn.Module] | None = None, seed: int = 0) -> torch.nn.Module:
     """The baseline (or `cls`, e.g. a candidate's ModelNew) with the baseline's weights, in eval mode."""
-    resolved = case.input_set(input_set)
     weights = agent_provide_weights(case, input_set, seed)
-    model = instantiate(cls or model_class(case), resolved, case.model_file, state_follows=True)
+    return with_weights(cls or model_class(case), case.input_set(input_set), case.model_file,
+                        weights, device)
+
+
+def with_weights(cls: type[torch.nn.Module], resolved: ResolvedInputSet, file: Path,
+                 weights: dict[str, torch.Tensor], device: str | torch.device) -> torch.nn.Module:
+    """`cls` built for `resolved` (its initialisers' draws skipped), `weights` loaded strictly,
+    on `device` in eval mode: how every worker job but the candidate's (which keeps instances
+    across calls) builds a model."""
+    model = instantiate(cls, resolved, file, state_follows=True)
     model.load_state_dict(weights, strict=True)
     return model.to(device).eval()

@@ -165,7 +165,7 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
 
     from kopt.harness import timing
     from kopt.harness.case import load_case_dir
-    from kopt.harness.data import instantiate, model_class
+    from kopt.harness.data import model_class, with_weights
     from kopt.harness.steps import Steps
     from kopt.harness.verification import guards, tensors
 
@@ -195,9 +195,7 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
         check = load(request["check"], device)
         live = {k: v.clone() for k, v in pool[0].items()}
         inputs = tensors.materialize(resolved, live, device)
-        model = instantiate(cls, resolved, case.model_file, state_follows=True)
-        model.load_state_dict(weights, strict=True)
-        model = model.to(device).eval()
+        model = with_weights(cls, resolved, case.model_file, weights, device)
 
     def rotate(i: int) -> None:
         src = pool[i % len(pool)]

@@ -25,7 +25,7 @@ import torch
 
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     from kopt.harness.case import load_case_dir
-    from kopt.harness.data import instantiate, model_class
+    from kopt.harness.data import model_class, with_weights
     from kopt.harness.steps import Steps
     from kopt.harness.verification import draws, guards, tensors
 
@@ -47,9 +47,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             weights = tensors.load_bases(
                 job_dir / "inputs" / f"{item.get('weights', f'weights-{set_name}')}.safetensors",
                 "cpu")
-            model = instantiate(cls, resolved, case.model_file, state_follows=True)
-            model.load_state_dict(weights, strict=True)
-            model = model.to(device).eval()
+            model = with_weights(cls, resolved, case.model_file, weights, device)
         set_facts: dict[str, Any] = {}
         for i, group in enumerate(item["groups"]):
             with steps("inputs"):

@@ -33,7 +33,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
 
     from kopt.harness import gpu_gate, timing
     from kopt.harness.case import load_case_dir
-    from kopt.harness.data import instantiate, model_class
+    from kopt.harness.data import model_class, with_weights
     from kopt.harness.jobs.candidate import _load_candidate
     from kopt.harness.verification import guards, tensors
 
@@ -54,9 +54,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     guards.start_device(device)
 
     def load(cls: type[torch.nn.Module]) -> torch.nn.Module:
-        model = instantiate(cls, resolved, case.model_file, state_follows=True)
-        model.load_state_dict(weights, strict=True)
-        return model.to(device).eval()
+        return with_weights(cls, resolved, case.model_file, weights, device)
 
     def sample(model: torch.nn.Module, name: str) -> None:
         for k, v in check.items():

@@ -662,7 +662,7 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         # aten.elu(x, alpha, scale, input_scale): SELU is elu with scale and alpha set
         extra = [*args[1:4], *[1.0, 1.0, 1.0][len(args[1:4]):]]
         return node("elu", [args[0], *(float(kwargs.get(k, v)) for k, v in
-                                       zip(("alpha", "scale", "input_scale"), extra))])
+                                       zip(("alpha", "scale", "input_scale"), extra, strict=True))])
     if packet == "softplus":
         return node("softplus", [args[0], args[1] if len(args) > 1 else 1.0,
                                  args[2] if len(args) > 2 else 20.0])
@@ -1156,7 +1156,7 @@ def _pooling(packet: str, x: Node, args: list[Any], kwargs: dict[str, Any]) -> _
     names = (["kernel_size", "stride", "padding", "dilation", "ceil_mode"] if packet.startswith("max")
              else ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
                    "divisor_override"])
-    given = dict(zip(names, args[1:]))
+    given = dict(zip(names, args[1:], strict=False))
     given.update({k: v for k, v in kwargs.items() if k in names})
 
     def per_dim(v: Any, default: int) -> list[int] | None:
@@ -1176,7 +1176,7 @@ def _pooling(packet: str, x: Node, args: list[Any], kwargs: dict[str, Any]) -> _
     if stride is None or padding is None or dilation is None or given.get("divisor_override") is not None \
             or (ceil and not packet.startswith("max")):
         return None  # an average's partial window divides by its clipped extent: not generated
-    stride = [s or k for s, k in zip(stride, window)]
+    stride = [s or k for s, k in zip(stride, window, strict=False)]
     include_pad = bool(given.get("count_include_pad", True))
     if not packet.startswith("max") and any(padding) and not include_pad:
         return None

@@ -289,13 +289,14 @@ class ForwardWriter:
         target = list(n.args[1])
         x = n.args[0]
         src = src or (self.var.get(x) if isinstance(x, Node) else None)
-        if (src is not None or dims is not None) and isinstance(x, Node):
+        if dims is None and src is not None and isinstance(x, Node):
+            dims = [f"{src}.shape[{i}]" for i in range(x.rank)]
+        if dims is not None and isinstance(x, Node):
             for order in (range(min(len(target), x.rank)), range(-1, -min(len(target), x.rank) - 1, -1)):
                 for j in order:
                     v, s = target[j], x.sym[j]
                     if isinstance(v, int) and v not in (1, -1) and v == s:
-                        target[j] = _Source(dims[j % x.rank] if dims is not None
-                                            else f"{src}.shape[{j % x.rank}]")
+                        target[j] = _Source(dims[j % x.rank])
                     elif not (v == s or (isinstance(v, Sym) and v.expr == s)):
                         break
         concrete = [j for j, v in enumerate(target) if isinstance(v, int) and v not in (1, -1)]
@@ -439,16 +440,16 @@ def _by_name(graph: Any, name: str) -> Node:
 def build_kernels(part: Partition, precision: str) -> dict[int, KernelSource]:
     out: dict[int, KernelSource] = {}
     used: set[str] = set()
+
+    def code(v: Any) -> str:
+        return sym_code(v, part.graph.symbols)
+
     for g in part.groups:
         label = kernel_label(g)
         name = f"_{g.name}_{label}_kernel"
         while name in used:
             name = name.replace("_kernel", "_x_kernel")
         used.add(name)
-
-        def code(v: Any) -> str:
-            return sym_code(v, part.graph.symbols)
-
         if g.kind == "pointwise":
             out[g.index] = pointwise_kernel(g, part, code, name)
         elif g.kind == "reduction":
@@ -461,12 +462,12 @@ def build_kernels(part: Partition, precision: str) -> dict[int, KernelSource]:
             out[g.index] = conv_kernel(g, part, name, precision)
         else:
             out[g.index] = matmul_kernel(g, part, code, name, precision)
-    _keep_one_triton_epilogue(part, out, precision)
+    _keep_one_triton_epilogue(part, out, code, precision)
     return out
 
 
 def _keep_one_triton_epilogue(part: Partition, kernels: dict[int, KernelSource],
-                              precision: str) -> None:
+                              code: Any, precision: str) -> None:
     """A model that is products whose every epilogue cuBLAS(Lt) applies itself (a stack of
     `Linear` + ReLU) would run without a single Triton kernel: no candidate (the verifier
     rejects a forward that launches none, and rightly: it is PyTorch with other op names).
@@ -477,8 +478,7 @@ def _keep_one_triton_epilogue(part: Partition, kernels: dict[int, KernelSource],
     g = min((g for g in part.groups if g.index in kernels),
             key=lambda g: (math.prod(g.anchor.shape), -g.index))
     k = kernels[g.index]
-    kernels[g.index] = matmul_kernel(g, part, lambda v: sym_code(v, part.graph.symbols),
-                                     k.name, precision, library_epilogue=False)
+    kernels[g.index] = matmul_kernel(g, part, code, k.name, precision, library_epilogue=False)
 
 
 def _cost_comment(g: Group) -> str:

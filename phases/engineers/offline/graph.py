@@ -539,7 +539,7 @@ def lower_window_pool(b: Builder, x: Node, window: list[int], kind: str, name: s
     tapped: list[Node] = []
     for j, taps in enumerate(itertools.product(*(range(k) for k in window))):
         v = x
-        for i, (k, t) in enumerate(zip(window, taps)):
+        for i, (k, t) in enumerate(zip(window, taps, strict=True)):
             if k == 1:
                 continue
             d = first + i
