@@ -55,6 +55,10 @@ from kopt.phases.engineers.offline.graph import (
 )
 from kopt.phases.engineers.offline.in_place import out_of_place
 from kopt.phases.engineers.offline.layout import constructor_ints
+from kopt.phases.engineers.offline.constructor_sizes import (
+    generalise_constructor,
+    has_constructor_numbers,
+)
 from kopt.phases.engineers.offline.lead import generalise_lead, lead_input
 from kopt.phases.engineers.offline.recurrent import aten_target, whole_recurrent_layers
 from kopt.phases.engineers.offline.split_k import lower_split_k
@@ -79,6 +83,9 @@ class Captured:
     lead_sizes: int = 0
     """Sizes made expressions of the leading size again from a second trace (0: none needed,
     or not possible)."""
+    constructor_numbers: int = 0
+    """Numbers made expressions of the constructor's arguments from a second trace at another
+    input set's arguments (`constructor_sizes`)."""
     loop_over_lead: bool = False
     """The program reads each row of its leading input by index (`loops_over_lead`): a Python
     loop over the leading size, fixed at the traced count of steps."""
@@ -127,7 +134,7 @@ def warm_up() -> float:
     return time.perf_counter() - t0
 
 
-def capture(case: Case, input_set: str = "main") -> Captured:
+def capture(case: Case, input_set: str = "main", *, constructor: bool = True) -> Captured:
     """Export the case's model on `input_set` and lower the program.
 
     The model is built on the meta device (export reads shapes, not values): a 32768x32768
@@ -147,7 +154,30 @@ def capture(case: Case, input_set: str = "main") -> Captured:
     lead = _lead_to_retrace(case, input_set, captured)
     if lead is not None:
         _retrace_lead(case, input_set, captured, key, lead)
+    if constructor:
+        _retrace_constructor(case, input_set, captured)
     return captured
+
+
+def _retrace_constructor(case: Case, input_set: str, captured: Captured) -> None:
+    """Numbers the model derived from its constructor's integers made expressions of them
+    (`constructor_sizes.generalise_constructor`), from a trace at the first other input set
+    whose constructor integers differ; only when the program holds such a number at all.
+    Otherwise `captured` is left as is (its numbers stay fixed at the traced constructor)."""
+    ints = constructor_ints(case, input_set)
+    if not ints or not has_constructor_numbers(captured.graph, ints):
+        return
+    for other in case.input_set_names():
+        other_ints = constructor_ints(case, other)
+        if other == input_set or set(other_ints) != set(ints) or other_ints == ints:
+            continue
+        try:
+            second = capture(case, other, constructor=False)
+            captured.constructor_numbers = generalise_constructor(
+                captured.graph, second.graph, ints, other_ints)
+        except Exception:  # noqa: BLE001 - best effort: a model that does not trace there, or
+            pass  # another program at those arguments, keeps its traced numbers
+        return
 
 
 def _lead_to_retrace(case: Case, input_set: str, captured: Captured) -> int | None:
@@ -293,9 +323,16 @@ def _meta_model(case: Case, input_set: str) -> torch.nn.Module | None:
             model = instantiate(model_class(case), case.input_set(input_set), case.model_file)
     except Exception:  # noqa: BLE001 - a constructor that needs real tensors
         return None
-    if any(m._non_persistent_buffers_set for m in model.modules()):
-        return None
+    if any(m._non_persistent_buffers_set or _tensor_attributes(m) for m in model.modules()):
+        return None  # values the candidate embeds: built on the CPU, with its draws
     return model.eval()
+
+
+def _tensor_attributes(module: torch.nn.Module) -> list[str]:
+    """Plain tensor attributes of `module` (`self.hidden = torch.randn(...)`), neither
+    parameters nor buffers: export lifts them as constants whose values the candidate embeds,
+    which a meta build does not have."""
+    return [k for k, v in vars(module).items() if isinstance(v, torch.Tensor)]
 
 
 def example_inputs(case: Case, input_set: str | Any, device: str = "cpu"

@@ -292,10 +292,15 @@ class ForwardWriter:
         if dims is None and src is not None and isinstance(x, Node):
             dims = [f"{src}.shape[{i}]" for i in range(x.rank)]
         if dims is not None and isinstance(x, Node):
+            ctor = {a.lstrip("_") for a in self.graph.attributes}
             for order in (range(min(len(target), x.rank)), range(-1, -min(len(target), x.rank) - 1, -1)):
                 for j in order:
                     v, s = target[j], x.sym[j]
-                    if isinstance(v, int) and v not in (1, -1) and v == s:
+                    # a constructor expression (`kopt_channels`) equal to the input's size there
+                    # is read from the input too: no constructor to trust at run time
+                    traced = v.hint if isinstance(v, Sym) and v.expr.free_symbols and \
+                        {str(f) for f in v.expr.free_symbols} <= ctor else v
+                    if isinstance(traced, int) and traced not in (1, -1) and traced == s:
                         target[j] = _Source(dims[j % x.rank])
                     elif not (v == s or (isinstance(v, Sym) and v.expr == s)):
                         break

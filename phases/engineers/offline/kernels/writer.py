@@ -310,6 +310,8 @@ class _Writer:
 
     def scalar(self, s: Sym) -> Operand:
         name = self.scalar_param(s)
+        if isinstance(s.hint, float):  # a scale the constructor sets (`constructor_sizes`)
+            return Operand(f"tl.cast({name}, tl.float32)", "tl.float32")
         return Operand(f"tl.cast({name}, tl.int64)", "tl.int64")  # 1 arrives as a constant
 
     def operand(self, a: Any, dm: DimMap, consumer: Node, scope: _Scope) -> Operand:

@@ -1,0 +1,79 @@
+"""Numbers a model derives from its constructor follow it (`offline.constructor_sizes`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import sympy
+
+from kopt.phases.engineers.offline.constructor_sizes import ConstructorFit, has_constructor_numbers
+from kopt.phases.engineers.offline.engineer import generate_candidate
+from kopt.phases.engineers.offline.graph import Graph, Node
+from kopt.phases.engineers.offline.lead import Mismatch
+from tests.test_offline_fusion import _accepted_on_cpu, _constructor_case
+
+
+def _fit(ints1: dict[str, int], ints2: dict[str, int]) -> ConstructorFit:
+    return ConstructorFit(sympy.Symbol("unused"), 0, 1, node_sizes=False, ints1=ints1, ints2=ints2)
+
+
+def _value(expr, ints: dict[str, int]) -> float:
+    return float(expr.subs({sympy.Symbol(f"kopt_{k}", integer=True, positive=True): v
+                            for k, v in ints.items()}))
+
+
+def test_an_integer_is_fitted_as_a_product_or_quotient_of_the_arguments() -> None:
+    a, b = {"dim": 96, "heads": 4}, {"dim": 12, "heads": 3}
+    head = _fit(a, b).integer(24, 4)  # dim // heads
+    assert (_value(head, a), _value(head, b)) == (24, 4), head
+    qkv = _fit(a, b).integer(288, 36)  # 3 * dim
+    assert (_value(qkv, a), _value(qkv, b)) == (288, 36), qkv
+    with pytest.raises(Mismatch):
+        _fit(a, b).integer(7, 5)  # follows no argument
+
+
+def test_a_float_is_fitted_as_a_power_of_the_arguments() -> None:
+    a, b = {"dim": 96, "heads": 4}, {"dim": 12, "heads": 3}
+    fit = _fit(a, b)
+    scale = fit.scalar(24 ** -0.5, 4 ** -0.5)  # (dim // heads) ** -0.5
+    from kopt.phases.engineers.offline.codegen import sym_code
+
+    code = sym_code(scale, {"kopt_dim": "kopt_dim", "kopt_heads": "kopt_heads"})
+    for ints, want in ((a, 24 ** -0.5), (b, 0.5)):
+        got = eval(code, {}, {f"kopt_{k}": v for k, v in ints.items()})  # noqa: S307 - our own printer's text
+        assert math.isclose(got, want, rel_tol=1e-12), (code, got, want)
+    assert fit.used == {"dim", "heads"}
+    with pytest.raises(Mismatch):
+        fit.scalar(0.7, 0.3)
+
+
+def test_only_a_graph_with_such_a_number_is_traced_twice() -> None:
+    x = Node("x", "input", shape=(2, 24), sym=(2, 24))
+    ints = {"dim": 96, "heads": 4}
+    scaled = Graph([x, Node("m", "mul", [x, 24 ** -0.5], shape=(2, 24), sym=(2, 24))], {}, [])
+    viewed = Graph([x, Node("v", "view", [x, [2, 4, 6]], shape=(2, 4, 6), sym=(2, 4, 6))], {}, [])
+    plain = Graph([x, Node("m", "mul", [x, 0.7], shape=(2, 24), sym=(2, 24))], {}, [])
+    assert has_constructor_numbers(scaled, ints)
+    assert has_constructor_numbers(viewed, ints)
+    assert not has_constructor_numbers(plain, ints)
+
+
+def test_heads_and_their_scale_follow_a_smoke_constructor(tmp_path: Path) -> None:
+    """Attention's `view(B, T, heads, C // heads)` and `(C // heads) ** -0.5` are numbers in
+    the exported program: generated at main's (32, 4) they held 4 heads of 8 and 8 ** -0.5 on
+    smoke's (12, 3) and the verifier rejected the candidate (nn.MultiheadAttention in a
+    held-out-style probe, 2026-11-30: 126 of 128 elements wrong). Both now come from the
+    constructor, fitted from a second trace at smoke's arguments."""
+    case = _constructor_case(
+        tmp_path, "heads", "dim, heads",
+        ["self.heads = heads", "self.proj = nn.Linear(dim, dim)"],
+        ["B, T, C = x.shape",
+         "q = self.proj(x).view(B, T, self.heads, C // self.heads)",
+         "s = (q * (C // self.heads) ** -0.5).softmax(-1)",
+         "return s.reshape(B, T, C)"],
+        "dim: 32, heads: 4", [2, 5, 32], "dim: 12, heads: 3", [2, 3, 12])
+    result = generate_candidate(case)
+    assert "self._kopt_heads = heads" in result.source, result.source
+    _accepted_on_cpu(tmp_path, case, result.source)
