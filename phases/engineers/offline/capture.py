@@ -165,12 +165,13 @@ def _retrace_constructor(case: Case, input_set: str, captured: Captured) -> None
     whose constructor integers differ; only when the program holds such a number at all.
     Otherwise `captured` is left as is (its numbers stay fixed at the traced constructor)."""
     ints = constructor_ints(case, input_set)
-    if not ints or not has_constructor_numbers(captured.graph, ints):
-        return
     for other in case.input_set_names():
         other_ints = constructor_ints(case, other)
         if other == input_set or set(other_ints) != set(ints) or other_ints == ints:
             continue
+        moved = {k: v for k, v in ints.items() if other_ints[k] != v}
+        if not has_constructor_numbers(captured.graph, moved):
+            return
         try:
             second = capture(case, other, constructor=False)
             captured.constructor_numbers = generalise_constructor(

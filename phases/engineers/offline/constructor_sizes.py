@@ -132,21 +132,33 @@ def generalise_constructor(g1: Graph, g2: Graph, ints1: dict[str, int], ints2: d
 
 
 def has_constructor_numbers(graph: Graph, ints: dict[str, int]) -> bool:
-    """Whether `graph` holds a number a constructor argument may have set: an integer inside a
-    size list equal to an argument (or the quotient or product of two), or a float that is such
-    a value's +-1 or +-1/2 power. Cheap: decides whether a second trace is worth its export."""
+    """Whether `graph` holds a number one of the constructor arguments `ints` (those another
+    input set moves) may have set: in a view's or an
+    expansion's size list, a size its input does not have at that position (the candidate reads
+    those from the input) equal to an argument, or to the quotient or product of two; or a float
+    operand that is such a value's +-1 or +-1/2 power. Cheap: decides whether a second trace is
+    worth its export (ResNet101's is seconds of a 2-core CPU)."""
     values = {v for v in ints.values() if v > 1}
     pairs = [(a, b) for a, b in itertools.permutations(values, 2)]
     values |= {a // b for a, b in pairs if a % b == 0 and a // b > 1} | {a * b for a, b in pairs}
     floats = {float(v) ** float(p) for v in values for p in POWERS}
 
-    def look(v: Any, in_list: bool) -> bool:
-        if isinstance(v, Node):
-            return False
-        if isinstance(v, (list, tuple)):
-            return any(look(x, True) for x in v)
-        if isinstance(v, float):
-            return any(math.isclose(v, f, rel_tol=1e-9) for f in floats)
-        return in_list and type(v) is int and v in values
+    def own_sizes(n: Node) -> list[Any]:
+        """A view's or expansion's sizes but those its input has at the same position from the
+        front or the back."""
+        x, sizes = n.args[0], n.args[1]
+        if not isinstance(x, Node) or not isinstance(sizes, (list, tuple)):
+            return []
+        k = min(len(sizes), len(x.sym))
+        shared = {j for j in range(k) if sizes[j] == x.sym[j]} | \
+            {len(sizes) - j for j in range(1, k + 1) if sizes[-j] == x.sym[-j]}
+        return [v for j, v in enumerate(sizes) if j not in shared]
 
-    return any(look(a, False) for n in graph.nodes for a in [*n.args, *n.kwargs.values()])
+    for n in graph.nodes:
+        if n.op in ("view", "expand") and len(n.args) >= 2 and \
+                any(type(v) is int and v in values for v in own_sizes(n)):
+            return True
+        if any(isinstance(a, float) and any(math.isclose(a, f, rel_tol=1e-9) for f in floats)
+               for a in n.args):
+            return True
+    return False
