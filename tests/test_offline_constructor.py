@@ -16,7 +16,7 @@ from tests.test_offline_fusion import _accepted_on_cpu, _constructor_case
 
 
 def _fit(ints1: dict[str, int], ints2: dict[str, int]) -> ConstructorFit:
-    return ConstructorFit(sympy.Symbol("unused"), 0, 1, node_sizes=False, ints1=ints1, ints2=ints2)
+    return ConstructorFit(node_sizes=False, ints1=ints1, ints2=ints2)
 
 
 def _value(expr, ints: dict[str, int]) -> float:

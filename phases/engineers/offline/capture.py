@@ -26,6 +26,10 @@ from torch.fx.experimental.symbolic_shapes import is_concrete_int
 from kopt.harness.case import Case
 from kopt.harness.data import build_model
 from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.offline.constructor_sizes import (
+    generalise_constructor,
+    has_constructor_numbers,
+)
 from kopt.phases.engineers.offline.convolution import depthwise_window, lower_depthwise_convolution
 from kopt.phases.engineers.offline.graph import (
     _SIMPLE,
@@ -55,10 +59,6 @@ from kopt.phases.engineers.offline.graph import (
 )
 from kopt.phases.engineers.offline.in_place import out_of_place
 from kopt.phases.engineers.offline.layout import constructor_ints
-from kopt.phases.engineers.offline.constructor_sizes import (
-    generalise_constructor,
-    has_constructor_numbers,
-)
 from kopt.phases.engineers.offline.lead import generalise_lead, lead_input
 from kopt.phases.engineers.offline.recurrent import aten_target, whole_recurrent_layers
 from kopt.phases.engineers.offline.split_k import lower_split_k

@@ -122,7 +122,7 @@ def generalise_constructor(g1: Graph, g2: Graph, ints1: dict[str, int], ints2: d
     ValueError, `g1` untouched, when the two are not the same program up to such numbers."""
     # a node's own sizes stay: those a weight decides are read from it at run time already
     # (`Builder.runtime_size`); its operands (view sizes, scales, slice bounds) are fitted
-    fit = ConstructorFit(sympy.Symbol("kopt_unused"), 0, 1, node_sizes=False, ints1=ints1, ints2=ints2)
+    fit = ConstructorFit(node_sizes=False, ints1=ints1, ints2=ints2)
     generalise(g1, g2, fit, "a constructor argument")
     for name in sorted(fit.used):
         attr = attribute(name)

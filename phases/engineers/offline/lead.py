@@ -36,9 +36,10 @@ class Mismatch(Exception):
 class Fit:
     """How two traces' differing values become expressions (here: of the leading size)."""
 
-    lead: sympy.Symbol
-    l1: int
-    l2: int
+    lead: Any = None
+    """The leading size's symbol (unused by fits of other values)."""
+    l1: int = 0
+    l2: int = 1
     changed: int = 0
     node_sizes: bool = True
     """Whether each node's own sizes (`Node.sym`) are generalised too, or only its operands."""
