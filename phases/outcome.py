@@ -3,7 +3,8 @@
 A run never hands on a regression as its result. Its final kernel (the fastest verified
 iteration, tuned) is compared with eager and torch.compile, timed side by side:
 
-- `faster`: beats eager and torch.compile by more than the timer's noise;
+- `faster`: beats eager and torch.compile by more than the timer's noise (each comparison
+  allowing for the larger p20-p80 half-spread of its own two timings, at least the noise floor);
 - `keep-compile`: beats eager, but not torch.compile ("keep torch.compile");
 - `keep-pytorch`: does not beat eager beyond noise ("no speedup: keep PyTorch");
 - `cpu-verified`: timed by the CPU interpreter, which measures no speed
@@ -68,12 +69,17 @@ def decide(*, verified: bool, timing_label: str, eager: dict[str, Any] | None,
     comp_ms = (compiled or {}).get("median")
     vs_eager = Speedup(eager_ms / cand_ms, timing_label) if eager_ms else None
     vs_comp = Speedup(comp_ms / cand_ms, timing_label) if comp_ms else None
-    rel = noise(eager, compiled, candidate)
-    if not beats(cand_ms, eager_ms, rel):
+    # each comparison allows for the noise of the two timings it compares: a disturbed eager
+    # row (KernelBench level-3 43 on an H200, 2026-11-30: eager 26.4 ms where it had read 12.3)
+    # widened the band against torch.compile too and turned 1.16x into "keep torch.compile"
+    rel_eager = noise(eager, candidate)
+    if not beats(cand_ms, eager_ms, rel_eager):
         said = f" ({format_speedup(vs_eager)} vs eager)" if vs_eager else " (eager not timed)"
-        return Outcome(KEEP_PYTORCH, KEEP_PYTORCH_TEXT + said, rel)
+        return Outcome(KEEP_PYTORCH, KEEP_PYTORCH_TEXT + said, rel_eager)
     text = f"{format_speedup(vs_eager)} vs eager"
-    if comp_ms and not beats(cand_ms, comp_ms, rel):
+    rel_comp = noise(compiled, candidate)
+    rel = max(rel_eager, rel_comp) if comp_ms else rel_eager
+    if comp_ms and not beats(cand_ms, comp_ms, rel_comp):
         return Outcome(KEEP_COMPILE, f"{text}, but {format_speedup(vs_comp)} vs torch.compile: "
                                      f"{KEEP_COMPILE_TEXT}", rel)
     if vs_comp:

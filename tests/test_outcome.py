@@ -55,6 +55,15 @@ def test_outcome_rules() -> None:
     slower = decide(verified=True, timing_label=gpu, eager=_lat(2.0), compiled=_lat(1.6),
                     candidate=_lat(3.0))
     assert slower.verdict == "keep-pytorch" and "0.67x vs eager" in slower.summary
+    # each comparison allows for its own two timings' noise: a disturbed eager row (+-30%)
+    # does not hide a 1.16x lead over a steady torch.compile, and still blocks nothing it beats
+    noisy_eager = decide(verified=True, timing_label=gpu, eager=_lat(26.4, 0.30),
+                         compiled=_lat(11.5), candidate=_lat(9.9))
+    assert noisy_eager.verdict == "faster", noisy_eager
+    assert noisy_eager.noise == pytest.approx(0.30)
+    near_compile = decide(verified=True, timing_label=gpu, eager=_lat(26.4),
+                          compiled=_lat(10.4, 0.10), candidate=_lat(9.9))
+    assert near_compile.verdict == "keep-compile", near_compile  # 1.05x inside compile's +-10%
     compile_wins = decide(verified=True, timing_label=gpu, eager=_lat(2.0), compiled=_lat(1.6),
                           candidate=_lat(1.7))
     assert compile_wins.verdict == "keep-compile"
