@@ -76,4 +76,5 @@ def test_heads_and_their_scale_follow_a_smoke_constructor(tmp_path: Path) -> Non
         "dim: 32, heads: 4", [2, 5, 32], "dim: 12, heads: 3", [2, 3, 12])
     result = generate_candidate(case)
     assert "self._kopt_heads = heads" in result.source, result.source
+    assert any("follow them, fitted from a second trace" in n for n in result.notes), result.notes
     _accepted_on_cpu(tmp_path, case, result.source)

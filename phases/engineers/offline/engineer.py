@@ -84,6 +84,10 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
     if captured.lead_sizes:
         notes.insert(0, f"torch.export fixed the inputs' leading size; {captured.lead_sizes} "
                         "size(s) follow it again, fitted from a second trace one row larger")
+    if captured.constructor_numbers:
+        notes.insert(0, f"{captured.constructor_numbers} number(s) the model derives from its "
+                        "constructor's integers (view sizes, scales) follow them, fitted from a "
+                        "second trace at another input set's arguments")
     if captured.fixed_lead is not None and captured.loop_over_lead:
         notes.insert(0, f"{FIXED_LEAD_NOTE} {captured.fixed_lead} (a Python loop over it: "
                         f"every row of the leading input read by index, {captured.fixed_lead} "
