@@ -15,7 +15,8 @@ slower than eager; with
 cards (H100, H200): each speedup is a ratio on its own card. A row from a run over a folder
 not named after its level (`shared/s25a`, a copy of some level-2 files) counts under the
 KernelBench level whose folder holds a file of its name (`--kernelbench`, default
-`../shared/kernelbench` beside the checkout).
+`../shared/kernelbench` beside the checkout). Rows of problems that are not KernelBench files
+(the held-out-style probes, our own files) count under `probes`.
 """
 
 from __future__ import annotations
@@ -46,12 +47,17 @@ def level_index(kernelbench: Path) -> dict[str, str]:
 
 
 def canonical(level: str, problem: str, index: dict[str, str]) -> tuple[str, str]:
-    """The (level, problem) a row counts under: its own where its folder was a level's,
+    """The (level, problem) a row counts under: its own where its folder was a level's and
+    KernelBench's folder of that level holds a file of its name (our own files written after
+    the held-out half's pattern, run from a folder named `level3`, count under `probes`),
     else the level whose folder holds a file of the problem's name."""
-    if re.fullmatch(r"level\d+", level) or not problem.startswith(level + "_"):
+    if not problem.startswith(level + "_"):
         return level, problem
     rest = problem[len(level) + 1:]
-    found = index.get(rest.split(" (")[0])
+    stem = rest.split(" (")[0]
+    if re.fullmatch(r"level\d+", level):
+        return (level, problem) if not index or index.get(stem) == level else ("probes", problem)
+    found = index.get(stem)
     return (found, f"{found}_{rest}") if found else (level, problem)
 
 
