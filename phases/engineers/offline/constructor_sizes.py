@@ -136,7 +136,7 @@ def has_constructor_numbers(graph: Graph, ints: dict[str, int]) -> bool:
     input set moves) may have set: in a view's or an
     expansion's size list, a size its input does not have at that position (the candidate reads
     those from the input) equal to an argument, or to the quotient or product of two; or a float
-    operand that is such a value's +-1 or +-1/2 power. Cheap: decides whether a second trace is
+    operand, not a whole number, that is such a value's +-1 or +-1/2 power. Cheap: decides whether a second trace is
     worth its export (ResNet101's is seconds of a 2-core CPU)."""
     values = {v for v in ints.values() if v > 1}
     pairs = [(a, b) for a, b in itertools.permutations(values, 2)]
@@ -158,7 +158,9 @@ def has_constructor_numbers(graph: Graph, ints: dict[str, int]) -> bool:
         if n.op in ("view", "expand") and len(n.args) >= 2 and \
                 any(type(v) is int and v in values for v in own_sizes(n)):
             return True
-        if any(isinstance(a, float) and any(math.isclose(a, f, rel_tol=1e-9) for f in floats)
-               for a in n.args):
+        # whole floats are left out: a pool's divisor 8.0 is sqrt(64) of a channel count by
+        # chance far more often than a scale the constructor sets (KernelBench level-2 38)
+        if any(isinstance(a, float) and not a.is_integer() and
+               any(math.isclose(a, f, rel_tol=1e-9) for f in floats) for a in n.args):
             return True
     return False
