@@ -21,27 +21,21 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 import sympy
 from torch.utils._sympy.functions import FloatPow, FloorDiv, IntTrueDiv
 
-from kopt.phases.engineers.offline.graph import Graph, Node
+from kopt.phases.engineers.offline.graph import Graph, Node, constructor_symbol, keep_argument
 from kopt.phases.engineers.offline.lead import Fit, Mismatch, generalise
 
 MAX_DENOMINATOR = 64
 """Largest denominator of a fitted integer's rational coefficient (`hidden // 4`)."""
 POWERS = (1, -1, Fraction(1, 2), Fraction(-1, 2))
 """Exponents a fitted float's monomial may carry (a scale is `d ** -0.5`, `1 / d`, ...)."""
-
-
-def attribute(name: str) -> str:
-    """The ModelNew attribute that keeps constructor argument `name` (`bias_shape[0]` ->
-    `_kopt_bias_shape_0`), as `Builder.ctor_size` names it."""
-    return "_kopt_" + re.sub(r"\W+", "_", name).strip("_")
 
 
 @dataclass
@@ -65,6 +59,7 @@ class ConstructorFit(Fit):
     ints2: dict[str, int] = field(default_factory=dict)
     used: set[str] = field(default_factory=set)
 
+    @cached_property
     def _monomials(self) -> list[_Monomial]:
         moved = [k for k in self.ints1 if k in self.ints2 and self.ints1[k] != self.ints2[k]]
         out = [_Monomial(((a, 1),)) for a in moved]
@@ -74,12 +69,12 @@ class ConstructorFit(Fit):
             out.append(_Monomial(((a, 1), (b, 1))))
         return out
 
-    def _symbol(self, name: str) -> sympy.Symbol:
+    def _symbol(self, name: str) -> Any:
         self.used.add(name)
-        return sympy.Symbol(attribute(name).lstrip("_"), integer=True, positive=True)
+        return constructor_symbol(name)
 
     def integer(self, i1: int, i2: int) -> Any:
-        for m in self._monomials():
+        for m in self._monomials:
             v1, v2 = m.value(self.ints1), m.value(self.ints2)
             c = Fraction(i1) / v1
             if c * v2 != i2 or c.denominator > MAX_DENOMINATOR or c.numerator == 0:
@@ -97,7 +92,7 @@ class ConstructorFit(Fit):
     def scalar(self, v1: float, v2: float) -> Any:
         if not (math.isfinite(v1) and math.isfinite(v2)) or v1 == 0 or v2 == 0:
             raise Mismatch(f"{v1!r} / {v2!r}")
-        for m in self._monomials():
+        for m in self._monomials:
             m1, m2 = float(m.value(self.ints1)), float(m.value(self.ints2))
             for p in POWERS:
                 c = v1 / m1 ** float(p)
@@ -125,9 +120,7 @@ def generalise_constructor(g1: Graph, g2: Graph, ints1: dict[str, int], ints2: d
     fit = ConstructorFit(node_sizes=False, ints1=ints1, ints2=ints2)
     generalise(g1, g2, fit, "a constructor argument")
     for name in sorted(fit.used):
-        attr = attribute(name)
-        g1.attributes[attr] = name
-        g1.symbols[attr.lstrip("_")] = f"self.{attr}"
+        keep_argument(g1.attributes, g1.symbols, name)
     return fit.changed
 
 

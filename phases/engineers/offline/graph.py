@@ -235,6 +235,23 @@ def _size_step(node: Node, dim: int) -> tuple[Node, int] | None:
     return None
 
 
+def constructor_symbol(name: str) -> Any:
+    """The forward symbol of constructor argument `name` (`bias_shape[0]` ->
+    `kopt_bias_shape_0`): a local set from the ModelNew attribute `_` + its name."""
+    import sympy
+
+    return sympy.Symbol("kopt_" + re.sub(r"\W+", "_", name).strip("_"), integer=True, positive=True)
+
+
+def keep_argument(attributes: dict[str, str], symbols: dict[str, str], name: str) -> Any:
+    """Constructor argument `name` kept by ModelNew's __init__ as an attribute that forward
+    reads (registered in a graph's or builder's `attributes` and `symbols`); its symbol."""
+    sym = constructor_symbol(name)
+    attributes[f"_{sym}"] = name
+    symbols[str(sym)] = f"self._{sym}"
+    return sym
+
+
 class Builder:
     """Appends lowered nodes with fresh names."""
 
@@ -315,15 +332,10 @@ class Builder:
         """`value` as a size read from the constructor argument that has it (a symbol whose
         forward code is a ModelNew attribute set in __init__), when exactly one argument has
         that value; else `value` itself, fixed at its traced value."""
-        import sympy
-
         names = [k for k, v in self.ctor_ints.items() if v == value]
         if len(names) != 1:
             return value
-        attr = "_kopt_" + re.sub(r"\W+", "_", names[0]).strip("_")
-        self.attributes[attr] = names[0]
-        self.symbols[attr.lstrip("_")] = f"self.{attr}"
-        return sympy.Symbol(attr.lstrip("_"), integer=True, positive=True)
+        return keep_argument(self.attributes, self.symbols, names[0])
 
     def add(self, node: Node) -> Node:
         base, i = node.name, 1
