@@ -23,6 +23,7 @@ from kopt.phases.engineers.offline.kernels import (
     ROW_TILE,
     KernelSource,
     arg_reduction_kernel,
+    attention_kernel,
     conv_flops,
     conv_kernel,
     kernel_label,
@@ -77,6 +78,9 @@ def _launch_config(kernel, kind, n, m=0, k=0):
         # rows narrower than ROW_TILE share a program (a row that loops has one to itself)
         rows = max(1, ROW_TILE // block) if n <= block else 1
         cfg["ROWS"] = min(rows, _pow2(max(m, 1)))
+    elif kind == "attention":  # n: the keys, m: the query rows, k: the head size
+        cfg["BLOCK_M"] = min(cfg["BLOCK_M"], max(16, _pow2(m)))
+        cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, _pow2(n)))
     else:
         cfg["BLOCK_M"] = min(cfg["BLOCK_M"], max(16, _pow2(m)))
         cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, _pow2(n)))
@@ -465,6 +469,8 @@ def build_kernels(part: Partition, precision: str) -> dict[int, KernelSource]:
             out[g.index] = arg_reduction_kernel(g, part, code, name)
         elif g.kind == "conv":
             out[g.index] = conv_kernel(g, part, name, precision)
+        elif g.kind == "attention":
+            out[g.index] = attention_kernel(g, part, code, name, precision)
         else:
             out[g.index] = matmul_kernel(g, part, code, name, precision)
     _keep_one_triton_epilogue(part, out, code, precision)

@@ -80,7 +80,7 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
                                     "convolutions")
     ctor = build_constructor(case, captured.model, input_set)
     source, notes = write_module(case, part, ctor, kernels, part.unfused)
-    notes = [f"rewrite: {r}" for r in rewritten] + notes
+    notes = [f"rewrite: {r}" for r in rewritten] + part.notes + notes
     if captured.lead_sizes:
         notes.insert(0, f"torch.export fixed the inputs' leading size; {captured.lead_sizes} "
                         "size(s) follow it again, fitted from a second trace one row larger")

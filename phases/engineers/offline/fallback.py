@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.offline.attention import ATTENTION, ScoreChain
 from kopt.phases.engineers.offline.fusion import Group, Partition
 from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, WINDOW_TAP, Node, Sym
 
@@ -105,6 +106,8 @@ class TorchRegion:
 
     def expr(self, n: Node) -> str:
         op = n.op
+        if op == ATTENTION:
+            return self.attention(n)
         if op == "full" and n in self.g.dmaps:  # a constant tensor a PyTorch op outside reads
             v = n.args[0]
             value = self.size(v) if isinstance(v, Sym) else self.arg(v)
@@ -181,6 +184,29 @@ class TorchRegion:
                 return f"torch.{op}({args[0]}.flip({d}), dim={d}).flip({d})"
             return f"torch.{op}({args[0]}, dim={d})"
         raise EngineerError(f"no PyTorch form for {op!r} in region {self.g.name}")
+
+    def attention(self, n: Node) -> str:
+        """A fused attention unfused again: the scores, the model's chain on them, softmax
+        over the keys, the second product (the probabilities in the inputs' dtype)."""
+        chain: ScoreChain = n.kwargs["chain"]
+        q, kt, v = (self.var[x] for x in n.args[:3])
+        s = f"t_{n.name}_scores"
+        self.lines.append(f"{s} = torch.bmm({q}, {kt}).to({_compute(chain.score.dtype)})  # {chain.score.origin}")
+        if chain.score.rank == 4:
+            heads = self.size(chain.score.sym[1])
+            self.lines.append(f"{s} = {s}.view(-1, {heads}, {s}.shape[-2], {s}.shape[-1])")
+        self.local[chain.score] = s
+        for old, now in zip(chain.externals, n.args[3:], strict=True):
+            self.local[old] = self.operand(now)
+        for c in chain.nodes:
+            for a in c.inputs():
+                if a not in self.local and a.op == "full" and a.rank == 0:
+                    self.local[a] = self.arg(a.args[0])
+            self.lines.append(f"t_{c.name} = {self.expr(c)}  # {c.origin}: {c.op}")
+            self.local[c] = f"t_{c.name}"
+        x = self.local[chain.nodes[-1]] if chain.nodes else s
+        p = f"torch.softmax({x}.float(), -1)" + (".flatten(0, 1)" if chain.score.rank == 4 else "")
+        return f"torch.bmm({p}.to({n.args[2].dtype}), {v}).to({_compute(n.dtype)})"
 
     def convolution(self, n: Node, args: list[str]) -> str:
         """A conv group's convolution as `torch.nn.functional.conv{d}d` (or its transpose) on

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from kopt.phases.engineers.offline.attention import ATTENTION, fuse_attention
 from kopt.phases.engineers.offline.convolution import conv_group_refusal
 from kopt.phases.engineers.offline.graph import (
     ARG_REDUCTIONS,
@@ -118,6 +119,8 @@ class Partition:
     """Shape-only nodes recomputed inside kernels."""
     unfused: list[dict[str, str]]
     """Ops left to PyTorch: {"op", "node", "reason"}."""
+    notes: list[str] = field(default_factory=list)
+    """What partitioning did beyond grouping (an attention fused whole), for the engineer's notes."""
 
 
 def shape_only(graph: Graph) -> set[Node]:
@@ -271,7 +274,7 @@ class _Partitioner:
         return out
 
     def _try_pointwise(self, n: Node, g: Group) -> bool:
-        if g.kind in ("scan", "arg_reduction", "conv") or not self._acyclic(n, g):
+        if g.kind in ("scan", "arg_reduction", "conv", "attention") or not self._acyclic(n, g):
             return False
         if g.kind == "matmul":
             if not self.policy.matmul_epilogue:
@@ -303,7 +306,7 @@ class _Partitioner:
         whose values only full-size pointwise consumers like `consumer` read (recomputed per
         element there: a few ALU ops in a memory-bound kernel, against a launch and a write and
         read of the values)."""
-        if h.kind != "pointwise" or target.kind == "matmul":
+        if h.kind != "pointwise" or target.kind in ("matmul", "attention"):
             return False
         if h.domain == target.domain and h.domain_sym == target.domain_sym:
             align = list(range(len(h.domain)))
@@ -387,6 +390,10 @@ class _Partitioner:
             self._place_scan(n)
         elif n.op in MATMUL:
             g = self._new("matmul", n, n.shape, n.sym)
+            g.anchor = n
+            self._add(g, n, tuple(range(n.rank)))
+        elif n.op == ATTENTION:  # softmax(chain(q @ kt)) @ v: a template of its own
+            g = self._new("attention", n, n.shape, n.sym)
             g.anchor = n
             self._add(g, n, tuple(range(n.rank)))
         elif n.op in LAYOUT:
@@ -581,6 +588,7 @@ def partition(graph: Graph, policy: FusionPolicy | None = None,
     into the row reduction that reads them."""
     fold_flipped_scans(graph)
     simplify(graph)
+    attention = fuse_attention(graph) if (policy or FusionPolicy()).matmul_epilogue else []
     p = _Partitioner(graph, policy or FusionPolicy())
     bias_adds = split_conv_bias(graph, p.policy, precision)
     if p.policy.pointwise and move_pointwise_across_views(graph, pinned=set(bias_adds)) + \
@@ -632,7 +640,7 @@ def partition(graph: Graph, policy: FusionPolicy | None = None,
         if g is not None and g.kind == "pointwise" and g.domain == add.shape:
             g.nhwc = True
     steps = _schedule(p, graph, generated)
-    return Partition(graph, p.groups, steps, generated, p.unfused)
+    return Partition(graph, p.groups, steps, generated, p.unfused, attention)
 
 
 def _inline_row_values(p: _Partitioner, graph: Graph, users: dict[Node, list[Node]],

@@ -1,0 +1,87 @@
+"""Hand-written attention becomes one kernel that keeps its scores on chip (`offline.attention`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kopt.phases.engineers.offline.engineer import generate_candidate
+from tests.test_offline_fusion import _accepted_on_cpu, _constructor_case
+
+CAUSAL = [
+    "B, T, C = x.shape",
+    "q, k, v = self.qkv(x).split(C, dim=2)",
+    "q = q.view(B, T, self.heads, C // self.heads).transpose(1, 2)",
+    "k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)",
+    "v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)",
+    "att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))",
+    "att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))",
+    "att = self.drop(torch.softmax(att, dim=-1))",
+    "y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)",
+    "return self.proj(y)",
+]
+CAUSAL_LAYERS = [
+    "self.heads = heads",
+    "self.qkv = nn.Linear(dim, 3 * dim)",
+    "self.proj = nn.Linear(dim, dim)",
+    "self.drop = nn.Dropout(0.0)",
+    "self.register_buffer('bias', torch.tril(torch.ones(64, 64)).view(1, 1, 64, 64))",
+]
+
+
+def _kinds(result) -> list[str]:
+    return [k["kind"] for k in result.kernels]
+
+
+def test_causal_attention_with_a_buffer_mask_is_one_kernel(tmp_path: Path) -> None:
+    """MinGPT's attention (a scale, a causal mask read from a buffer, softmax, dropout of 0):
+    the two products, the chain and the softmax are one attention kernel reading q, k and v
+    where the heads' transposes leave them (no copies), at a head size that is no power of two
+    and a sequence shorter than a block. Verified at smoke's other constructor and sizes."""
+    case = _constructor_case(
+        tmp_path, "causal", "dim, heads", CAUSAL_LAYERS, ["import math", *CAUSAL],
+        "dim: 36, heads: 3", [2, 13, 36], "dim: 24, heads: 2", [2, 7, 24])
+    result = generate_candidate(case)
+    assert _kinds(result).count("attention") == 1, result.kernels
+    copies = [k for k in result.kernels if k["kind"] == "pointwise"
+              and any(f.startswith("clone") for f in k["fuses"])]
+    assert len(copies) == 1, result.kernels  # y's transpose; q, k and v are read in place
+    assert any("scores never leave the chip" in n for n in result.notes), result.notes
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_attention_with_an_additive_bias_in_bfloat16(tmp_path: Path) -> None:
+    """3-D heads (`nn.MultiheadAttention`'s layout), the query scaled before the product, a
+    learned (T, T) bias added to the scores: the bias is loaded broadcast over the batch."""
+    case_dir = tmp_path / "bias"
+    case_dir.mkdir()
+    (case_dir / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.bias = nn.Parameter(torch.randn(11, 11, dtype=torch.bfloat16))\n\n"
+        "    def forward(self, q, k, v):\n"
+        "        s = torch.bmm(q * 0.25, k.transpose(1, 2)) + self.bias\n"
+        "        return torch.bmm(torch.softmax(s, dim=-1), v)\n")
+    (case_dir / "manifest.yaml").write_text(
+        "name: bias\ndescription: attention with a learned bias\n"
+        "model: {module: model.py, class: Model}\n"
+        "inputs:\n  args:\n    - {shape: [6, 11, 20], dtype: bfloat16}\n"
+        "    - {shape: [6, 11, 20], dtype: bfloat16}\n    - {shape: [6, 11, 24], dtype: bfloat16}\n"
+        "device: auto\nprecision: strict\n")
+    from kopt.harness.case import load_case_dir
+
+    case = load_case_dir(case_dir)
+    result = generate_candidate(case)
+    assert "attention" in _kinds(result), result.kernels
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_scores_read_elsewhere_stay_unfused(tmp_path: Path) -> None:
+    """A model that also returns its attention weights needs the probabilities in memory:
+    nothing is fused into one attention kernel, and the candidate still verifies."""
+    body = ["a = torch.softmax(torch.bmm(x, x.transpose(1, 2)), dim=-1)",
+            "return torch.bmm(a, x), a"]
+    case = _constructor_case(tmp_path, "weights", "n", [], body, "n: 1", [3, 9, 8],
+                             "n: 1", [2, 5, 8])
+    result = generate_candidate(case)
+    assert "attention" not in _kinds(result), result.kernels
+    _accepted_on_cpu(tmp_path, case, result.source)
