@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from kopt.phases.engineers.offline.engineer import generate_candidate
@@ -46,7 +47,21 @@ def test_causal_attention_with_a_buffer_mask_is_one_kernel(tmp_path: Path) -> No
               and any(f.startswith("clone") for f in k["fuses"])]
     assert len(copies) == 1, result.kernels  # y's transpose; q, k and v are read in place
     assert any("scores never leave the chip" in n for n in result.notes), result.notes
+    assert "a key it sees" in result.source  # blocks the causal mask hides whole are skipped
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_causal_attention_over_many_blocks(tmp_path: Path) -> None:
+    """16 x 16 tiles over 37 positions: three blocks of keys per row block, the ones above
+    the diagonal skipped by the mask gate, the last ones ragged."""
+    case = _constructor_case(
+        tmp_path, "blocks", "dim, heads", CAUSAL_LAYERS, ["import math", *CAUSAL],
+        "dim: 24, heads: 2", [2, 37, 24], "dim: 24, heads: 2", [1, 37, 24])
+    result = generate_candidate(case)
+    tiles = re.sub(r'("_g\d+_\w+_kernel": \{"BLOCK_M": )64, "BLOCK_N": 64',
+                   r'\g<1>16, "BLOCK_N": 16', result.source)
+    assert tiles != result.source
+    _accepted_on_cpu(tmp_path, case, tiles)
 
 
 def test_attention_with_an_additive_bias_in_bfloat16(tmp_path: Path) -> None:

@@ -88,12 +88,41 @@ class _AttentionWriter(_Writer):
         return self.chain_operand(a)
 
 
+def _is_minus_inf(w: _AttentionWriter, a: Any) -> bool:
+    if isinstance(a, float):
+        return a == float("-inf")
+    return isinstance(a, Node) and a.op == "full" and a.rank == 0 and a.args[0] == float("-inf")
+
+
+def _mask_gate(w: _AttentionWriter) -> str | None:
+    """When the softmax's input is `where(cond, -inf, y)` (or `where(cond, y, -inf)`) with
+    `cond` a tensor loaded as it is (a causal mask), the load of it (emitted now) and the
+    boolean block of keys it leaves visible; else None."""
+    chain = w.chain
+    if not chain.nodes:
+        return None
+    last = chain.nodes[-1]
+    if last.op != "where" or len(last.args) != 3 or not isinstance(last.args[0], Node):
+        return None
+    i = w.external_index.get(id(last.args[0]))
+    if i is None or last.args[0].dtype != torch.bool:
+        return None
+    cond = w.external(i).text
+    if _is_minus_inf(w, last.args[1]):
+        return f"({cond} == 0)"
+    if _is_minus_inf(w, last.args[2]):
+        return f"({cond} != 0)"
+    return None
+
+
 def attention_kernel(group: Group, part: Partition, sym_code: Any, name: str, precision: str) -> KernelSource:
     """The kernel and launcher of an attention group (one node: `attention.fuse_attention`)."""
     w = _AttentionWriter(group, part, sym_code)
     node, chain = w.node, w.chain
     q, kt, v = node.args[:3]
     w.indent = 2
+    gate = _mask_gate(w)
+    gate_lines, w.lines = w.lines, []
     x = w.write_chain()
     body = w.lines
     half = q.dtype in (torch.float16, torch.bfloat16)
@@ -149,6 +178,8 @@ def attention_kernel(group: Group, part: Partition, sym_code: Any, name: str, pr
         "    for start in range(0, N, BLOCK_N):",
         "        rn = start + tl.arange(0, BLOCK_N)",
         "        in_block = (rm[:, None] < M) & (rn[None, :] < N)",
+    ]
+    step = [
         "        kt = tl.load(k_ptr + b * k_sb + h * k_sh + rd[:, None] * k_sd + rn[None, :] * k_sn,",
         "                     mask=(rd[:, None] < D) & (rn[None, :] < N), other=0.0)",
         "        if UPCAST:",
@@ -156,8 +187,8 @@ def attention_kernel(group: Group, part: Partition, sym_code: Any, name: str, pr
         f"        s = tl.dot(q, kt{dot_kw})",
         "        # the model's ops on its scores: " + (", ".join(n.origin for n in chain.nodes)[:120] or "none"),
     ]
-    kernel += body
-    kernel += [
+    step += body
+    step += [
         f'        x = tl.where(rn[None, :] < N, {x}, -float("inf"))',
         "        m_new = tl.maximum(m_i, tl.max(x, 1))",
         "        m_use = tl.where(m_new == -float(\"inf\"), 0.0, m_new)  # a row masked so far",
@@ -170,6 +201,13 @@ def attention_kernel(group: Group, part: Partition, sym_code: Any, name: str, pr
         "            v = v.to(tl.float32)",
         f"        acc = acc * alpha[:, None] + tl.dot({to_v}, v{dot_kw})",
         "        m_i = m_new",
+    ]
+    if gate is None:
+        kernel += step
+    else:  # a block the mask hides whole adds nothing: neither product runs for it
+        kernel += gate_lines + [f"        if tl.sum(({gate} & in_block).to(tl.int32)) > 0:  # a key it sees"]
+        kernel += ["    " + line for line in step]
+    kernel += [
         "    out = acc / l_i[:, None]  # a row masked everywhere is 0/0 = nan, as eager's softmax",
         "    tl.store(o_ptr + bh * o_sb + rm[:, None] * o_sm + rdv[None, :] * o_sd,",
         f"             {store}, mask=(rm[:, None] < M) & (rdv[None, :] < DV))",
