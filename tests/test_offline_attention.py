@@ -49,6 +49,16 @@ def test_causal_attention_with_a_buffer_mask_is_one_kernel(tmp_path: Path) -> No
     assert any("scores never leave the chip" in n for n in result.notes), result.notes
     assert "a key it sees" in result.source  # blocks the causal mask hides whole are skipped
     _accepted_on_cpu(tmp_path, case, result.source)
+    # the region's PyTorch form (what the accelerator times against the kernel) is as right;
+    # with it the model's work is PyTorch's, which the verifier rightly refuses on its own
+    from kopt.harness.verify import verify_candidate
+
+    group = next(k["name"] for k in result.kernels if k["kind"] == "attention").split("_")[1]
+    unfused = tmp_path / "unfused.py"
+    unfused.write_text(re.sub(rf'("{group}": )"triton"', r'\1"torch"', result.source))
+    assert unfused.read_text() != result.source
+    report = verify_candidate(case, unfused, device="cpu")
+    assert report.failed() == ["no_pytorch_fallback"], report.to_text()
 
 
 def test_causal_attention_over_many_blocks(tmp_path: Path) -> None:

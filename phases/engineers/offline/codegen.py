@@ -104,6 +104,9 @@ def _widen_for_interpreter(kind, cfg, n, m, k=0):
         cfg["BLOCK_HW"] = max(cfg["BLOCK_HW"], min(INTERPRETER_TILE // cfg["BLOCK_C"], _half(n)))
     elif kind == "tiled_reduction":  # (BLOCK_SIZE, BLOCK_C) tiles: wider along the contiguous dim
         cfg["BLOCK_C"] = max(cfg["BLOCK_C"], min(INTERPRETER_TILE // cfg["BLOCK_SIZE"], _half(m)))
+    elif kind == "attention":  # whole rows of scores per program where they are short
+        cfg["BLOCK_M"] = max(cfg["BLOCK_M"], min(128, _pow2(m)))
+        cfg["BLOCK_N"] = max(cfg["BLOCK_N"], min(128, _pow2(n)))
     elif kind == "conv":  # m: output positions, k: (channel, tap) pairs: fewer chunks and rows
         # four times the tile: KernelBench level-1 72's smoke forward (a strided grouped
         # transposed 3-D conv) took 3.0 s at INTERPRETER_TILE elements, 1.8 s at four times it
