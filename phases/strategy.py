@@ -72,6 +72,10 @@ HYPOTHESES: list[Hypothesis] = [
     Hypothesis("split at the matmul's epilogue", {"policy": "no matmul epilogue"},
                ("matmul",), None,
                "a fused epilogue can cost the product its tile shape"),
+    Hypothesis("attention with its scores in memory", {"policy": "no matmul epilogue"},
+               ("attention",), None,
+               "the flash-style kernel holds a query block and its output tile in registers: "
+               "with wide heads in float32 the library's products and one softmax pass may win"),
     Hypothesis("split at the reductions' edges", {"policy": "reductions alone"},
                ("reduction",), None,
                "a reduction that also computes its prologue may lose its one-pass form"),

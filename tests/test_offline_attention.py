@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kopt.phases.engineers.offline.engineer import generate_candidate
+from kopt.phases.engineers.offline.engineer import POLICIES, generate_candidate
 from tests.test_offline_fusion import _accepted_on_cpu, _constructor_case
 
 CAUSAL = [
@@ -48,6 +48,9 @@ def test_causal_attention_with_a_buffer_mask_is_one_kernel(tmp_path: Path) -> No
     assert len(copies) == 1, result.kernels  # y's transpose; q, k and v are read in place
     assert any("scores never leave the chip" in n for n in result.notes), result.notes
     assert "a key it sees" in result.source  # blocks the causal mask hides whole are skipped
+    # the strategy space's "scores in memory" (the policy without product epilogues) unfuses it
+    split = generate_candidate(case, policy=dict(POLICIES)["no matmul epilogue"])
+    assert "attention" not in _kinds(split), split.kernels
     _accepted_on_cpu(tmp_path, case, result.source)
     # the region's PyTorch form (what the accelerator times against the kernel) is as right;
     # with it the model's work is PyTorch's, which the verifier rightly refuses on its own

@@ -39,6 +39,18 @@ def test_the_next_hypothesis_aims_at_the_hot_kernel_and_its_bound() -> None:
         facts.text()
 
 
+def test_a_hot_attention_kernel_is_tested_against_its_scores_in_memory() -> None:
+    kernels = [{"name": "_g0_addmm_kernel", "kind": "matmul"},
+               {"name": "_g1_bmm_kernel", "kind": "attention"}]
+    profile = {"kernels": [{"name": "_g0_addmm_kernel", "total_ms": 1.0},
+                           {"name": "_g1_bmm_kernel", "total_ms": 4.0}]}
+    facts = facts_of({"iteration": 1, "verdict": "accepted", "pct_of_floor": 30.0}, kernels,
+                     profile, "compute")
+    first = pick_next(facts, set())
+    assert first is not None and first.name == "attention with its scores in memory", first
+    assert first.options == {"policy": "no matmul epilogue"}
+
+
 def test_a_launch_hypothesis_sets_the_declared_value_of_every_kernel_of_its_kind() -> None:
     source = ('KOPT_TUNABLES = {"_r": {"BLOCK_SIZE": [1024, 4096, 16384]}, '
               '"_p": {"BLOCK_SIZE": [1024, 4096]}}\n'

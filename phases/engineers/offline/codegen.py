@@ -504,6 +504,11 @@ def _cost_comment(g: Group) -> str:
         a = g.anchor.args[0]
         flops = 2 * math.prod(g.anchor.shape) * a.shape[-1]
         return f"# moves >= {moved / 1e6:.1f} MB, {flops / 1e9:.2f} GFLOP at the traced shapes"
+    if g.kind == "attention" and g.anchor is not None:  # both products; the scores never move
+        q, kt = g.anchor.args[:2]
+        rows, n = math.prod(g.anchor.shape[:-1]), kt.shape[-1]
+        flops = 2 * rows * n * (q.shape[-1] + g.anchor.shape[-1])
+        return f"# moves >= {moved / 1e6:.1f} MB, {flops / 1e9:.2f} GFLOP at the traced shapes"
     if g.kind == "conv" and g.anchor is not None:
         flops = conv_flops(g.anchor)
         return f"# moves >= {moved / 1e6:.1f} MB, {flops / 1e9:.2f} GFLOP at the traced shapes"

@@ -64,7 +64,8 @@ class FusionPolicy:
     reduction_prologue: bool = True
     """Let a reduction take over the pointwise group that computes its input."""
     matmul_epilogue: bool = True
-    """Fuse pointwise consumers of a matmul into the matmul kernel."""
+    """Fuse pointwise consumers of a matmul into the matmul kernel, and hand-written attention
+    (product, chain, softmax, product) into one kernel (`attention.py`)."""
 
 
 @dataclass(eq=False)
@@ -73,7 +74,7 @@ class Group:
 
     index: int
     kind: str
-    """`pointwise`, `reduction`, `matmul`, `scan`, `arg_reduction` or `conv`."""
+    """`pointwise`, `reduction`, `matmul`, `scan`, `arg_reduction`, `conv` or `attention`."""
     domain: tuple[int, ...]
     domain_sym: tuple[Any, ...]
     nodes: list[Node] = field(default_factory=list)
@@ -81,7 +82,8 @@ class Group:
     rdim: int | None = None
     """The reduced domain dim (reduction groups)."""
     anchor: Node | None = None
-    """The mm/bmm node (matmul groups) or ATen's convolution node (conv groups)."""
+    """The mm/bmm node (matmul groups), ATen's convolution node (conv groups) or the attention
+    node (attention groups)."""
     epi_view: Node | None = None
     """A view of the matmul result that the epilogue continues on (matmul groups)."""
     nhwc: bool = False
