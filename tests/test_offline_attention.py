@@ -79,7 +79,8 @@ def test_causal_attention_over_many_blocks(tmp_path: Path) -> None:
 
 def test_attention_with_an_additive_bias_in_bfloat16(tmp_path: Path) -> None:
     """3-D heads (`nn.MultiheadAttention`'s layout), the query scaled before the product, a
-    learned (T, T) bias added to the scores: the bias is loaded broadcast over the batch."""
+    learned (T, T) bias added to the scores (loaded broadcast over the batch), the softmax in
+    float32 and its probabilities cast back to the inputs' dtype (LLaMA's reference code)."""
     case_dir = tmp_path / "bias"
     case_dir.mkdir()
     (case_dir / "model.py").write_text(
@@ -88,7 +89,7 @@ def test_attention_with_an_additive_bias_in_bfloat16(tmp_path: Path) -> None:
         "        self.bias = nn.Parameter(torch.randn(11, 11, dtype=torch.bfloat16))\n\n"
         "    def forward(self, q, k, v):\n"
         "        s = torch.bmm(q * 0.25, k.transpose(1, 2)) + self.bias\n"
-        "        return torch.bmm(torch.softmax(s, dim=-1), v)\n")
+        "        return torch.bmm(torch.softmax(s.float(), dim=-1).to(v.dtype), v)\n")
     (case_dir / "manifest.yaml").write_text(
         "name: bias\ndescription: attention with a learned bias\n"
         "model: {module: model.py, class: Model}\n"

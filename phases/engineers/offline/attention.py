@@ -74,12 +74,15 @@ def _noop_expand(n: Node) -> bool:
 
 def _softmax_of(p: Node, users: dict[Node, list[Node]], bmm2: Node) -> tuple[Node, list[Node]] | None:
     """(softmax input X, the nodes from the softmax to bmm2's operand) when `p`, bmm2's left
-    operand, is a last-dim softmax seen through copies, no-op expands and views that only
-    restore its 3-D shape."""
+    operand, is a last-dim softmax seen through copies, casts to the product's dtype (the
+    kernel gives the second product its probabilities in that dtype), no-op expands and views
+    that only restore its 3-D shape."""
     path: list[Node] = []
     user = bmm2
-    while p.op in ("view", "expand", *_COPIES) and p.op != "div":
+    while p.op in ("view", "expand", "cast", *_COPIES):
         if not _single_user(p, users, user) or p.op == "expand" and not _noop_expand(p):
+            return None
+        if p.op == "cast" and p.dtype != bmm2.dtype:  # (`softmax(s.float()).to(v.dtype)`)
             return None
         if p.op == "view" and (len(p.args[0].shape) < 3 or
                                p.args[0].shape[-2:] != p.shape[-2:]):
