@@ -56,12 +56,14 @@ class ScoreChain:
     """Other tensors the chain reads, in the order the attention node's args list them after
     q, kt and v (args[3 + i] is the current node of externals[i])."""
 
-    @property
-    def domain(self) -> tuple[int, ...]:
-        return self.score.shape
-
     def __repr__(self) -> str:  # stable: the ops only (tuning memory signatures read reprs)
         return f"ScoreChain({', '.join(n.op for n in self.nodes) or 'none'})"
+
+
+def _scores(n: Node) -> bool:
+    """`n` is a product's raw scores: a `bmm`, or a view of one."""
+    return n.op == "bmm" or n.op == "view" and bool(n.args) and isinstance(n.args[0], Node) \
+        and n.args[0].op == "bmm"
 
 
 def _single_user(n: Node, users: dict[Node, list[Node]], user: Node) -> bool:
@@ -133,8 +135,7 @@ def _chain(x: Node, users: dict[Node, list[Node]]) -> tuple[Node, Node, list[Nod
         if id(n) in seen:
             continue
         seen.add(id(n))
-        if n.op in ("bmm", "view") and (n.op == "bmm" or n.args and isinstance(n.args[0], Node)
-                                        and n.args[0].op == "bmm"):
+        if _scores(n):
             if score is not None and score is not n:
                 return None
             score = n
@@ -143,8 +144,7 @@ def _chain(x: Node, users: dict[Node, list[Node]]) -> tuple[Node, Node, list[Nod
             return None
         chain.append(n)
         for a in n.inputs():
-            if a.op in ("bmm", "view") and (a.op == "bmm" or a.args and isinstance(a.args[0], Node)
-                                            and a.args[0].op == "bmm") and a.shape == x.shape:
+            if _scores(a) and a.shape == x.shape:
                 stack.append(a)
             elif a.op in POINTWISE and a.shape == x.shape and _reads_product(a):
                 stack.append(a)
@@ -175,7 +175,7 @@ def _reads_product(n: Node, depth: int = 0) -> bool:
     if depth > 32:
         return False
     for a in n.inputs():
-        if a.op == "bmm" or a.op == "view" and a.args and isinstance(a.args[0], Node) and a.args[0].op == "bmm":
+        if _scores(a):
             return True
         if a.op in POINTWISE and a.shape == n.shape and _reads_product(a, depth + 1):
             return True

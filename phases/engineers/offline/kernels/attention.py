@@ -15,17 +15,22 @@ from typing import Any
 import torch
 
 from kopt.phases.engineers.offline.attention import ScoreChain
-from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition
+from kopt.phases.engineers.offline.fusion import Group, Partition
 from kopt.phases.engineers.offline.graph import GENERATORS, Node, Sym
 from kopt.phases.engineers.offline.kernels.writer import (
     KernelSource,
     _n_operands,
     _origins,
-    _Scope,
     _store_type,
     _Writer,
 )
-from kopt.phases.engineers.offline.pointwise import TL_TYPES, Operand, compute_type, emit_pointwise, literal
+from kopt.phases.engineers.offline.pointwise import (
+    TL_TYPES,
+    Operand,
+    compute_type,
+    emit_pointwise,
+    literal,
+)
 
 
 class _AttentionWriter(_Writer):
@@ -35,12 +40,8 @@ class _AttentionWriter(_Writer):
         super().__init__(group, part, sym_code)
         self.node = group.anchor
         self.chain: ScoreChain = self.node.kwargs["chain"]
-        self.rank = self.chain.score.rank
         self.values: dict[int, Operand] = {id(self.chain.score): Operand("s", "tl.float32")}
         self.external_index = {id(e): i for i, e in enumerate(self.chain.externals)}
-
-    def coord(self, k: int) -> str:
-        return ["rm[:, None]", "rn[None, :]"][k - (self.rank - 2)]
 
     def chain_operand(self, a: Any) -> Operand:
         if isinstance(a, Node):
@@ -80,15 +81,8 @@ class _AttentionWriter(_Writer):
         last = self.chain.nodes[-1] if self.chain.nodes else self.chain.score
         return self.values[id(last)].as_type("tl.float32")
 
-    # (the template's loads are its own: nothing goes through the group's dmaps)
-    def load_mask(self, dm: DimMap) -> str | None:
-        return "in_block"
 
-    def operand(self, a: Any, dm: DimMap, consumer: Node, scope: _Scope) -> Operand:
-        return self.chain_operand(a)
-
-
-def _is_minus_inf(w: _AttentionWriter, a: Any) -> bool:
+def _is_minus_inf(a: Any) -> bool:
     if isinstance(a, float):
         return a == float("-inf")
     return isinstance(a, Node) and a.op == "full" and a.rank == 0 and a.args[0] == float("-inf")
@@ -108,9 +102,9 @@ def _mask_gate(w: _AttentionWriter) -> str | None:
     if i is None or last.args[0].dtype != torch.bool:
         return None
     cond = w.external(i).text
-    if _is_minus_inf(w, last.args[1]):
+    if _is_minus_inf(last.args[1]):
         return f"({cond} == 0)"
-    if _is_minus_inf(w, last.args[2]):
+    if _is_minus_inf(last.args[2]):
         return f"({cond} != 0)"
     return None
 
