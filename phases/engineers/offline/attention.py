@@ -32,6 +32,7 @@ head sizes over `MAX_HEAD` (the query block would not fit in registers).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kopt.phases.engineers.offline.graph import POINTWISE, Graph, Node, simplify
 
@@ -165,7 +166,7 @@ def _chain(x: Node, users: dict[Node, list[Node]]) -> tuple[Node, Node, list[Nod
         if ext.rank > x.rank or any(s not in (1, x.shape[k + x.rank - ext.rank])
                                     for k, s in enumerate(ext.shape)):
             return None
-        if _reaches(ext, score):
+        if _upstream(ext, lambda m: m is score):  # computed from the scores
             return None
     return bmm1, score, chain, externals
 
@@ -182,35 +183,21 @@ def _reads_product(n: Node, depth: int = 0) -> bool:
     return False
 
 
-def _reaches(start: Node, target: Node) -> bool:
-    """Whether `start` is computed from `target`."""
+def _upstream(start: Node, found: Any) -> bool:
+    """Whether `start` or a value it is computed from satisfies `found`."""
     stack, seen = [start], set()
     while stack:
         n = stack.pop()
-        if n is target:
+        if found(n):
             return True
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        stack.extend(n.inputs())
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(n.inputs())
     return False
 
 
 def _constant(n: Node) -> bool:
     return n.op == "full" and n.rank == 0 and isinstance(n.args[0], (int, float))
-
-
-def _from_inputs(n: Node) -> bool:
-    """Whether `n` reads a forward argument, parameter or buffer (not shapes alone)."""
-    stack, seen = [n], set()
-    while stack:
-        m = stack.pop()
-        if m.op == "input":
-            return True
-        if id(m) not in seen:
-            seen.add(id(m))
-            stack.extend(m.inputs())
-    return False
 
 
 def _unmerged(y: Node, score: Node, users: dict[Node, list[Node]], user: Node) -> Node:
@@ -261,7 +248,7 @@ def fuse_attention(graph: Graph) -> list[str]:
             continue
         # a constant tensor (`masked_fill`'s -inf) is a literal in the kernel, not an operand
         externals = [e for e in externals if not _constant(e)]
-        if not all(_from_inputs(e) for e in externals):
+        if not all(_upstream(e, lambda m: m.op == "input") for e in externals):
             continue  # a mask made from shapes alone (arange, full): not loaded, not handled
         order = {id(n): i for i, n in enumerate(graph.nodes)}
         chain.sort(key=lambda n: order[id(n)])
