@@ -114,3 +114,31 @@ def test_scores_read_elsewhere_stay_unfused(tmp_path: Path) -> None:
     result = generate_candidate(case)
     assert "attention" not in _kinds(result), result.kernels
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+SEPARATE = [
+    "B, T, C = x.shape",
+    "q = self.q(x).view(B, T, self.heads, -1).transpose(1, 2)",
+    "k = self.k(x).view(B, T, self.heads, -1).permute(0, 2, 3, 1)  # (B, H, D, T)",
+    "v = self.v(x).view(B, T, self.heads, -1).transpose(1, 2)",
+    "att = (q @ k) / math.sqrt(q.size(-1)) + self.mask[:T, :T]",
+    "y = torch.softmax(att, dim=3) @ v",
+    "return y.transpose(1, 2).reshape(B, T, C)",
+]
+SEPARATE_LAYERS = [
+    "self.heads = heads",
+    "self.q, self.k, self.v = (nn.Linear(dim, dim) for _ in range(3))",
+    "self.register_buffer('mask', torch.full((32, 32), float('-inf')).triu(1))",
+]
+
+
+def test_attention_written_another_way(tmp_path: Path) -> None:
+    """Three projections, the key laid out (B, H, D, T) by a permute, a division by the
+    scale, an additive float mask (0 / -inf) from a buffer, softmax over dim 3 named
+    positively: the same one kernel, verified."""
+    case = _constructor_case(
+        tmp_path, "separate", "dim, heads", SEPARATE_LAYERS, ["import math", *SEPARATE],
+        "dim: 40, heads: 4", [3, 19, 40], "dim: 40, heads: 4", [2, 9, 40])
+    result = generate_candidate(case)
+    assert _kinds(result).count("attention") == 1, result.kernels
+    _accepted_on_cpu(tmp_path, case, result.source)
