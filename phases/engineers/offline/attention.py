@@ -196,7 +196,8 @@ def _upstream(start: Node, found: Any) -> bool:
     return False
 
 
-def _constant(n: Node) -> bool:
+def constant(n: Node) -> bool:
+    """A constant tensor of one number (`masked_fill`'s -inf): a literal where it is read."""
     return n.op == "full" and n.rank == 0 and isinstance(n.args[0], (int, float))
 
 
@@ -247,7 +248,7 @@ def fuse_attention(graph: Graph) -> list[str]:
                 q.dtype != kt.dtype or q.dtype != v.dtype or not q.dtype.is_floating_point:
             continue
         # a constant tensor (`masked_fill`'s -inf) is a literal in the kernel, not an operand
-        externals = [e for e in externals if not _constant(e)]
+        externals = [e for e in externals if not constant(e)]
         if not all(_upstream(e, lambda m: m.op == "input") for e in externals):
             continue  # a mask made from shapes alone (arange, full): not loaded, not handled
         order = {id(n): i for i, n in enumerate(graph.nodes)}

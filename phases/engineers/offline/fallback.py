@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from kopt.harness.errors import EngineerError
-from kopt.phases.engineers.offline.attention import ATTENTION, ScoreChain
+from kopt.phases.engineers.offline.attention import ATTENTION, ScoreChain, constant
 from kopt.phases.engineers.offline.fusion import Group, Partition
 from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, WINDOW_TAP, Node, Sym
 
@@ -204,7 +204,7 @@ class TorchRegion:
             self.local[old] = self.operand(now)
         for c in chain.nodes:
             for a in c.inputs():
-                if a not in self.local and a.op == "full" and a.rank == 0:
+                if a not in self.local and constant(a):
                     self.local[a] = self.arg(a.args[0])
             self.lines.append(f"t_{c.name} = {self.expr(c)}  # {c.origin}: {c.op}")
             self.local[c] = f"t_{c.name}"

@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
-from kopt.phases.engineers.offline.attention import ScoreChain
+from kopt.harness.errors import EngineerError
+from kopt.phases.engineers.offline.attention import ScoreChain, constant
 from kopt.phases.engineers.offline.fusion import Group, Partition
-from kopt.phases.engineers.offline.graph import GENERATORS, Node, Sym
+from kopt.phases.engineers.offline.graph import Node, Sym
 from kopt.phases.engineers.offline.kernels.writer import (
     KernelSource,
     _n_operands,
@@ -51,9 +52,9 @@ class _AttentionWriter(_Writer):
             i = self.external_index.get(id(a))
             if i is not None:
                 return self.external(i)
-            if a.op in GENERATORS and a.op == "full" and a.rank == 0 and not isinstance(a.args[0], Sym):
+            if constant(a):
                 return Operand(literal(a.args[0]), None, a.args[0])
-            raise ValueError(f"attention chain reads {a.name}, which it cannot load")
+            raise EngineerError(f"internal: the attention chain reads {a.name}, which it cannot load")
         if isinstance(a, Sym):
             return self.scalar(a)
         return Operand(literal(a), None, a)
@@ -85,7 +86,7 @@ class _AttentionWriter(_Writer):
 def _is_minus_inf(a: Any) -> bool:
     if isinstance(a, float):
         return a == float("-inf")
-    return isinstance(a, Node) and a.op == "full" and a.rank == 0 and a.args[0] == float("-inf")
+    return isinstance(a, Node) and constant(a) and a.args[0] == float("-inf")
 
 
 def _mask_gate(w: _AttentionWriter) -> str | None:
