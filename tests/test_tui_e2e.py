@@ -102,9 +102,11 @@ async def test_a_new_folder_is_offered_kopt_init(workspace: Path) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         assert not (workspace / ".git").exists()
         await pilot.press("y")
-        await wait_for(pilot, lambda: (workspace / ".git").is_dir())
+        # `.git` appears as `git init` starts, in the screen's worker thread: wait for a whole
+        # repository (CI, 2026-11-30: the check ran while git was still writing it)
+        await wait_for(pilot, lambda: app.backend.workspace_problem() is None)
+        assert (workspace / ".git").is_dir()
         assert isinstance(app.screen, HomeScreen)
-        assert app.backend.workspace_problem() is None
 
 
 @pytest.mark.slow  # a child process imports torch: seconds on an idle 2-core CPU
