@@ -18,13 +18,17 @@ from kopt.phases.pipeline import run_pipeline
 from kopt.phases.strategy import HYPOTHESES, ProfileFacts, apply_kopt_config, facts_of, pick_next
 
 
+def _facts(kernels: list[tuple[str, str, float]], iteration: int, pct: float,
+           bound: str) -> ProfileFacts:
+    """Profile facts of a verified iteration whose kernels are (name, kind, ms)."""
+    profile = {"kernels": [{"name": name, "total_ms": ms} for name, _, ms in kernels]}
+    return facts_of({"iteration": iteration, "verdict": "accepted", "pct_of_floor": pct},
+                    [{"name": name, "kind": kind} for name, kind, _ in kernels], profile, bound)
+
+
 def test_the_next_hypothesis_aims_at_the_hot_kernel_and_its_bound() -> None:
-    kernels = [{"name": "_g0_add_kernel", "kind": "pointwise"},
-               {"name": "_g1_softmax_kernel", "kind": "reduction"}]
-    profile = {"kernels": [{"name": "_g0_add_kernel", "total_ms": 1.0},
-                           {"name": "_g1_softmax_kernel", "total_ms": 3.0}]}
-    facts = facts_of({"iteration": 2, "verdict": "accepted", "pct_of_floor": 41.0}, kernels,
-                     profile, "memory")
+    facts = _facts([("_g0_add_kernel", "pointwise", 1.0), ("_g1_softmax_kernel", "reduction", 3.0)],
+                   2, 41.0, "memory")
     assert facts.hot["name"] == "_g1_softmax_kernel" and facts.hot["share"] == 0.75
     first = pick_next(facts, set())
     assert first is not None and "reduction" in first.kinds and first.bound in (None, "memory")
@@ -40,12 +44,8 @@ def test_the_next_hypothesis_aims_at_the_hot_kernel_and_its_bound() -> None:
 
 
 def test_a_hot_attention_kernel_is_tested_against_its_scores_in_memory() -> None:
-    kernels = [{"name": "_g0_addmm_kernel", "kind": "matmul"},
-               {"name": "_g1_bmm_kernel", "kind": "attention"}]
-    profile = {"kernels": [{"name": "_g0_addmm_kernel", "total_ms": 1.0},
-                           {"name": "_g1_bmm_kernel", "total_ms": 4.0}]}
-    facts = facts_of({"iteration": 1, "verdict": "accepted", "pct_of_floor": 30.0}, kernels,
-                     profile, "compute")
+    facts = _facts([("_g0_addmm_kernel", "matmul", 1.0), ("_g1_bmm_kernel", "attention", 4.0)],
+                   1, 30.0, "compute")
     first = pick_next(facts, set())
     assert first is not None and first.name == "attention with its scores in memory", first
     assert first.options == {"policy": "no matmul epilogue"}

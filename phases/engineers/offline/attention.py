@@ -57,6 +57,17 @@ class ScoreChain:
     """Other tensors the chain reads, in the order the attention node's args list them after
     q, kt and v (args[3 + i] is the current node of externals[i])."""
 
+    def heads(self, node: Node) -> tuple[int | None, Any]:
+        """Where attention `node` reads its head count at run time: (index among q, kt, v of
+        a 4-D operand, whose dim 1 it is; None) or (None, the size the scores' view split
+        their batch into: a Sym or an int; 1 for 3-D scores)."""
+        split = next((i for i, x in enumerate(node.args[:3]) if x.rank == 4), None)
+        if split is not None or self.score.rank != 4:
+            return split, 1
+        score = self.score
+        view = score.op == "view" and isinstance(score.args[1], list)
+        return None, score.args[1][1] if view else score.sym[1]
+
     def __repr__(self) -> str:  # stable: the ops only (tuning memory signatures read reprs)
         return f"ScoreChain({', '.join(n.op for n in self.nodes) or 'none'})"
 
@@ -229,7 +240,7 @@ def fuse_attention(graph: Graph) -> list[str]:
     users = graph.users()
     returned = {id(o) for o in graph.outputs if isinstance(o, Node)}
     for bmm2 in [n for n in graph.nodes if n.op == "bmm"]:
-        if bmm2.dtype != bmm2.args[0].dtype or not isinstance(bmm2.args[0], Node):
+        if not isinstance(bmm2.args[0], Node) or bmm2.dtype != bmm2.args[0].dtype:
             continue
         found = _softmax_of(bmm2.args[0], users, bmm2)
         if found is None:

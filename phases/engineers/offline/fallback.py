@@ -194,10 +194,8 @@ class TorchRegion:
         s = f"t_{n.name}_scores"
         self.lines.append(f"{s} = torch.bmm({q}, {kt}).to({_compute(chain.score.dtype)})  # {chain.score.origin}")
         if chain.score.rank == 4:  # the heads as the kernel's launcher reads them
-            split = next((x for x in n.args[:3] if x.rank == 4), None)
-            score = chain.score
-            heads = f"{self.var[split]}.shape[1]" if split is not None else self.size(
-                score.args[1][1] if score.op == "view" and isinstance(score.args[1], list) else score.sym[1])
+            split, size = chain.heads(n)
+            heads = f"{self.var[n.args[split]]}.shape[1]" if split is not None else self.size(size)
             self.lines.append(f"{s} = {s}.view(-1, {heads}, {s}.shape[-2], {s}.shape[-1])")
         self.local[chain.score] = s
         for old, now in zip(chain.externals, n.args[3:], strict=True):

@@ -209,8 +209,8 @@ def attention_kernel(group: Group, part: Partition, sym_code: Any, name: str, pr
     ]
     four = chain.score.rank == 4
     # the heads: a 4-D operand's own size at run time, else what the scores' view split into
-    split = next((name for name, t in (("q", q), ("kt", kt), ("v", v)) if t.rank == 4), None)
-    heads = f"{split}.shape[1]" if split else "heads" if four else "1"
+    split, size = chain.heads(node)
+    heads = f"{('q', 'kt', 'v')[split]}.shape[1]" if split is not None else "heads" if four else "1"
     params = ["device", "q", "kt", "v"] + [f"x{i}" for i in range(n_ext)] + \
         (["heads"] if heads == "heads" else []) + [p for p, _ in w.scalar_args]
     lines = [f"def _launch_{group.name}({', '.join(params)}):",
@@ -249,8 +249,6 @@ def attention_kernel(group: Group, part: Partition, sym_code: Any, name: str, pr
     call = ["device", f"@{q.name}", f"@{kt.name}", f"@{v.name}"] + \
         [f"@{e.name}" for e in node.args[3:]]
     if heads == "heads":
-        score = chain.score
-        size = score.args[1][1] if score.op == "view" and isinstance(score.args[1], list) else score.sym[1]
         call.append(f"!{sym_code(size)}")
     call += [f"!{code}" for _, code in w.scalar_args]
     config = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
