@@ -23,6 +23,15 @@ KERNELS_DIR = "kernels"
 DEBOUNCE_MS = 300
 
 
+def quiet_ms(debounce_ms: int) -> int:
+    """How long the folder must stay quiet before a burst of saves is reported.
+
+    A third of the debounce window (at least 50 ms): a fixed 50 ms split one burst in two
+    whenever a loaded machine (or a slow editor plugin) spaced two writes further apart.
+    """
+    return max(50, debounce_ms // 3)
+
+
 def is_kernel_file(path: Path, root: Path) -> bool:
     """`kernels/<name>.py` directly under the worktree; editor temp/backup files are not."""
     try:
@@ -107,7 +116,8 @@ class KernelWatcher:
     def _watch(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         # yield_on_timeout: the first (empty) yield tells us the OS watch is armed.
-        for changes in watchfiles.watch(self.root, debounce=self.debounce_ms, step=50,
+        for changes in watchfiles.watch(self.root, debounce=self.debounce_ms,
+                                        step=quiet_ms(self.debounce_ms),
                                         stop_event=self._stop, rust_timeout=100,
                                         yield_on_timeout=True, raise_interrupt=False):
             self._ready.set()
