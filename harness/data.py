@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from kopt.harness import model_state
 from kopt.harness.case import Case, ResolvedInputSet, ScalarSpec, TensorSpec
 from kopt.harness.errors import CaseError
 from kopt.harness.paths import cache_dir
@@ -308,10 +309,11 @@ def seeded_cpu_generator(seed: int) -> Iterator[None]:
 
 def agent_provide_weights(case: Case, input_set: str = "main", seed: int = 0,
                           *, cache: bool = True) -> dict[str, torch.Tensor]:
-    """The baseline's state_dict for the input set's constructor args: seeded, cached, on CPU."""
+    """The baseline's state_dict for the input set's constructor args, with its plain tensor
+    attributes (`harness.model_state`): seeded, cached, on CPU."""
     resolved = case.input_set(input_set)
     key = _digest(case.name, resolved.init_args, resolved.init_kwargs, seed,
-                  _model_source_digest(case),
+                  _model_source_digest(case), model_state.ATTRIBUTE_PREFIX,
                   case.manifest.weights.function if case.manifest.weights else None)[:16]
     file = _cache_file(case, "weights", key)
     if cache and file.is_file():
@@ -329,7 +331,7 @@ def agent_provide_weights(case: Case, input_set: str = "main", seed: int = 0,
                                 f"model.py has no function {case.manifest.weights.function!r}",
                                 key="weights.function", fix="define it or drop `weights:`")
             fn(model)
-    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    state = model_state.weights_of(model)  # the state_dict and plain tensor attributes
     if cache and state:
         _atomic_save(state, file)
     return state
@@ -349,5 +351,6 @@ def with_weights(cls: type[torch.nn.Module], resolved: ResolvedInputSet, file: P
     on `device` in eval mode: how every worker job but the candidate's (which keeps instances
     across calls) builds a model."""
     model = instantiate(cls, resolved, file, state_follows=True)
-    model.load_state_dict(weights, strict=True)
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    model_state.load(model, weights)  # plain tensor attributes too (harness.model_state)
+    return model

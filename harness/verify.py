@@ -28,6 +28,7 @@ from kopt.harness.compare import compare_outputs
 from kopt.harness.device import resolve_device, worker_env
 from kopt.harness.errors import BadInputError
 from kopt.harness.job import as_target, candidate_files, cleanup, jobs_root, stage_job
+from kopt.harness.model_state import ATTRIBUTE_PREFIX
 from kopt.harness.paths import PACKAGE_ROOT
 from kopt.harness.steps import Steps
 from kopt.harness.targets.base import LineSink, Target, WorkerOutcome
@@ -760,6 +761,8 @@ class _Judge:
             if weights:
                 post = load_file(str(post_w)) if post_w.is_file() else {}
                 for k, staged in weights.items():
+                    if k.startswith(ATTRIBUTE_PREFIX):
+                        continue  # state forward replaces (compared as an output instead)
                     # A candidate may hold a weight in another dtype; the staged values round-trip.
                     n = (differing_elements(post[k].to(staged.dtype), staged) if k in post
                          else staged.numel())

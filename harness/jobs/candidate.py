@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from kopt.harness import model_state
 from kopt.harness.jobs.sealed import Sealed
 from kopt.harness.steps import Steps
 
@@ -289,6 +290,9 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
         return st_save({k: v.detach().to("cpu", copy=True).contiguous() for k, v in named.items()})
 
     same_bits = _same_bits  # bound before the candidate exists, as the link's calls are
+    # the model's state outside its state_dict (harness.model_state), bound likewise
+    state_calls = (model_state.load, model_state.restart, model_state.after_call)
+    attributes: dict[str, torch.Tensor] = {}
 
     device = request["device"]
     guards.set_precision(request.get("precision", "strict"))
@@ -340,7 +344,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
                     if key is not None:
                         instances[key] = model
                 stage = "load_state_dict"
-                model.load_state_dict(weights, strict=True)
+                attributes = state_calls[0](model, weights)
                 model = model.to(device).eval()
             except BaseException as err:
                 fail(stage, err)
@@ -351,7 +355,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
             send({"ev": "built"})
         elif op == "reload":  # a second state_dict loaded into the same instance
             try:
-                model.load_state_dict({k: v for k, v in st_load(msg["weights"]).items()})
+                attributes = state_calls[0](model, dict(st_load(msg["weights"])))
             except BaseException as err:
                 fail("load_state_dict", err)
                 return
@@ -378,7 +382,8 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
                 with clock("the call"):
                     seen, outs, more = _forward(model, resolved, bases, device, msg["poison"],
                                                 counter, params, send_op, views,
-                                                msg.get("cond") or {})
+                                                msg.get("cond") or {},
+                                                (attributes, *state_calls[1:]))
             except BaseException as err:
                 fail("forward", err)
                 return
@@ -471,14 +476,18 @@ def _load_candidate(path: Path) -> type[torch.nn.Module]:
 
 def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tensor], device: str,
              poison: str, counter: Any, params: dict[str, torch.Tensor], send_op: Any,
-             views: dict[str, Any] | None, cond: dict[str, Any],
+             views: dict[str, Any] | None, cond: dict[str, Any], state: tuple[Any, Any, Any],
              ) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[str, Any]]:
     """One observed forward under the call conditions `cond` (grad mode, no dispatch mode, as
     under torch.compile; through the timer's call path: `verification.conditions`): copies of
     the outputs (what leaves the process), the live outputs (kept to check them again after
-    the next call), and the facts seen."""
+    the next call), and the facts seen. `state`: (the loaded plain tensor attributes, restart,
+    after_call) of `harness.model_state`: the call starts from the loaded state, and the state
+    it leaves is an output, as in the reference job."""
     from kopt.harness.verification import conditions, draws, guards, tensors
 
+    attributes, restart, after_call = state
+    restart(model, attributes)
     inputs = draws.materialize(resolved, bases, device, views)
     guards.poison_free_device_memory(device)
     recorder = guards.OpRecorder(poison, sink=send_op)
@@ -489,6 +498,8 @@ def _forward(model: torch.nn.Module, resolved: Any, bases: dict[str, torch.Tenso
     result, mode_intact, compile_note = conditions.call_model(model, inputs, recorder, cond,
                                                               device, resolved.name)
     trace.stop()
+    if attributes:
+        result = (result, after_call(model, sorted(attributes)))
     # Before anything touches the result: a tensor subclass may compute only when touched.
     types_seen = [type(x).__module__ + "." + type(x).__qualname__
                   for x in _leaves(result) if isinstance(x, torch.Tensor)]

@@ -1,5 +1,9 @@
 """`reference`: the baseline's outputs on staged inputs, in a worker that never sees candidate code.
 
+A model with plain tensor attributes (state outside the state_dict: `harness.model_state`)
+starts every call from the staged weights' values of them, and its output is `(output, [the
+attributes after the call])`, sorted by path: what the candidate job records too.
+
 Request: `{"job": "reference", "case_dir", "device", "precision", "sets": [{"name", "groups":
 [group, ...], "weights"?, "spec"?, "views"?}]}` with `inputs/<weights>.safetensors` (default
 `weights-<set>`) and `inputs/<group>.safetensors`; `spec` and `views` describe an input set the
@@ -21,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from kopt.harness import model_state
 
 
 def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +54,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
                 job_dir / "inputs" / f"{item.get('weights', f'weights-{set_name}')}.safetensors",
                 "cpu")
             model = with_weights(cls, resolved, case.model_file, weights, device)
+            attributes = model_state.split(weights)[1]  # state beyond the state_dict
         set_facts: dict[str, Any] = {}
         for i, group in enumerate(item["groups"]):
             with steps("inputs"):
@@ -55,8 +62,11 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
                 inputs = draws.materialize(resolved, bases, device, item.get("views"))
             with steps("forward calls"):
                 recorder = guards.OpRecorder()
+                model_state.restart(model, attributes)  # every call starts from the loaded state
                 with torch.no_grad(), recorder:
                     result = model(*inputs.args, **inputs.kwargs)
+                if attributes:  # and the state it leaves is compared like an output
+                    result = (result, model_state.after_call(model, sorted(attributes)))
             with steps("write outputs"):
                 outs, structure = tensors.flatten_outputs(result)
                 tensors.save_tensors(outs, job_dir / "out" / f"ref-{group}.safetensors")
@@ -66,7 +76,8 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             if item.get("truth"):
                 with steps("float64 truth"):
                     problem = _write_truth(model, inputs,
-                                           job_dir / "out" / f"truth-{group}.safetensors")
+                                           job_dir / "out" / f"truth-{group}.safetensors",
+                                           attributes)
                 if problem:
                     set_facts["truth_error"] = problem
         facts.setdefault(set_name, set_facts)  # a set's second entry (other weights) adds outputs
@@ -81,16 +92,21 @@ def _as_float64(value: Any) -> Any:
     return value
 
 
-def _write_truth(model: torch.nn.Module, inputs: Any, file: Path) -> str | None:
-    """The baseline again in float64 (a model that casts inside forward keeps its casts); a
-    model that cannot run in float64 gets no truth and says why."""
+def _write_truth(model: torch.nn.Module, inputs: Any, file: Path,
+                 attributes: dict[str, torch.Tensor]) -> str | None:
+    """The baseline again in float64 (a model that casts inside forward keeps its casts),
+    from the loaded state (`attributes` in float64 too); a model that cannot run in float64
+    gets no truth and says why."""
     from kopt.harness.verification import tensors
 
     try:
         wide = copy.deepcopy(model).to(torch.float64)
+        model_state.restart(wide, {k: _as_float64(v) for k, v in attributes.items()})
         with torch.no_grad():
             result = wide(*_as_float64(list(inputs.args)),
                           **{k: _as_float64(v) for k, v in inputs.kwargs.items()})
+        if attributes:
+            result = (result, model_state.after_call(wide, sorted(attributes)))
         outs, _structure = tensors.flatten_outputs(result)
         tensors.save_tensors([o.to(torch.float64) if o.is_floating_point() else o for o in outs],
                              file)

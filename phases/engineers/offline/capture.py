@@ -56,6 +56,7 @@ from kopt.phases.engineers.offline.graph import (
     norm_dim,
     normalize,
     scan_after_fill,
+    state_var,
 )
 from kopt.phases.engineers.offline.in_place import out_of_place
 from kopt.phases.engineers.offline.layout import constructor_ints
@@ -406,7 +407,7 @@ def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any],
                 # torch's own deprecation inside export's copy of the input spec: nothing a
                 # user can act on, and it was the one stray line in `kopt run`'s output
                 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-                with whole_recurrent_layers():
+                with whole_recurrent_layers(), _attributes_as_buffers(model) as state:
                     ep = torch.export.export(model, tuple(a), kw, dynamic_shapes=ds)
                 if dynamic and traced is not None and not _takes(ep, args):
                     # the widened leading size met another input's size and export made them
@@ -416,11 +417,38 @@ def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any],
                     out_of_place(ep.graph_module)
                 except Exception:  # noqa: BLE001 - a saving of time: the program as exported is right
                     pass
-                return ep.run_decompositions(_decomposition_table()), dynamic
+                ep = ep.run_decompositions(_decomposition_table())
+                ep.kopt_state = state  # read by lower_program
+                return ep, dynamic
         except Exception as err:  # noqa: BLE001 - any export failure: try static, then report
             errors.append(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
     raise EngineerError(f"torch.export could not capture the model ({errors[-1]})",
                         fix="make forward traceable (no data-dependent Python control flow)")
+
+
+@contextmanager
+def _attributes_as_buffers(model: torch.nn.Module) -> Iterator[tuple[str, ...]]:
+    """Plain tensor attributes (`self.hidden = torch.randn(...)`: state outside the
+    state_dict, `harness.model_state`) made non-persistent buffers while export runs, and
+    their dotted paths: export then lifts each as an input read at every call, instead of a
+    constant holding the traced value, and records forward's `self.hidden = h` as a buffer
+    mutation, which `lower_program` turns into a state write. Put back as they were after."""
+    moved: list[tuple[torch.nn.Module, str, torch.Tensor]] = []
+    paths: list[str] = []
+    for path, module in list(model.named_modules()):
+        for name in _tensor_attributes(module):
+            value = vars(module)[name]
+            delattr(module, name)
+            module.register_buffer(name, value, persistent=False)
+            moved.append((module, name, value))
+            paths.append(f"{path}.{name}" if path else name)
+    try:
+        yield tuple(paths)
+    finally:
+        for module, name, value in moved:  # the value before export (it traced a copy)
+            module._buffers.pop(name, None)
+            module._non_persistent_buffers_set.discard(name)
+            object.__setattr__(module, name, value)
 
 
 def _takes(ep: Any, args: list[Any]) -> bool:
@@ -492,6 +520,11 @@ def _size(s: Any) -> tuple[int, Any]:
     return int(s), int(s)
 
 
+STATE_INDEX = 1_000_000
+"""Where the indices of state inputs (`InputInfo.index`) start: after every forward argument,
+in the order forward reads them."""
+
+
 MAX_EXPORTED_OPS = 10_000
 """The most calls an exported program may have for the offline engineer to lower and
 partition it (ResNet101 has 452). Past this a Python loop was unrolled (a
@@ -521,6 +554,7 @@ def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None,
     non_persistent = set(getattr(sig, "non_persistent_buffers", set()))
     user_inputs = [s.arg.name for s in sig.input_specs if s.kind.name == "USER_INPUT"]
     fwd_names = _forward_arg_names(ep, len(user_inputs))
+    state = set(getattr(ep, "kopt_state", ()))
 
     for fx in ep.graph.nodes:
         if fx.op == "placeholder":
@@ -541,6 +575,11 @@ def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None,
             if fx.name in params:
                 inputs[node.name] = InputInfo("param", params[fx.name])
                 b.state_keys[node] = ("param", params[fx.name])
+            elif fx.name in buffers and buffers[fx.name] in state:
+                key = buffers[fx.name]  # a plain tensor attribute: read at every call
+                inputs[node.name] = InputInfo("state", key, index=STATE_INDEX + len(b.arg_names))
+                b.arg_names[node] = state_var(key)
+                b.arg_sizes[state_var(key)] = []
             elif fx.name in buffers:
                 key = buffers[fx.name]
                 value = ep.constants.get(key) if key in non_persistent else None
@@ -567,9 +606,14 @@ def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None,
             outs = fx.args[0]
             outputs = [env[o.name] if isinstance(o, torch.fx.Node) else o for o in outs]
     user_outputs = [s for s in sig.output_specs if s.kind.name == "USER_OUTPUT"]
-    outputs = outputs[len(outputs) - len(user_outputs):]
+    # State writes (`self.hidden = h`) after forward's own outputs; other buffer mutations
+    # are not kept, as before
+    writes = [(spec.target, out) for spec, out in zip(sig.output_specs, outputs, strict=False)
+              if spec.kind.name == "BUFFER_MUTATION" and spec.target in state]
+    outputs = outputs[len(outputs) - len(user_outputs):] + [out for _, out in writes]
     spec = "single" if ep.call_spec.out_spec is not None and ep.call_spec.out_spec.is_leaf() else "tuple"
-    return Graph(b.nodes, inputs, outputs, spec, {**symbols, **b.symbols}, dict(b.attributes))
+    return Graph(b.nodes, inputs, outputs, spec, {**symbols, **b.symbols}, dict(b.attributes),
+                 [key for key, _ in writes])
 
 
 def _forward_arg_names(ep: Any, n: int) -> list[str]:

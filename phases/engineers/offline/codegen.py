@@ -16,7 +16,7 @@ from kopt.harness.case import Case
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.fallback import torch_region
 from kopt.phases.engineers.offline.fusion import NHWC_CONV, Group, Partition
-from kopt.phases.engineers.offline.graph import CACHED_CAT, Node, Sym
+from kopt.phases.engineers.offline.graph import CACHED_CAT, Node, Sym, state_var
 from kopt.phases.engineers.offline.graph_replay import graph_constants, graph_runner
 from kopt.phases.engineers.offline.kernels import (
     ROW_BLOCK,
@@ -520,18 +520,20 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     """The candidate file's source, and notes on what was fixed at traced values."""
     fw = ForwardWriter(part, kernels)
     graph = part.graph
-    args = [info for info in graph.inputs.values() if info.kind in ("arg", "kwarg", "scalar")]
+    args = [info for info in graph.inputs.values() if info.kind in ("arg", "kwarg", "scalar", "state")]
     args.sort(key=lambda i: i.index)
     for n in graph.nodes:
         if n.op == "input":
             info = graph.inputs[n.name]
             if info.kind in ("arg", "kwarg"):
                 fw.var[n] = info.key
+            elif info.kind == "state":
+                fw.var[n] = state_var(info.key)
             elif info.kind in ("param", "buffer"):
                 fw.var[n] = f"p_{n.name}"
             else:
                 fw.var[n] = f"c_{n.name}"
-    tensor_args = [a for a in args if a.kind != "scalar"]
+    tensor_args = [a for a in args if a.kind in ("arg", "kwarg")]
     fw.lines.append(f"device = {tensor_args[0].key}.device" if tensor_args else
                     "device = next(self.parameters()).device")
     slots = state_slots(graph)
@@ -553,7 +555,8 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
         else:
             fw.node(step)
     outs = [fw.arg(o) for o in graph.outputs]
-    ret = outs[0] if graph.out_spec == "single" and len(outs) == 1 else "(" + ", ".join(outs) + ",)"
+    single = graph.out_spec == "single" and len(outs) == 1  # (state writes: a tuple, unpacked by forward)
+    ret = outs[0] if single else "(" + ", ".join(outs) + ",)"
     fw.lines.append(f"return {ret}")
 
     tunables = {k.name: k.tunables for k in kernels.values()}
@@ -685,6 +688,12 @@ def state_slots(graph: Any) -> dict[tuple[str, str], tuple[int, str]]:
     return slots
 
 
+def _owner(path: str) -> str:
+    """ModelNew's expression for the plain tensor attribute at dotted `path`."""
+    owner, _, leaf = path.rpartition(".")
+    return f'_submodule(self, "{owner}").{leaf}' if owner else f"self.{leaf}"
+
+
 def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], body: list[str]) -> str:
     lines = ["", "", "class ModelNew(nn.Module):",
              f'    """{case.name} with its hot path in the Triton kernels above; same constructor and state_dict as Model."""',
@@ -703,6 +712,11 @@ def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], bod
                          f'requires_grad={p.dtype.is_floating_point}))')
         else:
             lines.append(f'        {owner}.register_buffer("{leaf}", {tensor})')
+    for info in sorted((i for i in graph.inputs.values() if i.kind == "state"), key=lambda i: i.index):
+        n = next(n for n in graph.nodes if graph.inputs.get(n.name) is info)
+        shape = ", ".join(str(s) for s in n.shape) + ("," if len(n.shape) == 1 else "")
+        lines.append(f"        {_owner(info.key)} = torch.zeros(({shape}), dtype={n.dtype})"
+                     "  # state outside the state_dict: Model's own value is set on it")
     for attr, source in sorted(graph.attributes.items()):
         lines.append(f"        self.{attr} = {source}  # a size forward reads (Model fixes it from {source})")
     for n in graph.nodes:
@@ -725,14 +739,33 @@ def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], bod
     lines.append("        self._kopt_graphs = {}")
     lines.append("        self._kopt_pool = None  # the graphs' shared memory pool, made at the first capture")
     lines.append("        self._kopt_last_inputs = None  # the last call's input addresses (graph_replay)")
-    fwd_args = ", ".join(a.key for a in args)
+    user = [a for a in args if a.kind != "state"]
+    state = [a for a in args if a.kind == "state"]
+    fwd_args = ", ".join(a.key for a in user)
     params = f"self{', ' + fwd_args if fwd_args else ''}"
+    tensors = [a.key for a in user if a.kind != "scalar"]
+    device = f"{tensors[0]}.device" if tensors else "next(self.parameters()).device"
+    call_args = [a.key for a in user] + [_owner(a.key) for a in state]
+    inner = ", ".join([*(a.key for a in user), *(state_var(a.key) for a in state)])
     # Triton kernels compute no gradients: forward runs as inference under autograd too (a
     # library product into an `out=` buffer refuses weights that require grad otherwise).
-    lines += ["", "    @torch.no_grad()",
-              f"    def forward({params}):",
-              f"        return _graphed(self, self._kopt_forward, ({fwd_args}{',' if args else ''}))",
-              "", f"    def _kopt_forward({params}):"]
+    lines += ["", "    @torch.no_grad()", f"    def forward({params}):"]
+    # state outside the state_dict, read at every call: moved where forward runs (`.to()` does
+    # not move a plain attribute) and kept there, so later calls copy nothing; passed in like
+    # an input, which a CUDA graph copies in
+    lines += [f"        {_owner(a.key)} = {_owner(a.key)}.to({device})" for a in state]
+    call = f"_graphed(self, self._kopt_forward, ({', '.join(call_args)}{',' if call_args else ''}))"
+    if graph.state_writes:
+        n = len(graph.state_writes)
+        lines.append(f"        out = {call}")
+        for i, path in enumerate(graph.state_writes):
+            lines.append(f"        {_owner(path)} = out[{i - n}]  # forward's `self.{path} = ...`")
+        kept = len(graph.outputs) - n
+        lines.append("        return " + ("out[0]" if graph.out_spec == "single" and kept == 1
+                                          else f"out[:{kept}]"))
+    else:
+        lines.append(f"        return {call}")
+    lines += ["", f"    def _kopt_forward(self{', ' + inner if inner else ''}):"]
     lines += [f"        {line}" for line in body]
     helper = ['', '', 'def _submodule(root, path):',
               '    """The (created on first use) submodule at a dotted state_dict path."""',

@@ -148,9 +148,10 @@ class InputInfo:
     """Where a graph input comes from in the candidate's forward."""
 
     kind: str
-    """`arg` (a positional forward argument), `kwarg`, `param`, `buffer`, `constant`."""
+    """`arg` (a positional forward argument), `kwarg`, `param`, `buffer`, `constant`, `state`
+    (a plain tensor attribute: state outside the state_dict, read at every call)."""
     key: str
-    """Argument name or state_dict key."""
+    """Argument name, state_dict key, or the attribute's dotted path."""
     index: int = 0
     value: torch.Tensor | None = None
     """For `constant` (and non-persistent buffers): the tensor to embed."""
@@ -172,6 +173,9 @@ class Graph:
     attributes: dict[str, str] = field(default_factory=dict)
     """ModelNew attribute -> the constructor argument it keeps (`_kopt_num_groups` ->
     `num_groups`): a size the model fixes from its constructor, read in forward."""
+    state_writes: list[str] = field(default_factory=list)
+    """Dotted paths of the plain tensor attributes forward replaces, in order: the last
+    `len(state_writes)` entries of `outputs` are their new values (not forward's return)."""
 
     def users(self) -> dict[Node, list[Node]]:
         users: dict[Node, list[Node]] = {n: [] for n in self.nodes}
@@ -180,6 +184,11 @@ class Graph:
                 if n not in users[i]:
                     users[i].append(n)
         return users
+
+
+def state_var(path: str) -> str:
+    """The generated forward's variable for the plain tensor attribute at `path`."""
+    return "state_" + re.sub(r"[^A-Za-z0-9_]", "_", path)
 
 
 def is_float(dtype: torch.dtype) -> bool:
@@ -223,6 +232,8 @@ def _size_step(node: Node, dim: int) -> tuple[Node, int] | None:
         if dim == node.rank - 2:
             return a, a.rank - 2
         return None
+    if node.op == "fallback" and str(node.target) == "aten.copy.default" and args:
+        return args[0], dim  # copy(dst, src): dst's shape (src broadcast into it)
     if node.op == "fallback" and "convolution" in str(node.target) and len(args) >= 2:
         transposed = len(node.args) > 6 and node.args[6] is True
         groups = node.args[8] if len(node.args) > 8 else 1
