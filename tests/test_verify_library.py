@@ -44,6 +44,9 @@ def test_a_library_family_the_baseline_calls_is_kept_whole() -> None:
     # an LSTM is oneDNN's fused layer on the CPU and cuDNN's on a GPU: kept, not a fallback
     rnn = library_ops_of({"mkldnn_rnn_layer", "addmm"})
     assert {"_cudnn_rnn", "mkldnn_rnn_layer", "mm"} <= rnn and "sigmoid" not in rnn
+    # oneDNN's layer stacks its layers' final states through ATen: the layer's work, kept
+    # with it, never on its own
+    assert "stack" in rnn and library_ops_of({"stack", "add"}) == frozenset()
 
 
 def test_the_channel_carries_shapes_and_scalars_marshal_refuses() -> None:

@@ -68,9 +68,21 @@ may become `mm` plus a fused bias); they are not a fallback."""
 LIBRARY_OPS = frozenset().union(*LIBRARY_FAMILIES.values())
 
 
+FAMILY_INTERNALS: dict[str, frozenset[str]] = {
+    # oneDNN's LSTM on the CPU runs a `mkldnn_rnn_layer` per layer and stacks their final
+    # states with ATen's `stack` (cuDNN returns them whole): the layer's own work
+    "recurrent": frozenset({"stack"}),
+}
+"""Ops a library family's own implementation calls through the dispatcher, where a recorder
+sees them beside the family's kernels; kept with the family when the baseline calls it (never
+on their own)."""
+
+
 def library_ops_of(ops: set[str]) -> frozenset[str]:
-    """Every op of the library families that `ops` (a baseline's compute ops) calls."""
-    return frozenset().union(*(f for f in LIBRARY_FAMILIES.values() if ops & f))
+    """Every op of the library families that `ops` (a baseline's compute ops) calls, with
+    what those families' implementations call (`FAMILY_INTERNALS`)."""
+    return frozenset().union(*(f | FAMILY_INTERNALS.get(name, frozenset())
+                               for name, f in LIBRARY_FAMILIES.items() if ops & f))
 
 
 ALLOC_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
