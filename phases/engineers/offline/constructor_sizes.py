@@ -29,7 +29,7 @@ from typing import Any
 import sympy
 from torch.utils._sympy.functions import FloatPow, FloorDiv, IntTrueDiv
 
-from kopt.phases.engineers.offline.graph import Graph, Node, constructor_symbol, keep_argument
+from kopt.phases.engineers.offline.graph import Graph, Node, Sym, constructor_symbol, keep_argument
 from kopt.phases.engineers.offline.lead import Fit, Mismatch, generalise
 
 MAX_DENOMINATOR = 64
@@ -147,9 +147,16 @@ def has_constructor_numbers(graph: Graph, ints: dict[str, int]) -> bool:
             {len(sizes) - j for j in range(1, k + 1) if sizes[-j] == x.sym[-j]}
         return [v for j, v in enumerate(sizes) if j not in shared]
 
+    def holds(v: Any) -> bool:
+        """An integer among `values`, or a size expression with one among its numbers (a
+        view's `T // 64` where the model splits T into blocks of its `block_len`)."""
+        if type(v) is int:
+            return v in values
+        expr = v.expr if isinstance(v, Sym) else v if isinstance(v, sympy.Expr) else None
+        return expr is not None and any(int(a) in values for a in expr.atoms(sympy.Integer))
+
     for n in graph.nodes:
-        if n.op in ("view", "expand") and len(n.args) >= 2 and \
-                any(type(v) is int and v in values for v in own_sizes(n)):
+        if n.op in ("view", "expand") and len(n.args) >= 2 and any(holds(v) for v in own_sizes(n)):
             return True
         # whole floats are left out: a pool's divisor 8.0 is sqrt(64) of a channel count by
         # chance far more often than a scale the constructor sets (KernelBench level-2 38)
