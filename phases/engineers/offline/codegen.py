@@ -713,9 +713,9 @@ def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], bod
         else:
             lines.append(f'        {owner}.register_buffer("{leaf}", {tensor})')
     for info in sorted((i for i in graph.inputs.values() if i.kind == "state"), key=lambda i: i.index):
-        n = next(n for n in graph.nodes if graph.inputs.get(n.name) is info)
-        shape = ", ".join(str(s) for s in n.shape) + ("," if len(n.shape) == 1 else "")
-        lines.append(f"        {_owner(info.key)} = torch.zeros(({shape}), dtype={n.dtype})"
+        n = next((n for n in graph.nodes if graph.inputs.get(n.name) is info), None)
+        shape = (", ".join(str(s) for s in n.shape) + ("," if len(n.shape) == 1 else "")) if n else "0,"
+        lines.append(f"        {_owner(info.key)} = torch.zeros(({shape}), dtype={n.dtype if n else torch.float32})"
                      "  # state outside the state_dict: Model's own value is set on it")
     for attr, source in sorted(graph.attributes.items()):
         lines.append(f"        self.{attr} = {source}  # a size forward reads (Model fixes it from {source})")
