@@ -390,18 +390,23 @@ def _quiet(name: str) -> Iterator[None]:
 def _export(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any],
             traced: tuple[list[Any], dict[str, Any]] | None = None) -> tuple[Any, bool]:
     """The exported program and whether its sizes are symbolic: a dynamic export on `traced`
-    (inputs of the same set that export does not specialise; default `args`, `kwargs`), else
-    a static one on `args`, `kwargs`."""
-    def dims(v: Any) -> Any:
-        return {i: Dim.AUTO for i in range(v.dim())} if isinstance(v, torch.Tensor) else None
+    (inputs of the same set that export does not specialise; default `args`, `kwargs`); where
+    that fails, one whose leading sizes alone are symbolic (a `view` after `AvgPool2d(7)` over
+    symbolic spatial sizes asks the solver an inequality it cannot solve: a MobileNet), else a
+    static one on `args`, `kwargs`."""
+    def dims(v: Any, lead_only: bool) -> Any:
+        if not isinstance(v, torch.Tensor):
+            return None
+        return {i: Dim.AUTO for i in range(min(v.dim(), 1) if lead_only else v.dim())}
 
     errors = []
-    for dynamic in (True, False):
+    for dynamic, lead_only in ((True, False), (True, True), (False, False)):
         try:
             ds, a, kw = None, args, kwargs
             if dynamic:
                 a, kw = traced or (args, kwargs)
-                ds = {"args": tuple(dims(v) for v in a), "kwargs": {k: dims(v) for k, v in kw.items()}}
+                ds = {"args": tuple(dims(v, lead_only) for v in a),
+                      "kwargs": {k: dims(v, lead_only) for k, v in kw.items()}}
                 ds = _match_signature(model, a, kw, ds)
             with torch.no_grad(), warnings.catch_warnings(), _quiet(SOLVER_LOGGER), _quiet(SPECIALISED_LOGGER):
                 # torch's own deprecation inside export's copy of the input spec: nothing a
