@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -62,9 +63,7 @@ def test_a_cell_that_carries_its_hidden_state_is_verified_and_its_state_checked(
     a call leaves like an output."""
     from kopt.harness.verify import verify_candidates
 
-    case = _constructor_case(tmp_path, "rnn", "inp, hidden, out", RNN_LAYERS, RNN_FORWARD,
-                             "inp: 24, hidden: 20, out: 12", [4, 24],
-                             "inp: 12, hidden: 10, out: 6", [4, 12])
+    case = _rnn_case(tmp_path)
     result = generate_candidate(case, input_set="smoke")
     assert "self.hidden = out[-1]" in result.source, result.source[-2500:]
     assert "_kopt_c_" not in result.source  # no traced value embedded
@@ -80,3 +79,44 @@ def test_a_cell_that_carries_its_hidden_state_is_verified_and_its_state_checked(
     assert reports[0].accepted, reports[0].to_text()
     assert "correct" in reports[1].failed(), reports[1].to_text()
     assert "correct" in reports[2].failed(), reports[2].to_text()
+
+
+def _chained(case, source: str, tmp_path: Path, device: str) -> None:
+    """Reference and candidate called three times in a row, each call's state carried into
+    the next (the verifier restarts every compared call; a user's loop does not)."""
+    import importlib.util
+
+    from kopt.harness.data import agent_provide_inputs, build_model
+
+    file = tmp_path / f"chained_{device}.py"
+    file.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"chained_{device}", file)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.FORWARD_STEPS = 100  # on a GPU: a graph pays, so calls two and three replay one
+    ref = build_model(case, "smoke", device=device)
+    cand = build_model(case, "smoke", device=device, cls=mod.ModelNew)
+    x = agent_provide_inputs(case, "smoke", device=device).args[0]
+    with torch.no_grad():
+        for step in range(3):
+            xi = x * (step + 1)
+            torch.testing.assert_close(cand(xi), ref(xi), atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(cand.hidden.to(device), ref.hidden.to(device),
+                                       atol=1e-4, rtol=1e-4)
+
+
+def _rnn_case(tmp_path: Path):  # type: ignore[no-untyped-def]
+    return _constructor_case(tmp_path, "rnn", "inp, hidden, out", RNN_LAYERS, RNN_FORWARD,
+                             "inp: 24, hidden: 20, out: 12", [4, 24],
+                             "inp: 12, hidden: 10, out: 6", [4, 12])
+
+
+def test_the_state_carries_from_call_to_call(tmp_path: Path) -> None:
+    case = _rnn_case(tmp_path)
+    _chained(case, generate_candidate(case, input_set="smoke").source, tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+def test_the_state_carries_through_replayed_cuda_graphs(tmp_path: Path) -> None:
+    case = _rnn_case(tmp_path)
+    _chained(case, generate_candidate(case, input_set="smoke").source, tmp_path, "cuda")
