@@ -351,6 +351,5 @@ def with_weights(cls: type[torch.nn.Module], resolved: ResolvedInputSet, file: P
     on `device` in eval mode: how every worker job but the candidate's (which keeps instances
     across calls) builds a model."""
     model = instantiate(cls, resolved, file, state_follows=True)
-    model = model.to(device).eval()
     model_state.load(model, weights)  # plain tensor attributes too (harness.model_state)
-    return model
+    return model.to(device).eval()  # (after the load, as before: a cache made at .to() sees the weights)
