@@ -26,6 +26,7 @@ from torch.fx.experimental.symbolic_shapes import is_concrete_int
 from kopt.harness.case import Case
 from kopt.harness.data import build_model
 from kopt.harness.errors import EngineerError
+from kopt.harness.model_state import tensor_attributes
 from kopt.phases.engineers.offline.constructor_sizes import (
     generalise_constructor,
     has_constructor_numbers,
@@ -325,16 +326,9 @@ def _meta_model(case: Case, input_set: str) -> torch.nn.Module | None:
             model = instantiate(model_class(case), case.input_set(input_set), case.model_file)
     except Exception:  # noqa: BLE001 - a constructor that needs real tensors
         return None
-    if any(m._non_persistent_buffers_set or _tensor_attributes(m) for m in model.modules()):
-        return None  # values the candidate embeds: built on the CPU, with its draws
+    if tensor_attributes(model) or any(m._non_persistent_buffers_set for m in model.modules()):
+        return None  # buffer values the candidate embeds, state it reads: built on the CPU, with its draws
     return model.eval()
-
-
-def _tensor_attributes(module: torch.nn.Module) -> list[str]:
-    """Plain tensor attributes of `module` (`self.hidden = torch.randn(...)`), neither
-    parameters nor buffers: export lifts them as constants whose values the candidate embeds,
-    which a meta build does not have."""
-    return [k for k, v in vars(module).items() if isinstance(v, torch.Tensor)]
 
 
 def example_inputs(case: Case, input_set: str | Any, device: str = "cpu"
@@ -439,16 +433,15 @@ def _attributes_as_buffers(model: torch.nn.Module) -> Iterator[tuple[str, ...]]:
     constant holding the traced value, and records forward's `self.hidden = h` as a buffer
     mutation, which `lower_program` turns into a state write. Put back as they were after."""
     moved: list[tuple[torch.nn.Module, str, torch.Tensor]] = []
-    paths: list[str] = []
-    for path, module in list(model.named_modules()):
-        for name in _tensor_attributes(module):
-            value = vars(module)[name]
-            delattr(module, name)
-            module.register_buffer(name, value, persistent=False)
-            moved.append((module, name, value))
-            paths.append(f"{path}.{name}" if path else name)
+    found = tensor_attributes(model)
+    for path, value in found.items():
+        owner, _, name = path.rpartition(".")
+        module = model.get_submodule(owner) if owner else model
+        delattr(module, name)
+        module.register_buffer(name, value, persistent=False)
+        moved.append((module, name, value))
     try:
-        yield tuple(paths)
+        yield tuple(found)
     finally:
         for module, name, value in moved:  # the value before export (it traced a copy)
             module._buffers.pop(name, None)
