@@ -64,12 +64,12 @@ def test_cublas_is_the_default_for_large_products_only(workspace: Path) -> None:
     assert {tiny.KOPT_CONFIG[k]["BACKEND"] for k in _matmul_kernels(tiny)} == {"triton"}
 
 
-@pytest.mark.parametrize(("dtype", "backend"), [("float32", "cublas"), ("bfloat16", "triton")])
-def test_a_small_strict_float32_product_defaults_to_cublas(workspace: Path, dtype: str,
-                                                          backend: str) -> None:
-    """At strict precision Triton's float32 template has no tensor cores (`ieee`), and lost to
-    cuBLAS on every lone level-1 product: a small fp32 product with an epilogue takes cuBLAS's
-    product by default; a small bf16 one keeps the one fused kernel."""
+@pytest.mark.parametrize(("dtype", "backend"), [("float32", "triton"), ("bfloat16", "triton")])
+def test_a_small_strict_float32_product_keeps_the_fused_template(workspace: Path, dtype: str,
+                                                                backend: str) -> None:
+    """At strict precision Triton's float32 template multiplies on tensor cores in TF32x3
+    (`input_precision="tf32x3"`): a small fp32 product with an epilogue keeps the one fused
+    kernel by default, as a bf16 one does (the search times cuBLAS's product beside it)."""
     d = workspace / f"small_{dtype}"
     d.mkdir()
     (d / "model.py").write_text(
@@ -81,7 +81,9 @@ def test_a_small_strict_float32_product_defaults_to_cublas(workspace: Path, dtyp
         "device: cpu\ntolerance: {atol: 3.0e-2, rtol: 3.0e-2, rel: 1.0e-2}\n")
     case = load_case_dir(d)
     assert case.manifest.precision == "strict"
-    module = _load_candidate(generate_candidate(case).source, workspace, f"small_{dtype}")
+    source = generate_candidate(case).source
+    assert ('input_precision="tf32x3"' in source) == (dtype == "float32")
+    module = _load_candidate(source, workspace, f"small_{dtype}")
     (k,) = _matmul_kernels(module)
     assert module.KOPT_CONFIG[k]["BACKEND"] == backend
     _check_case(case, module, "main")

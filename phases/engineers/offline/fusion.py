@@ -808,11 +808,17 @@ non-persistent template reaches ~70% of an H100's peak and cuBLAS ~80%."""
 
 
 def library_product(mm: Node, precision: str = "strict") -> bool:
-    """Whether product `mm` defaults to cuBLAS (see `matmul_backend`): float32 at `strict`
-    precision, or M*N*K (times batch) of at least CUBLAS_MIN_WORK."""
+    """Whether product `mm` defaults to cuBLAS (see `matmul_backend`): M*N*K (times batch) of
+    at least CUBLAS_MIN_WORK, except float32 at `strict` precision, which starts on Triton's
+    template with TF32x3 products (`kernels.writer.STRICT_FLOAT32_DOT`) against cuBLAS's FMA
+    kernels. H200, 2026-11-30 (`benchmarks/f32_dot_gpu.py`): a GEMM with its epilogue (KernelBench
+    level-2 12 and 76) 1.96 / 1.93 ms against cuBLAS + epilogue 2.91 / 2.90 and eager 2.78 /
+    2.85; a lone product with B transposed 1.79 against 2.81; but square, irregular and
+    tall-skinny lone products 0.45-0.71x of cuBLAS. The region search and the accelerator time
+    cuBLAS's product (`BACKEND`) and keep the faster."""
     a = mm.args[0]
     if a.dtype == torch.float32 and precision == "strict":
-        return True
+        return False
     work = 1
     for s in mm.shape:
         work *= s

@@ -24,6 +24,7 @@ from kopt.phases.engineers.offline.kernels.writer import (
     _origins,
     _store_type,
     _Writer,
+    float32_dot,
 )
 from kopt.phases.engineers.offline.pointwise import (
     TL_TYPES,
@@ -121,12 +122,7 @@ def attention_kernel(group: Group, part: Partition, sym_code: Any, name: str, pr
     x = w.write_chain()
     body = w.lines
     half = q.dtype in (torch.float16, torch.bfloat16)
-    dot_kw = ""
-    if q.dtype == torch.float32:
-        # strict float32 on tensor cores: each operand split into a TF32 high part and a TF32
-        # remainder, three products (about float32's accuracy); "ieee" runs on the FMA units,
-        # where both products of an H200 ran 11x slower than eager's cuBLAS + softmax
-        dot_kw = ', input_precision="tf32x3"' if precision == "strict" else ', input_precision="tf32"'
+    dot_kw = float32_dot(q.dtype, precision)
     to_v = "p"
     if q.dtype == torch.bfloat16:
         w.helpers.add("_to_bf16")

@@ -49,7 +49,12 @@ from kopt.phases.engineers.offline.convolution import (
     walks_classes,
 )
 from kopt.phases.engineers.offline.fusion import Group, Partition
-from kopt.phases.engineers.offline.kernels.writer import KernelSource, _origins, _store_type
+from kopt.phases.engineers.offline.kernels.writer import (
+    KernelSource,
+    _origins,
+    _store_type,
+    float32_dot,
+)
 
 # Launch parameters: the matmul template's tile shapes narrowed along N (a group's output
 # channels are often 64 or fewer) and along K for float32 (as matmul.py's). Not tuned: at these
@@ -162,9 +167,7 @@ def conv_kernel(group: Group, part: Partition, name: str, precision: str) -> Ker
     sp = range(dims)
     dtype = str(x.dtype).removeprefix("torch.")
     kind = f"conv_transpose{dims}d" if transposed else f"conv{dims}d"
-    dot_kw = ""
-    if x.dtype == torch.float32:
-        dot_kw = ', input_precision="ieee"' if precision == "strict" else ', input_precision="tf32"'
+    dot_kw = float32_dot(x.dtype, precision)
     helpers: set[str] = set()
     if conv.dtype == torch.bfloat16:
         helpers.add("_to_bf16")

@@ -17,6 +17,7 @@ from kopt.phases.engineers.offline.kernels.writer import (
     _Scope,
     _store_type,
     _Writer,
+    float32_dot,
 )
 from kopt.phases.engineers.offline.pointwise import TL_TYPES, Operand, compute_type
 
@@ -82,9 +83,7 @@ def matmul_kernel(group: Group, part: Partition, sym_code: Any, name: str, preci
                f"{v.as_type(compute_type(y.dtype))}.to({_store_type(y.dtype)}), mask=mask)  # {y.name}")
     epilogue = w.lines
     r = len(group.domain)
-    dot_kw = ""
-    if a.dtype == torch.float32:
-        dot_kw = ', input_precision="ieee"' if precision == "strict" else ', input_precision="tf32"'
+    dot_kw = float32_dot(a.dtype, precision)
     flops = "2*M*N*K" + (" * batch" if batched else "")
     kernel = [
         "@triton.jit",

@@ -401,6 +401,23 @@ class _Writer:
             self.emit(f"tl.store(y{o}_ptr + {offset}, {val}.to({_store_type(n.dtype)}){m})")
 
 
+STRICT_FLOAT32_DOT = "tf32x3"
+"""How a template's `tl.dot` multiplies float32 operands at the case's `strict` precision:
+each operand split into a TF32 high part and a TF32 remainder, three tensor-core products
+(about float32's accuracy; the verifier compares against float64 truth). "ieee" runs on the
+FMA units: an H200's attention ran both products 11x slower than eager's cuBLAS, and the
+implicit-GEMM convolution and matmul templates lost to cuDNN's and cuBLAS's strict float32
+kernels on every KernelBench level-1 shape measured (0.32-0.98x)."""
+
+
+def float32_dot(dtype: torch.dtype, precision: str) -> str:
+    """The `input_precision` keyword of a template's `tl.dot` over `dtype` operands ("" for
+    half types): STRICT_FLOAT32_DOT at `strict`, one TF32 product at `tf32`."""
+    if dtype != torch.float32:
+        return ""
+    return f', input_precision="{STRICT_FLOAT32_DOT if precision == "strict" else "tf32"}"'
+
+
 def _store_type(dtype: torch.dtype) -> str:
     """Round to nearest even when narrowing (the interpreter would otherwise truncate)."""
     if dtype in (torch.float16, torch.bfloat16):
