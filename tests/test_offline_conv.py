@@ -15,6 +15,7 @@ import torch
 from kopt.harness.case import load_case, load_case_dir
 from kopt.harness.data import agent_provide_inputs, build_model
 from kopt.phases.engineers.offline import generate_candidate
+from kopt.phases.engineers.offline.fusion import FORWARD_CONV_TO_CUDNN
 from kopt.workbench.cli import main as kopt
 from tests.test_offline import _check_case, _load_candidate
 from tests.test_offline_fusion import _accepted_on_cpu, _constructor_case
@@ -334,19 +335,28 @@ def test_a_convolution_sized_by_its_constructor_is_accepted_by_the_verifier(tmp_
     _accepted_on_cpu(tmp_path, case, result.source)
 
 
-def test_a_convolution_read_through_a_view_is_generated_before_the_product(
+def test_a_convolution_read_through_a_view_is_generated_only_when_alone(
         tmp_path: Path) -> None:
-    """A view is not an epilogue cuDNN's output could hand its pass to: the convolution is
-    generated, then the flattened features go into the linear layer's kernel."""
+    """A view is not an epilogue cuDNN's output could hand its pass to. Beside the model's
+    other kernels such a forward convolution stays in cuDNN (the template lost to it on every
+    measured shape) and the flattened features go into the linear layer's kernel; a model that
+    is the convolution and a view keeps the template, so there is a candidate to compare."""
     case = _constructor_case(
         tmp_path, "conv_linear", "c",
         ["self.conv = nn.Conv1d(c, 4, 3, stride=2)", "self.fc = nn.Linear(4 * 5, 3)"],
         ["return self.fc(self.conv(x).flatten(1))"], "c: 3", [2, 3, 11], "c: 5", [2, 5, 11])
     result = generate_candidate(case)
-    assert [k["kind"] for k in result.kernels] == ["conv", "matmul"]
+    assert [k["kind"] for k in result.kernels] == ["matmul"]
+    assert [u["reason"] for u in result.unfused if "convolution" in u["op"]] == [FORWARD_CONV_TO_CUDNN]
     _check_case(case, _load_candidate(result.source, tmp_path, "conv_linear"), "main")
     _check_case(case, _load_candidate(generate_candidate(case, input_set="smoke").source,
                                       tmp_path, "conv_linear_smoke"), "smoke")
+    alone = _constructor_case(
+        tmp_path, "conv_alone", "c", ["self.conv = nn.Conv1d(c, 4, 3, stride=2)"],
+        ["return self.conv(x).flatten(1)"], "c: 3", [2, 3, 11], "c: 5", [2, 5, 11])
+    result = generate_candidate(alone)
+    assert [k["kind"] for k in result.kernels] == ["conv"]
+    _check_case(alone, _load_candidate(result.source, tmp_path, "conv_alone"), "main")
 
 
 KERNELBENCH_CONVS = ["67_conv_standard_1D.py",

@@ -598,6 +598,7 @@ def partition(graph: Graph, policy: FusionPolicy | None = None,
         simplify(graph)  # what the moved ops read before is dead
     for n in graph.nodes:
         p.place(n)
+    _forward_convolutions_to_cudnn(p)
     users = graph.users()
     outputs = {o for o in graph.outputs if isinstance(o, Node)}
     # Shape-only nodes that something outside the kernels needs get a kernel of their own.
@@ -643,6 +644,33 @@ def partition(graph: Graph, policy: FusionPolicy | None = None,
             g.nhwc = True
     steps = _schedule(p, graph, generated)
     return Partition(graph, p.groups, steps, generated, p.unfused, attention)
+
+
+FORWARD_CONV_TO_CUDNN = ("a forward convolution that nothing fused reads stays in cuDNN "
+                         "beside the model's other kernels")
+
+
+def _forward_convolutions_to_cudnn(p: _Partitioner) -> None:
+    """The implicit-GEMM template of a forward (not transposed) convolution lost to cuDNN's
+    strict float32 kernels on every shape measured: KernelBench level-1 2-D convolutions at
+    0.35-0.68x with TF32x3 products (H200, 2026-11-30, `benchmarks/f32_dot_gpu.py`), and a
+    GoogLeNet's inception branches (3x3 and 5x5 convolutions read only by a concatenation or
+    the next convolution) at 6.37 ms for the forward against 3.17 ms with them on cuDNN
+    (`benchmarks/profile_kb_gpu.py --families`). So where the model has other kernels, such a
+    convolution is a library call again; a model that is one convolution (and what only views
+    read) keeps the template, so that the candidate exists and the outcome compares it with
+    cuDNN. Transposed convolutions keep theirs (cuDNN's walks every zero tap)."""
+    forward = [g for g in p.groups if g.kind == "conv" and g.anchor is not None
+               and g.anchor.args[6] is False]
+    if not forward or len(forward) == len(p.groups):
+        return
+    for g in forward:
+        del p.owner[g.anchor]
+        p.unfused.append({"op": str(g.anchor.target), "node": g.anchor.origin,
+                          "reason": FORWARD_CONV_TO_CUDNN})
+    p.groups = [g for g in p.groups if g not in forward]
+    for i, g in enumerate(p.groups):
+        g.index = i
 
 
 def _inline_row_values(p: _Partitioner, graph: Graph, users: dict[Node, list[Node]],
