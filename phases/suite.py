@@ -428,6 +428,7 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
                                      "each change alone: families, backend, regions")
         winners = [name for name, r in zip(changes, alone, strict=True) if search.gains(r, base)]
         if not winners:
+            row.detail = row.detail or _no_gain_note(base, dict(zip(changes, alone, strict=True)))
             return candidate
         keep = dict(default)
         for name in winners:
@@ -440,6 +441,27 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
                                 timeout=timeout, target=target)
     finally:
         row.seconds["regions"] = time.perf_counter() - t0
+
+
+def _no_gain_note(base: dict[str, Any], trials: dict[str, dict[str, Any]]) -> str:
+    """What the region search saw when no change gained: the candidate's time, the fastest
+    checked change, and the changes it could not judge (their first reason)."""
+    def ms(r: dict[str, Any]) -> str:
+        return f"{float(r['median_ms']):.3f} ms" if r.get("median_ms") else "no time"
+
+    note = f"region search: no change beat the candidate ({ms(base)}"
+    if not base.get("checked"):
+        note += f", unchecked: {base.get('detail') or 'no output check'}"
+    note += ")"
+    checked = {k: r for k, r in trials.items() if r.get("checked") and r.get("median_ms")}
+    if checked:
+        best = min(checked, key=lambda k: float(checked[k]["median_ms"]))
+        note += f"; fastest change: {best} {ms(checked[best])}"
+    unjudged = [k for k, r in trials.items() if not r.get("checked")]
+    if unjudged:
+        note += (f"; {len(unjudged)} of {len(trials)} not judged ({unjudged[0]}: "
+                 f"{trials[unjudged[0]].get('detail') or 'no output check'})")
+    return note[:300]
 
 
 def _verified_choice(row: SuiteRow, case: Any, candidate: Path, chosen: Path,
