@@ -1,13 +1,16 @@
 """Where the time goes, kernel by kernel: eager, torch.compile and kopt's offline candidate of
 KernelBench problems, under the case's precision (fp32: TF32 off, as the harness times it).
 
-    python benchmarks/profile_kb_gpu.py FILE.py|CASE ... [--top N]
+    python benchmarks/profile_kb_gpu.py FILE.py|CASE ... [--top N] [--families]
 
 FILE.py: a KernelBench problem file (imported as `kopt import-kernelbench` does); CASE: a
 bundled case or case directory (`gpt2_block`).
 
 Per problem: each variant's median forward (CUDA events, 50 after 10 warm-ups), then the CUDA
-kernels of 10 forwards of each by total time (torch.profiler).
+kernels of 10 forwards of each by total time (torch.profiler). `--families`: also the candidate
+with each family of regions (every convolution template, every pooling kernel, ...) switched to
+PyTorch, and op by op instead of replayed as a CUDA graph: what the suite's region search
+should find, without its trial budget.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-
 from conv_layout_gpu import ms  # beside this script: CUDA events, median after warm-ups
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +49,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp())
     argv = sys.argv[1:]
     top = 6
+    families = "--families" in argv
+    argv = [a for a in argv if a != "--families"]
     if "--top" in argv:
         at = argv.index("--top")
         top = int(argv[at + 1])
@@ -62,11 +66,8 @@ def main() -> None:
         source = generate_candidate(case).source
         cand = work / f"{p.stem}_kopt.py"
         cand.write_text(source)
-        spec = importlib.util.spec_from_file_location(f"cand_{p.stem.split('_')[0]}", cand)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
         ref = build_model(case, "main").cuda()
-        new = build_model(case, "main", cls=mod.ModelNew).cuda()
+        new = build_model(case, "main", cls=_load(cand).ModelNew).cuda()
         inputs = agent_provide_inputs(case, "main", 1, device="cuda")
         args, kwargs = inputs.args, inputs.kwargs
         with torch.no_grad():
@@ -83,7 +84,42 @@ def main() -> None:
                 print(f"{name}: {ms(fn):.3f} ms", flush=True)
                 for line in kernels(fn, top):
                     print("    " + line)
+            if families:
+                for name, text in _switched(source).items():
+                    alt = work / f"{p.stem}_{len(name)}_{abs(hash(name)) % 10000}.py"
+                    alt.write_text(text)
+                    model = build_model(case, "main", cls=_load(alt).ModelNew).cuda()
+                    print(f"kopt, {name}: {ms(lambda: model(*args, **kwargs)):.3f} ms", flush=True)
         torch._dynamo.reset()
+
+
+def _load(path: Path):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(f"cand_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _switched(source: str) -> dict[str, str]:
+    """The candidate's source with each family of regions in PyTorch, and op by op."""
+    from kopt.harness.errors import KoptError
+    from kopt.phases.engineers.offline.regions import (
+        GRAPH_KEY,
+        apply_choices,
+        region_families,
+        replays_graph,
+    )
+
+    out = {}
+    for family, keys in region_families(source).items():
+        try:
+            out[f"{family} regions in PyTorch ({len(keys)})"] = apply_choices(
+                source, {k: "torch" for k in keys})
+        except KoptError as err:
+            print(f"  ({family}: {err})")
+    if replays_graph(source):
+        out["op by op"] = apply_choices(source, {GRAPH_KEY: False})
+    return out
 
 
 if __name__ == "__main__":
