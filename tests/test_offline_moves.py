@@ -117,14 +117,16 @@ def test_a_convolutions_bias_is_added_at_the_taps_of_the_pooling_after_it(tmp_pa
     assert "aten.convolution.default(x, p_p_conv_weight, None," in result.source
 
 
-def test_a_convolution_only_a_concatenation_reads_keeps_its_conv_group(tmp_path: Path) -> None:
+def test_a_convolution_only_a_concatenation_reads_stays_in_cudnn(tmp_path: Path) -> None:
     # a cat's parts are clipped taps (0 outside the part): nothing moves into them, and the
-    # convolution stays the implicit-GEMM `conv` group it was (GoogleNet's inception branches)
+    # forward convolution beside the cat's kernel is cuDNN's (GoogleNet's inception branches:
+    # the implicit-GEMM template ran them at half cuDNN's speed, `_forward_convolutions_to_cudnn`)
     case = _constructor_case(tmp_path, "conv_cat", "c", ["self.conv = nn.Conv2d(3, c, 3, padding=1)"],
                              ["return torch.cat([self.conv(x), x], dim=1)"],
                              "c: 6", [2, 3, 7, 6], "c: 5", [2, 3, 5, 6])
     result = _generated(tmp_path, case, "conv_cat")
-    assert [k["kind"] for k in result.kernels] == ["conv", "pointwise"]
+    assert [k["kind"] for k in result.kernels] == ["pointwise"]
+    assert "aten.convolution.default(x, p_p_conv_weight, p_p_conv_bias," in result.source
 
 
 def test_a_global_average_pool_adds_the_convolutions_bias_as_it_loads(tmp_path: Path) -> None:

@@ -89,6 +89,28 @@ def test_a_small_strict_float32_product_keeps_the_fused_template(workspace: Path
     _check_case(case, module, "main")
 
 
+@pytest.mark.parametrize(("shapes", "backend"), [(([33, 40], [40, 1]), "cublas"),
+                                                 (([1, 40], [40, 17]), "cublas"),
+                                                 (([16, 40], [40, 16]), "triton")])
+def test_a_strict_float32_matrix_vector_product_defaults_to_cublas(
+        workspace: Path, shapes: tuple[list[int], list[int]], backend: str) -> None:
+    """Fewer than 16 rows or columns: a matrix-vector product in effect, cuBLAS's by default
+    (bound by the matrix's read; the template's tiles would be mostly padding)."""
+    d = workspace / f"matvec_{shapes[0][0]}_{shapes[1][1]}"
+    d.mkdir()
+    (d / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, a, b):\n        return torch.relu(a @ b)\n")
+    (d / "manifest.yaml").write_text(
+        f"name: {d.name}\nmodel: {{}}\ninputs:\n  args:\n"
+        f"    - {{shape: {shapes[0]}}}\n    - {{shape: {shapes[1]}}}\ndevice: cpu\n")
+    case = load_case_dir(d)
+    module = _load_candidate(generate_candidate(case).source, workspace, d.name)
+    (k,) = _matmul_kernels(module)
+    assert module.KOPT_CONFIG[k]["BACKEND"] == backend
+    _check_case(case, module, "main")
+
+
 def test_bare_single_product_never_goes_to_torch(workspace: Path) -> None:
     d = workspace / "bare"
     d.mkdir()

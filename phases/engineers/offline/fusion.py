@@ -835,6 +835,10 @@ CUBLAS_MIN_WORK = 2 ** 30
 non-persistent template reaches ~70% of an H100's peak and cuBLAS ~80%."""
 
 
+MATVEC_ROWS = 16
+"""Fewer rows or columns than this make a product a matrix-vector one (`library_product`)."""
+
+
 def library_product(mm: Node, precision: str = "strict") -> bool:
     """Whether product `mm` defaults to cuBLAS (see `matmul_backend`): M*N*K (times batch) of
     at least CUBLAS_MIN_WORK, except float32 at `strict` precision, which starts on Triton's
@@ -843,10 +847,14 @@ def library_product(mm: Node, precision: str = "strict") -> bool:
     level-2 12 and 76) 1.96 / 1.93 ms against cuBLAS + epilogue 2.91 / 2.90 and eager 2.78 /
     2.85; a lone product with B transposed 1.79 against 2.81; but square, irregular and
     tall-skinny lone products 0.45-0.71x of cuBLAS. The region search and the accelerator time
-    cuBLAS's product (`BACKEND`) and keep the faster."""
+    cuBLAS's product (`BACKEND`) and keep the faster. A product with fewer than
+    MATVEC_ROWS rows or columns is a matrix-vector product in effect (bound by reading the
+    matrix, and the template's 16-wide tiles would be mostly padding): cuBLAS's (level-2 14's
+    summed-weight product, M=1024 N=1 K=8192, took its forward from 22.9x to 9.4x eager on the
+    template)."""
     a = mm.args[0]
     if a.dtype == torch.float32 and precision == "strict":
-        return False
+        return min(mm.shape[-2], mm.shape[-1]) < MATVEC_ROWS
     work = 1
     for s in mm.shape:
         work *= s
