@@ -359,6 +359,10 @@ def prepare_problem(problem: Problem, root: Path, *, device: str,
     return row, case, candidate
 
 
+FALLBACK_CHOICES = 2
+"""Winning changes tried alone (each verified in full) when all of them together fail."""
+
+
 def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
                    timeout: float = PROBLEM_TIMEOUT_S, target: Any = None) -> Path:
     """GPU: each region of a candidate timed in Triton and in PyTorch, and kept in PyTorch
@@ -437,8 +441,24 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
             keep, _ = search.joint_check(default, keep)
             if keep == default:
                 return candidate
-        return _verified_choice(row, case, candidate, file_of(keep), keep, device=device,
-                                timeout=timeout, target=target)
+        chosen = _verified_choice(row, case, candidate, file_of(keep), keep, device=device,
+                                  timeout=timeout, target=target)
+        if chosen != candidate or len(winners) < 2:
+            return chosen
+        # the winners together failed verification (KernelBench level-3 28: every compute
+        # region in PyTorch, which no_pytorch_fallback refuses): each winner alone, fastest first
+        failed = row.detail
+        ranked = sorted(winners, key=lambda n: float(alone[list(changes).index(n)]["median_ms"]))
+        for name in ranked[:FALLBACK_CHOICES]:
+            single = {**default, **changes[name]}
+            if single == keep:
+                continue
+            chosen = _verified_choice(row, case, candidate, file_of(single), single,
+                                      device=device, timeout=timeout, target=target)
+            if chosen != candidate:
+                row.detail = f"{name} alone kept; {failed}"[:300]
+                return chosen
+        return candidate
     finally:
         row.seconds["regions"] = time.perf_counter() - t0
 

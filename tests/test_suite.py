@@ -390,6 +390,81 @@ def test_small_gains_of_one_kind_of_region_count_together_and_products_may_go_to
         k: v for k, v in row.regions.items() if k != "BACKEND"}
 
 
+def test_a_search_that_finds_no_gain_says_what_it_saw(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No change beats the candidate: the row keeps the candidate and its detail names the
+    candidate's time, the fastest checked change and the changes it could not judge."""
+    import kopt.harness.tune as tune
+    import kopt.phases.suite as suite
+
+    case, candidate, names = _two_region_candidate(tmp_path)
+
+    def fake_trials(case, paths, **kw):  # type: ignore[no-untyped-def]
+        rows = [{"ok": True, "checked": True, "median_ms": 5.0 + 0.1 * i, "p20_ms": 4.99 + 0.1 * i,
+                 "p80_ms": 5.01 + 0.1 * i, "detail": "output matches"} for i in range(len(paths))]
+        rows[-1] = {"ok": False, "checked": False, "median_ms": None, "detail": "not run"}
+        return rows
+
+    monkeypatch.setattr(tune, "time_trials", fake_trials)
+    row = suite.SuiteRow("p", "level2", "p.py", "verified")
+    assert suite.choose_regions(row, case, candidate, device="cuda") == candidate
+    assert row.detail.startswith("region search: no change beat the candidate (5.000 ms); "
+                                 "fastest change: ")
+    assert row.detail.endswith(": not run)") and "1 of " in row.detail
+
+
+def test_when_the_winners_together_fail_verification_the_fastest_alone_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two winning changes (the matmul family in PyTorch, cuBLAS's products) whose joint
+    choice the verifier refuses (level-3 28: every compute region in PyTorch): each winner is
+    verified alone, fastest first, and the first accepted is the timed file; the row names it
+    and the refusal."""
+    from types import SimpleNamespace
+
+    import kopt.harness.verify as verify_mod
+    import kopt.phases.suite as suite
+    from kopt.harness.case import load_case_dir
+    from kopt.phases.engineers.offline import generate_candidate
+    from kopt.phases.engineers.offline.regions import region_families, regions
+    from kopt.phases.source_edit import literal
+    from tests.test_offline import _write_case
+
+    body = ["a = torch.relu(x @ y)", "b = torch.sigmoid(a @ y)", "c = torch.tanh(b @ y)",
+            "return torch.softmax(c, dim=0) + x.mean(dim=1, keepdim=True)"]
+    case = load_case_dir(_write_case(tmp_path, body, [[17, 29], [29, 29]], "bfloat16"))
+    candidate = tmp_path / "cand.py"
+    candidate.write_text(generate_candidate(case).source)
+    matmuls = [k.rpartition("/")[2] for k in region_families(candidate.read_text())["matmul"]]
+
+    def changes_of(text: str) -> tuple[bool, bool]:
+        choice = {r.name: r.choice for r in regions(text)}
+        family = all(choice[g] == "torch" for g in matmuls)
+        cublas = any(v.get("BACKEND") == "cublas" for v in literal(text, "KOPT_CONFIG").values())
+        return family, cublas
+
+    def ms_of(text: str) -> float:
+        family, cublas = changes_of(text)
+        return 10.0 - (0.5 if family else 0.0) - (0.8 if cublas else 0.0)
+
+    _fake_gpu(monkeypatch, ms_of)
+    verified: list[tuple[bool, bool]] = []
+
+    def fake_verify(case, path, **kw):  # type: ignore[no-untyped-def]
+        verified.append(changes_of(Path(path).read_text()))
+        both = all(verified[-1])
+        return SimpleNamespace(accepted=not both,
+                               failed=lambda: ["no_pytorch_fallback"] if both else [])
+
+    monkeypatch.setattr(verify_mod, "verify_candidate", fake_verify)
+    row = suite.SuiteRow("p", "level2", "p.py", "verified")
+    chosen = suite.choose_regions(row, case, candidate, device="cuda")
+    assert verified == [(True, True), (False, True)], "the joint choice, then cuBLAS alone"
+    assert changes_of(chosen.read_text()) == (False, True)
+    assert row.regions["BACKEND"] == "cublas"
+    assert row.detail.startswith("matmul on cuBLAS alone kept; the region choice failed "
+                                 "verification (no_pytorch_fallback)")
+
+
 def test_a_forward_faster_op_by_op_than_replayed_is_timed_and_kept(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CUDA-graph replay is a timed choice like a region: where the forward runs faster
