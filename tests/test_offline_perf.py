@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kopt.harness.case import load_case, load_case_dir
+from kopt.harness.case import Case, load_case, load_case_dir
 from kopt.phases.engineers.offline import generate_candidate
 from tests.test_offline import KERNELBENCH, _check_case, _load_candidate
 
@@ -64,22 +64,26 @@ def test_cublas_is_the_default_for_large_products_only(workspace: Path) -> None:
     assert {tiny.KOPT_CONFIG[k]["BACKEND"] for k in _matmul_kernels(tiny)} == {"triton"}
 
 
+def _relu_product_case(d: Path, a: list[int], b: list[int], dtype: str = "float32") -> Case:
+    """A case directory `d` whose model is `relu(a @ b)` over inputs of these shapes."""
+    d.mkdir()
+    (d / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, a, b):\n        return torch.relu(a @ b)\n")
+    (d / "manifest.yaml").write_text(
+        f"name: {d.name}\nmodel: {{}}\ninputs:\n  args:\n"
+        f"    - {{shape: {a}, dtype: {dtype}}}\n    - {{shape: {b}, dtype: {dtype}}}\n"
+        "device: cpu\ntolerance: {atol: 3.0e-2, rtol: 3.0e-2, rel: 1.0e-2}\n")
+    return load_case_dir(d)
+
+
 @pytest.mark.parametrize(("dtype", "backend"), [("float32", "triton"), ("bfloat16", "triton")])
 def test_a_small_strict_float32_product_keeps_the_fused_template(workspace: Path, dtype: str,
                                                                 backend: str) -> None:
     """At strict precision Triton's float32 template multiplies on tensor cores in TF32x3
     (`input_precision="tf32x3"`): a small fp32 product with an epilogue keeps the one fused
     kernel by default, as a bf16 one does (the search times cuBLAS's product beside it)."""
-    d = workspace / f"small_{dtype}"
-    d.mkdir()
-    (d / "model.py").write_text(
-        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
-        "    def forward(self, a, b):\n        return torch.relu(a @ b)\n")
-    (d / "manifest.yaml").write_text(
-        f"name: small_{dtype}\nmodel: {{}}\ninputs:\n  args:\n"
-        f"    - {{shape: [33, 40], dtype: {dtype}}}\n    - {{shape: [40, 17], dtype: {dtype}}}\n"
-        "device: cpu\ntolerance: {atol: 3.0e-2, rtol: 3.0e-2, rel: 1.0e-2}\n")
-    case = load_case_dir(d)
+    case = _relu_product_case(workspace / f"small_{dtype}", [33, 40], [40, 17], dtype)
     assert case.manifest.precision == "strict"
     source = generate_candidate(case).source
     assert ('input_precision="tf32x3"' in source) == (dtype == "float32")
@@ -96,16 +100,9 @@ def test_a_strict_float32_matrix_vector_product_defaults_to_cublas(
         workspace: Path, shapes: tuple[list[int], list[int]], backend: str) -> None:
     """Fewer than 16 rows or columns: a matrix-vector product in effect, cuBLAS's by default
     (bound by the matrix's read; the template's tiles would be mostly padding)."""
-    d = workspace / f"matvec_{shapes[0][0]}_{shapes[1][1]}"
-    d.mkdir()
-    (d / "model.py").write_text(
-        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
-        "    def forward(self, a, b):\n        return torch.relu(a @ b)\n")
-    (d / "manifest.yaml").write_text(
-        f"name: {d.name}\nmodel: {{}}\ninputs:\n  args:\n"
-        f"    - {{shape: {shapes[0]}}}\n    - {{shape: {shapes[1]}}}\ndevice: cpu\n")
-    case = load_case_dir(d)
-    module = _load_candidate(generate_candidate(case).source, workspace, d.name)
+    name = f"matvec_{shapes[0][0]}_{shapes[1][1]}"
+    case = _relu_product_case(workspace / name, *shapes)
+    module = _load_candidate(generate_candidate(case).source, workspace, name)
     (k,) = _matmul_kernels(module)
     assert module.KOPT_CONFIG[k]["BACKEND"] == backend
     _check_case(case, module, "main")
