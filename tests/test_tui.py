@@ -172,6 +172,27 @@ async def test_watch_reverifies_a_saved_kernel_and_commits_it(backend: FakeBacke
         assert screen.watcher is None
 
 
+async def test_a_late_detail_of_the_worktree_row_keeps_the_edits_new_verification(
+        backend: FakeBackend) -> None:
+    """A reload's detail worker read the edit's report before the watch's verification ended;
+    its message, arriving after that verification was shown, shows the report as it is now
+    (it blanked the pane on a loaded CI machine)."""
+    from kopt.workbench.backend import IterationDetail
+    from kopt.workbench.widgets.iteration_table import WorktreeEdit
+
+    app = KoptApp(backend=backend, case="layernorm_gelu")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = run_screen(app)
+        await wait_for(pilot, lambda: screen.run is not None)
+        await pilot.pause()  # the first rows' detail loads before the message below
+        screen.edit_report = {"accepted": True, "candidate": "layernorm_gelu.py", "checks": []}
+        screen._detail_for = WorktreeEdit.commit
+        screen.post_message(RunScreen.DetailLoaded(WorktreeEdit.commit, "", "uncommitted edit",
+                                                   IterationDetail(verification=None)))
+        view = screen.query_one(VerificationView)
+        await wait_for(pilot, lambda: view.report is screen.edit_report)
+
+
 async def test_keys_are_handled_during_a_slow_verification(workspace: Path) -> None:
     """The verification runs in a thread worker: pane keys act while it runs. (How fast they
     act is measured by benchmarks/tui_key_latency.py, not asserted here.)"""

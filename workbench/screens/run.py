@@ -518,7 +518,12 @@ class RunScreen(Screen[None]):
         if message.commit != self._detail_for:
             return
         self.query_one(DiffView).show(message.diff, title=message.title)
-        self.query_one(VerificationView).show(message.detail.verification, source="recorded")
+        # the worktree's row shows the edit's verification as it is now: the worker read
+        # `edit_report` before a verification that finished while it loaded the diff (CI,
+        # 2026-11-30: a reload's late detail blanked the report the watch had just shown)
+        verification = self.edit_report if message.commit == WorktreeEdit.commit \
+            else message.detail.verification
+        self.query_one(VerificationView).show(verification, source="recorded")
 
     # ---- watching -----------------------------------------------------------------------
 
