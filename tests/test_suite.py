@@ -362,7 +362,7 @@ def test_small_gains_of_one_kind_of_region_count_together_and_products_may_go_to
 
     body = ["a = torch.relu(x @ y)", "b = torch.sigmoid(a @ y)", "c = torch.tanh(b @ y)",
             "return torch.softmax(c, dim=0) + x.mean(dim=1, keepdim=True)"]
-    # bf16: a small product keeps Triton's template by default (strict fp32 starts on cuBLAS)
+    # bf16: a small product keeps Triton's template by default (as a strict fp32 one does, on TF32x3)
     case = load_case_dir(_write_case(tmp_path, body, [[17, 29], [29, 29]], "bfloat16"))
     candidate = tmp_path / "cand.py"
     candidate.write_text(generate_candidate(case).source)
