@@ -85,8 +85,8 @@ def main() -> None:
                 for line in kernels(fn, top):
                     print("    " + line)
             if families:
-                for name, text in _switched(source).items():
-                    alt = work / f"{p.stem}_{len(name)}_{abs(hash(name)) % 10000}.py"
+                for i, (name, text) in enumerate(_switched(source).items()):
+                    alt = work / f"{p.stem}_switched{i}.py"
                     alt.write_text(text)
                     model = build_model(case, "main", cls=_load(alt).ModelNew).cuda()
                     print(f"kopt, {name}: {ms(lambda: model(*args, **kwargs)):.3f} ms", flush=True)

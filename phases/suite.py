@@ -430,9 +430,10 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
         search = CoordinateSearch(space, time_configs, max_trials=len(changes) + 4)
         base, *alone = search.retime([default, *({**default, **c} for c in changes.values())],
                                      "each change alone: families, backend, regions")
-        winners = [name for name, r in zip(changes, alone, strict=True) if search.gains(r, base)]
+        trials = dict(zip(changes, alone, strict=True))
+        winners = [name for name, r in trials.items() if search.gains(r, base)]
         if not winners:
-            row.detail = row.detail or _no_gain_note(base, dict(zip(changes, alone, strict=True)))
+            row.detail = row.detail or _no_gain_note(base, trials)
             return candidate
         keep = dict(default)
         for name in winners:
@@ -448,7 +449,7 @@ def choose_regions(row: SuiteRow, case: Any, candidate: Path, *, device: str,
         # the winners together failed verification (KernelBench level-3 28: every compute
         # region in PyTorch, which no_pytorch_fallback refuses): each winner alone, fastest first
         failed = row.detail
-        ranked = sorted(winners, key=lambda n: float(alone[list(changes).index(n)]["median_ms"]))
+        ranked = sorted(winners, key=lambda n: float(trials[n]["median_ms"]))
         for name in ranked[:FALLBACK_CHOICES]:
             single = {**default, **changes[name]}
             if single == keep:
