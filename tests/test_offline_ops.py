@@ -401,23 +401,25 @@ def test_a_concatenation_of_many_parts_stays_in_pytorch(tmp_path: Path) -> None:
     assert any("more than 8 parts" in u["reason"] for u in result.unfused), result.unfused
 
 
-def test_a_recurrent_layer_stays_in_cudnn_and_what_follows_is_generated(tmp_path: Path) -> None:
+def test_a_recurrent_layer_is_its_own_region_and_what_follows_is_generated(tmp_path: Path) -> None:
     """nn.LSTM is kept whole (decomposed, 512 steps unrolled into a graph that the partitioner
-    did not finish in 14 minutes: KernelBench level-3 36); the head after it is generated."""
+    did not finish in 14 minutes: KernelBench level-3 36), run by its own kernels (region r0,
+    the aten op behind the switch); the head after it is generated."""
     case = _constructor_case(
         tmp_path, "lstm", "hidden",
         ["self.lstm = nn.LSTM(6, hidden, 2, batch_first=True)", "self.fc = nn.Linear(hidden, 3)"],
         ["out, _ = self.lstm(x)", "return torch.tanh(self.fc(out[:, -1, :]))"],
         "hidden: 8", [2, 5, 6], "hidden: 8", [2, 4, 6])
     result = generate_candidate(case)
-    assert [u["op"] for u in result.unfused] == ["aten.lstm.input"], result.unfused
-    assert "recurrent" in result.unfused[0]["reason"]
+    assert not result.unfused, result.unfused
+    assert [k["fuses"] for k in result.kernels if k["kind"] == "recurrent"] == [["lstm"]]
     # the head, and the zero initial states the LSTM reads (each with a PyTorch form too)
     assert [k["fuses"] for k in result.kernels if k["kind"] == "matmul"] == [["addmm", "tanh"]]
     assert not result.notes, result.notes
     from kopt.phases.engineers.offline.regions import SWITCH, regions
 
     _check_case(case, _load_candidate(result.source, tmp_path, "lstm_triton"), "main", seed=2)
+    assert "r0" in [r.name for r in regions(result.source)]
     for region in regions(result.source):
         module = _load_candidate(result.source, tmp_path, f"lstm_{region.name}")
         getattr(module, SWITCH)[region.name] = "torch"

@@ -1,6 +1,7 @@
-"""Recurrent layers kept whole through torch.export (`phases/engineers/offline/recurrent.py`):
-one library call in the candidate, the same aten op eager runs, and outputs that match eager's
-on the CPU interpreter."""
+"""Recurrent layers kept whole through torch.export (`phases/engineers/offline/recurrent.py`)
+and run by the candidate's `_recurrent` (`kernels/recurrent.py`: an input product, then a
+Triton kernel a step), with the same aten op eager runs behind the region switch; outputs that
+match eager's on the CPU interpreter, for every kind and layout of layer."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ LAYERS = {
 
 
 @pytest.mark.parametrize("kind", sorted(LAYERS))
-def test_a_recurrent_layer_is_one_library_call_of_the_candidate(tmp_path: Path, kind: str) -> None:
+def test_a_recurrent_layer_is_one_node_run_by_its_own_kernels(tmp_path: Path, kind: str) -> None:
     layer, op = LAYERS[kind]
     width = "hidden * 2" if "bidirectional" in layer else "hidden"
     case = _constructor_case(tmp_path, kind, "hidden",
@@ -30,8 +31,10 @@ def test_a_recurrent_layer_is_one_library_call_of_the_candidate(tmp_path: Path, 
                              ["out, _ = self.rnn(x)", "return torch.relu(self.fc(out[:, -1, :]))"],
                              "hidden: 12", [3, 7, 6], "hidden: 12", [2, 5, 6])
     result = generate_candidate(case)
-    left = [u["op"] for u in result.unfused]
-    assert left == [op], result.unfused  # one node: the layer, not its cells
+    assert not result.unfused, result.unfused  # one node: the layer, not its cells
+    assert [k["fuses"] for k in result.kernels if k["kind"] == "recurrent"] == [[op.split(".")[1]]]
+    # the Triton layer behind a switch, the library's (the same aten op) on the other side
+    assert f'_recurrent("{op.split(".")[1]}", ' in result.source
     assert f"torch.ops.{op}(" in result.source and "kopt::" not in result.source
     # the export held the layer as one custom op (shapes from its fake), not its cells
     from kopt.phases.engineers.offline.capture import _EXPORTS
@@ -41,6 +44,8 @@ def test_a_recurrent_layer_is_one_library_call_of_the_candidate(tmp_path: Path, 
     module = _load_candidate(result.source, tmp_path, kind)
     _check_case(case, module, "main")
     _check_case(case, module, "smoke")
+    module.KOPT_REGIONS["r0"] = "torch"
+    _check_case(case, module, "main")
 
 
 def test_the_routing_gives_torch_results_packed_or_not_and_ends_with_the_export() -> None:
@@ -61,3 +66,94 @@ def test_the_routing_gives_torch_results_packed_or_not_and_ends_with_the_export(
     assert torch._VF.lstm is before or torch._VF.lstm == before
     assert "lstm" not in torch._VF.__dict__
     assert aten_target(torch.ops.aten.relu.default) is torch.ops.aten.relu.default
+
+
+def _layer(kind: str, layers: int, bidirectional: bool, batch_first: bool, bias: bool,
+           dtype: torch.dtype, inputs: int = 7, hidden: int = 20) -> torch.nn.Module:
+    cls = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(kind, torch.nn.RNN)
+    extra = {"nonlinearity": kind[4:]} if kind.startswith("rnn") else {}
+    return cls(inputs, hidden, layers, bias=bias, batch_first=batch_first,
+               bidirectional=bidirectional, **extra).to(dtype)
+
+
+@pytest.fixture(scope="module")
+def recurrent_module(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """A generated candidate's module (for its `_recurrent`): an LSTM case's."""
+    tmp = tmp_path_factory.mktemp("recurrent")
+    case = _constructor_case(tmp, "lstm_only", "hidden", ["self.rnn = nn.LSTM(6, hidden, 1)"],
+                             ["return self.rnn(x)[0]"], "hidden: 8", [3, 2, 6], "hidden: 8", [2, 2, 6])
+    return _load_candidate(generate_candidate(case).source, tmp, "lstm_only")
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
+@pytest.mark.parametrize(("layers", "bidirectional", "batch_first", "bias", "batch", "steps"), [
+    (2, False, False, True, 3, 5), (2, True, True, True, 3, 5), (1, False, True, False, 17, 1),
+    (3, True, False, False, 1, 4)])
+def test_each_kind_of_layer_matches_the_aten_op(recurrent_module, kind: str, layers: int,  # noqa: ANN001
+                                                bidirectional: bool, batch_first: bool, bias: bool,
+                                                batch: int, steps: int) -> None:
+    """Layers, directions, layouts, no bias, one step, a batch past one block of 16 rows, one
+    sequence: outputs and final states as the aten op returns them (values, shapes, dtypes),
+    and the initial states left as they were."""
+    torch.manual_seed(layers * 7 + steps)
+    net = _layer(kind, layers, bidirectional, batch_first, bias, torch.float32, hidden=21)
+    dirs = 2 if bidirectional else 1
+    x = torch.randn((batch, steps, 7) if batch_first else (steps, batch, 7))
+    h0, c0 = torch.randn(layers * dirs, batch, 21), torch.randn(layers * dirs, batch, 21)
+    hx = [h0, c0] if kind == "lstm" else h0
+    saved = [h0.clone(), c0.clone()]
+    args = (list(net._flat_weights), bias, layers, 0.0, False, bidirectional, batch_first)
+    want = getattr(torch.ops.aten, kind).input(x, hx, *args)
+    got = recurrent_module._recurrent(kind, x, hx, *args)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g, w, atol=2e-5, rtol=1e-4)
+    assert torch.equal(h0, saved[0]) and torch.equal(c0, saved[1])
+
+
+def test_half_precision_and_what_the_kernels_leave_to_the_library(recurrent_module) -> None:  # noqa: ANN001
+    """bfloat16 sequences run in float32 state (within bfloat16's rounding of eager's); an LSTM
+    with projections and dropout between layers in training run the aten op itself."""
+    torch.manual_seed(3)
+    net = _layer("gru", 2, False, True, True, torch.bfloat16)
+    x, h0 = torch.randn(3, 6, 7, dtype=torch.bfloat16), torch.randn(2, 3, 20, dtype=torch.bfloat16)
+    args = (list(net._flat_weights), True, 2, 0.0, False, False, True)
+    want = torch.ops.aten.gru.input(x, h0, *args)
+    got = recurrent_module._recurrent("gru", x, h0, *args)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g.float(), w.float(), atol=3e-2, rtol=3e-2)
+
+    calls = []
+    real = recurrent_module._RNN_ATEN["lstm"]
+    recurrent_module._RNN_ATEN["lstm"] = lambda *a: calls.append(a) or real(*a)
+    try:
+        proj = torch.nn.LSTM(7, 20, 1, proj_size=5)
+        x = torch.randn(4, 2, 7)
+        hx = [torch.zeros(1, 2, 5), torch.zeros(1, 2, 20)]
+        got = recurrent_module._recurrent("lstm", x, hx, list(proj._flat_weights), True, 1, 0.0,
+                                          False, False, False)
+        torch.testing.assert_close(got[0], proj(x, tuple(hx))[0])
+        deep = _layer("lstm", 2, False, False, True, torch.float32)
+        hx = [torch.zeros(2, 2, 20), torch.zeros(2, 2, 20)]
+        recurrent_module._recurrent("lstm", x, hx, list(deep._flat_weights), True, 2, 0.5,
+                                    True, False, False)
+    finally:
+        recurrent_module._RNN_ATEN["lstm"] = real
+    assert len(calls) == 2  # each ran the library's layer
+
+
+def test_the_forward_counts_every_step_as_a_launch(tmp_path: Path) -> None:
+    """The CUDA graph pays for a forward of many launches: FORWARD_STEPS counts the input
+    product and each step of each layer and direction at the traced sizes (2 layers x 2
+    directions x (7 steps + 1) = 32, plus the forward's other steps)."""
+    from kopt.phases.source_edit import literal
+
+    case = _constructor_case(tmp_path, "gru2", "hidden",
+                             ["self.rnn = nn.GRU(6, hidden, 2, batch_first=True, bidirectional=True)"],
+                             ["return torch.relu(self.rnn(x)[0])"], "hidden: 8", [3, 7, 6], "hidden: 8",
+                             [2, 5, 6])
+    source = generate_candidate(case).source
+    steps = literal(source, "FORWARD_STEPS")
+    assert 32 < steps <= 40, steps  # (without the layer's launches: the few steps of the head)

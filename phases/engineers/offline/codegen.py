@@ -32,8 +32,10 @@ from kopt.phases.engineers.offline.kernels import (
     reduction_kernel,
     scan_kernel,
 )
+from kopt.phases.engineers.offline.kernels.recurrent import recurrent_code
 from kopt.phases.engineers.offline.layout import Constructor
 from kopt.phases.engineers.offline.pointwise import HELPERS
+from kopt.phases.engineers.offline.recurrent import recurrent_kind, recurrent_launches
 
 _PRINTER = PythonPrinter()
 INTERPRETER_TILE = 32768
@@ -259,6 +261,8 @@ class ForwardWriter:
         self.notes: list[str] = []
         self.regions: list[str] = []
         """Groups emitted with a PyTorch form behind the KOPT_REGIONS switch."""
+        self.recurrent: list[Node] = []
+        """Recurrent layers run by `_recurrent` (`kernels.recurrent`), regions rN."""
 
     def size(self, v: Any) -> str:
         return sym_code(v, self.graph.symbols)
@@ -372,6 +376,16 @@ class ForwardWriter:
             if not args:
                 kwargs = kwargs.lstrip(", ")
             code = f"torch.ops.{n.target}({args}{kwargs})"
+            kind = recurrent_kind(n.target)
+            if kind is not None and not n.kwargs:
+                region = f"r{len(self.recurrent)}"
+                self.recurrent.append(n)
+                self.regions.append(region)
+                self.lines.append(f'if KOPT_REGIONS["{region}"] == "triton":')
+                self.lines.append(f'    {v} = _recurrent("{kind}", {args})  # {n.origin}: a kernel a step')
+                self.lines.append("else:  # the library's layer (cuDNN on a GPU)")
+                self.lines.append(f"    {v} = {code}  # {n.origin}")
+                return
         self.lines.append(f"{v} = {code}  # {n.origin}")
 
     def product_dims(self, g: Group, view: Node) -> list[str] | None:
@@ -595,7 +609,9 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append("# There a program is Python over numpy: pointwise blocks and row tiles grow up to this many")
     src.append("# elements (never on a GPU).")
     src.append(f"INTERPRETER_TILE = {INTERPRETER_TILE}\n")
-    src += graph_constants(len(part.steps))
+    # a recurrent layer launches an input product and a kernel a step, per layer and direction
+    src += graph_constants(len(part.steps) + sum(
+        recurrent_launches(n.args[0].shape, n.args[4], n.args[7], n.args[8]) for n in fw.recurrent))
     src.append("")
     for h in sorted(helpers):
         src.append("\n" + HELPERS[h])
@@ -619,6 +635,8 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     if nhwc:
         src.append(_NHWC_KERNEL)
     src.append(_LAUNCH_CONFIG)
+    if fw.recurrent:
+        src.append(recurrent_code(case.manifest.precision))
     src.append(graph_runner())
     if nhwc:
         src.append(_NHWC_CONV)

@@ -19,6 +19,7 @@ from kopt.phases.engineers.offline.capture import capture
 from kopt.phases.engineers.offline.codegen import build_kernels, write_module
 from kopt.phases.engineers.offline.fusion import FusionPolicy, partition
 from kopt.phases.engineers.offline.layout import build_constructor
+from kopt.phases.engineers.offline.recurrent import recurrent_kind
 from kopt.phases.engineers.offline.regions import SWITCH, regions
 from kopt.phases.engineers.offline.rewrites import fold_product_sums
 from kopt.phases.engineers.offline.sibling_products import fuse_sibling_products
@@ -70,7 +71,9 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
                  if rewrites else [])
     part = partition(captured.graph, policy, case.manifest.precision)
     kernels = build_kernels(part, case.manifest.precision)
-    if not kernels:
+    recurrent = [n for n in part.graph.nodes if n.op == "fallback" and recurrent_kind(n.target)
+                 and not n.kwargs]
+    if not kernels and not recurrent:
         left = "; ".join(dict.fromkeys(f"{u['op'].removeprefix('aten.')}: {u['reason']}"
                                        for u in part.unfused)) or "no compute op"
         raise NothingToGenerate(f"{case.name}: no op of the model could be generated as a "
@@ -102,7 +105,9 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
         source=source,
         unfused=part.unfused,
         tunables={k.name: k.tunables for k in kernels.values()},
-        kernels=[{"name": k.name, "kind": k.kind, "fuses": k.fuses} for k in kernels.values()],
+        kernels=[{"name": k.name, "kind": k.kind, "fuses": k.fuses} for k in kernels.values()]
+        + [{"name": "_rnn_step_kernel", "kind": "recurrent", "fuses": [n.origin for n in recurrent]}]
+        * bool(recurrent),
         notes=notes,
         policy=policy_name or next((n for n, p in POLICIES if p == policy), "custom"),
         seconds=time.perf_counter() - t0,

@@ -49,6 +49,7 @@ from kopt.phases.engineers.offline.graph import (
     substitute,
 )
 from kopt.phases.engineers.offline.grouped_views import bias_after_grouped_view, grouped_view
+from kopt.phases.engineers.offline.recurrent import recurrent_kind
 from kopt.phases.engineers.offline.reshapes import move_pointwise_across_views, reshapes
 from kopt.phases.engineers.offline.window_prologues import compute_at_taps, exact_tap
 
@@ -420,7 +421,9 @@ class _Partitioner:
                 self._add(g, n, tuple(range(n.rank)))
             else:
                 self.unfused.append({"op": str(n.target), "node": n.origin, "reason": reason})
-        elif n.op not in ("getitem", "split_item", CACHED_CAT):  # (weights side by side: forward's)
+        elif n.op not in ("getitem", "split_item", CACHED_CAT) and \
+                (n.op != "fallback" or recurrent_kind(n.target) is None):
+            # (weights side by side: forward's; a recurrent layer: its own kernels, `_recurrent`)
             self.unfused.append({"op": str(n.target), "node": n.origin,
                                  "reason": _fallback_reason(n)})
 
@@ -503,7 +506,7 @@ def _fallback_reason(n: Node) -> str:
     if "convolution" in name:
         return "convolution stays in cuDNN; its pointwise epilogue is fused"
     if any(f"aten.{r}." in name for r in ("lstm", "gru", "rnn_tanh", "rnn_relu")):
-        return "a recurrent layer stays in cuDNN (its fused cells)"
+        return "a recurrent layer with keyword arguments stays in cuDNN (its fused cells)"
     if "embedding" in name or "index" in name or "gather" in name or "scatter" in name:
         return "data-dependent indexing stays in PyTorch"
     if "max.dim" in name or "min.dim" in name or "argmax" in name or "argmin" in name:

@@ -11,6 +11,9 @@ implementation only computes the output shapes, for the duration of an export. T
 program then holds one `kopt::lstm` node, which `aten_target` maps back to `aten.lstm.input`
 for the candidate to call: the same op eager runs, dispatched to cuDNN on a GPU.
 Packed sequences (the `batch_sizes` overloads) keep torch's own path.
+
+A candidate runs such a node through `_recurrent` (`kernels/recurrent.py`: an input product
+and a Triton kernel a step) behind a region switch, `recurrent_kind` naming the layer.
 """
 
 from __future__ import annotations
@@ -118,3 +121,21 @@ def aten_target(target: Any) -> Any:
     if name.startswith("kopt::") and name[6:] in _KINDS:
         return getattr(torch.ops.aten, name[6:]).input
     return target
+
+
+RECURRENT_OPS = {"aten.lstm.input": "lstm", "aten.gru.input": "gru",
+                 "aten.rnn_tanh.input": "rnn_tanh", "aten.rnn_relu.input": "rnn_relu"}
+"""The aten ops (as `str(node.target)`) a candidate runs through `_recurrent`, by kind."""
+
+
+def recurrent_kind(target: Any) -> str | None:
+    """"lstm" / "gru" / "rnn_tanh" / "rnn_relu" for a recurrent layer's aten op, else None."""
+    return RECURRENT_OPS.get(str(target))
+
+
+def recurrent_launches(x_shape: tuple[int, ...], num_layers: int, bidirectional: bool,
+                       batch_first: bool) -> int:
+    """Kernel launches of one call at the traced sizes: an input product and T steps per layer
+    and direction (what the forward's CUDA graph saves Python's launch time on)."""
+    steps = x_shape[1 if batch_first and len(x_shape) == 3 else 0]
+    return num_layers * (2 if bidirectional else 1) * (steps + 1)
