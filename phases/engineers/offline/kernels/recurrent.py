@@ -141,6 +141,9 @@ def _rnn_blocks(B, H):
     return bb, max(16, bh), min(128, max(16, _pow2(H))), 2
 
 
+# Under torch.compile this runs as it is (a graph break): Dynamo would unroll the step loop
+# into thousands of kernel calls and Inductor would compile that graph for minutes.
+@torch.compiler.disable
 def _recurrent(kind, x, hx, params, has_biases, num_layers, dropout, train, bidirectional,
                batch_first):
     """torch.ops.aten.<kind>.input(...) with Triton kernels: (output, h_n[, c_n]) as PyTorch

@@ -1,0 +1,84 @@
+"""Recurrent layers as Triton kernels (`kernels/recurrent.py`) against cuDNN, model by model.
+
+For each KernelBench-format file: import it, generate the offline candidate, then on the GPU
+time eager (cuDNN's layer), torch.compile, the candidate op by op (KOPT_GRAPH False) and as
+generated (one CUDA graph), with the candidate's largest error against eager; and how long
+the candidate's first call under torch.compile takes (the verifier runs one; `_recurrent` is
+a graph break there).
+
+    python benchmarks/recurrent_gpu.py FILE.py [FILE.py ...]
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import triton.testing
+
+
+def _module(path: Path, name: str):  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _ms(fn) -> float:  # noqa: ANN001
+    return triton.testing.do_bench(fn, warmup=3, rep=400, return_mode="median")
+
+
+def main(files: list[str]) -> int:
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.kernelbench import import_kernelbench
+    from kopt.phases.engineers.offline.engineer import generate_candidate
+
+    print(f"torch {torch.__version__} triton {triton.__version__} {torch.cuda.get_device_name()}")
+    rows = []
+    for f in map(Path, files):
+        tmp = Path(tempfile.mkdtemp())
+        case = load_case_dir(import_kernelbench(f, name=f.stem, out=tmp / "case", report={}, warm=True))
+        t0 = time.perf_counter()
+        result = generate_candidate(case)
+        codegen = time.perf_counter() - t0
+        (tmp / "candidate.py").write_text(result.source)
+        kb = _module(f, f"kb_{f.stem}")
+        cand = _module(tmp / "candidate.py", f"cand_{f.stem}")
+        torch.manual_seed(0)
+        model = kb.Model(*kb.get_init_inputs()).cuda().eval()
+        new = cand.ModelNew(*kb.get_init_inputs()).cuda().eval()
+        new.load_state_dict(model.state_dict(), strict=False)
+        inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in kb.get_inputs()]
+        with torch.no_grad():
+            want = model(*inputs)
+            got = new(*inputs)
+            err = (got.float() - want.float()).abs().max().item()
+            eager = _ms(functools.partial(model, *inputs))
+            compiled = torch.compile(model)
+            compiled(*inputs)
+            comp = _ms(functools.partial(compiled, *inputs))
+            cand.KOPT_GRAPH = False
+            op_by_op = _ms(functools.partial(new, *inputs))
+            cand.KOPT_GRAPH = True
+            graphed = _ms(functools.partial(new, *inputs))
+            t0 = time.perf_counter()
+            torch.compile(new)(*inputs)
+            cand_compile = time.perf_counter() - t0
+        rows.append((f.stem, err, eager, comp, op_by_op, graphed, codegen, cand_compile))
+        print(rows[-1], flush=True)
+    print("\n| problem | max err vs eager | eager ms | compile ms | kopt op by op ms | kopt graphed ms "
+          "| vs eager | vs compile | codegen s | candidate under torch.compile, first call s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, err, eager, comp, obo, gr, cg, cc in rows:
+        print(f"| {name} | {err:.1e} | {eager:.3f} | {comp:.3f} | {obo:.3f} | {gr:.3f} | "
+              f"{eager / gr:.2f}x | {comp / gr:.2f}x | {cg:.1f} | {cc:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
