@@ -25,6 +25,7 @@ import triton.testing
 def _module(path: Path, name: str):  # noqa: ANN202
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # (torch.compile imports the module of what it traces)
     spec.loader.exec_module(mod)
     return mod
 

@@ -37,6 +37,7 @@ from kopt.harness.verification import conditions
 from kopt.harness.verification.draws import (
     Plan,
     candidate_request_sets,
+    drop_refused,
     plan_verification,
     reference_request_sets,
 )
@@ -228,6 +229,11 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
             raise BadInputError(f"the baseline of case {case.name!r} failed in the reference "
                                 f"worker: {ref.failure_reason()}",
                                 fix=f"run `kopt baseline {case.name}` to see the error")
+        refused = {name: facts["refused"] for name, facts in
+                   ((ref.response or {}).get("sets") or {}).items() if "refused" in facts}
+        if refused:  # extra sets the baseline refuses on this device: left out, saying why
+            drop_refused(plan, refused, dev)
+            cand_request = {**common, "sets": candidate_request_sets(plan)}
         ref_outputs = {g: load_outputs(ref_dir / "out" / f"ref-{g}.safetensors")
                        for entry in ref_request["sets"] for g in entry["groups"]}
         truth = {g: load_outputs(ref_dir / "out" / f"truth-{g}.safetensors")

@@ -445,3 +445,50 @@ def test_hard_values_pass_every_element_within_bound_when_only_the_norm_misses()
     far = ref * (1 + 2e-3)  # past the element-wise bound, 2e-3 from the truth
     ok, detail = hard_values(judge(far))
     assert not ok and "float64 baseline" in detail, detail
+
+
+_REFUSES_STRIDED_MODEL = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """y = x, refusing a non-contiguous x with values in it, as cuDNN's GRU refuses a
+    non-contiguous hidden state on a GPU: the zeros of the plan's probe (meta / CPU) pass."""
+
+    def forward(self, x):
+        if not x.is_contiguous() and bool(x.abs().sum() > 0):
+            raise RuntimeError("rnn: hx is not contiguous")
+        return x * 1.0
+'''
+
+
+def test_an_extra_set_the_baseline_refuses_on_the_device_is_left_out_saying_why(
+        tmp_path: Path, workspace: Path) -> None:
+    """An extra set whose probe passed but whose draws the baseline refuses in the reference
+    job (KernelBench level-3 40 on an H200: cuDNN's `rnn: hx is not contiguous` on x-strided)
+    is left out of the verification, named with the error in `general_inputs`' detail, where
+    the whole verification used to fail ("the baseline ... failed in the reference worker").
+    A declared set the baseline refuses still fails it."""
+    from kopt.harness.case import load_case_dir
+    from kopt.harness.errors import BadInputError
+    from kopt.harness.verify import verify_candidate
+
+    case_dir = tmp_path / "refuses"
+    case_dir.mkdir()
+    (case_dir / "model.py").write_text(_REFUSES_STRIDED_MODEL)
+    (case_dir / "manifest.yaml").write_text(
+        "name: refuses\nmodel: {module: model.py, class: Model}\n"
+        "inputs:\n  args:\n    - {shape: [16, 40], dtype: float32, init: normal}\n")
+    copy = tmp_path / "copy.py"
+    copy.write_text(_EXACT_CANDIDATE)
+    report = verify_candidate(load_case_dir(case_dir), copy, device="cpu")
+    assert report.accepted, report.to_text()
+    detail = report.check("general_inputs").detail
+    assert "x-strided skipped: the baseline itself refuses it on cpu" in detail, detail
+    assert "hx is not contiguous" in detail and "x-lead" in detail, detail
+
+    (case_dir / "model.py").write_text(_REFUSES_STRIDED_MODEL.replace(
+        "not x.is_contiguous() and ", ""))  # every set with values: the main set too
+    with pytest.raises(BadInputError, match="failed in the reference worker"):
+        verify_candidate(load_case_dir(case_dir), copy, device="cpu")

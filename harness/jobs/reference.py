@@ -56,6 +56,13 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
             model = with_weights(cls, resolved, case.model_file, weights, device)
             attributes = model_state.split(weights)[1]  # state beyond the state_dict
         set_facts: dict[str, Any] = {}
+        if item.get("may_refuse"):  # an extra set the model itself may not take on this device
+            model_state.restart(model, attributes)
+            refused = _refuses(model, resolved, job_dir / "inputs" / f"{item['groups'][0]}.safetensors",
+                               device, item.get("views"))
+            if refused:
+                facts[set_name] = {"refused": refused}
+                continue
         for i, group in enumerate(item["groups"]):
             with steps("inputs"):
                 bases = tensors.load_bases(job_dir / "inputs" / f"{group}.safetensors", device)
@@ -82,6 +89,21 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
                     set_facts["truth_error"] = problem
         facts.setdefault(set_name, set_facts)  # a set's second entry (other weights) adds outputs
     return {"ok": True, "pid": os.getpid(), "sets": facts, "steps": steps.to_dict()}
+
+
+def _refuses(model: torch.nn.Module, resolved: Any, file: Path, device: str,
+             views: dict[str, Any] | None) -> str | None:
+    """Why the baseline refuses an extra set's first draw on this device (its error in one
+    line), or None when it runs (each later call restarts the model from its loaded state)."""
+    from kopt.harness.verification import draws, tensors
+
+    inputs = draws.materialize(resolved, tensors.load_bases(file, device), device, views)
+    try:
+        with torch.no_grad():
+            model(*inputs.args, **inputs.kwargs)
+    except Exception as err:  # noqa: BLE001 (any refusal: the set is left out, saying why)
+        return f"{type(err).__name__}: {err}".splitlines()[0][:200]
+    return None
 
 
 def _as_float64(value: Any) -> Any:

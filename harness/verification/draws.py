@@ -569,6 +569,25 @@ def candidate_request_sets(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
+def droppable(plan: Plan, item: SetPlan) -> bool:
+    """Whether an extra set may be left out when the baseline refuses it on the device: one no
+    other check rides on (no partial update, no weights reload). Its probe (`baseline_accepts`)
+    ran on `meta` or the CPU, where a GPU library's own limits do not show (cuDNN's GRU refuses
+    a non-contiguous hidden state that the CPU's takes)."""
+    return item.name not in plan.sets and not item.partial and not item.reload
+
+
+def drop_refused(plan: Plan, refused: dict[str, str], device: str) -> None:
+    """Leave out the extra sets the baseline refused in the reference job (`may_refuse`), each
+    with why in `plan.skipped` (the checks that judge it say so)."""
+    for name, why in refused.items():
+        item = plan.item(name)
+        if item is None or not droppable(plan, item):
+            continue
+        plan.items.remove(item)
+        plan.skipped[name] = f"the baseline itself refuses it on {device} ({why})"[:300]
+
+
 def reference_request_sets(plan: Plan) -> list[dict[str, Any]]:
     """The `sets` of the reference job's request: every group, the reload as its own entry."""
     out = []
@@ -580,6 +599,8 @@ def reference_request_sets(plan: Plan) -> list[dict[str, Any]]:
             entry["views"] = item.views
         if item.kind == "x-hard":
             entry["truth"] = True
+        if droppable(plan, item):
+            entry["may_refuse"] = True
         out.append(entry)
         if item.reload:
             out.append({**entry, "groups": [item.reload], "weights": item.reload_weights})
