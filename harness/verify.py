@@ -235,7 +235,8 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
             drop_refused(plan, refused, dev)
             cand_request = {**common, "sets": candidate_request_sets(plan)}
         ref_outputs = {g: load_outputs(ref_dir / "out" / f"ref-{g}.safetensors")
-                       for entry in ref_request["sets"] for g in entry["groups"]}
+                       for entry in ref_request["sets"] if entry["name"] not in refused
+                       for g in entry["groups"]}
         truth = {g: load_outputs(ref_dir / "out" / f"truth-{g}.safetensors")
                  for entry in ref_request["sets"] if entry.get("truth") for g in entry["groups"]}
     finally:

@@ -106,8 +106,8 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
         unfused=part.unfused,
         tunables={k.name: k.tunables for k in kernels.values()},
         kernels=[{"name": k.name, "kind": k.kind, "fuses": k.fuses} for k in kernels.values()]
-        + [{"name": "_rnn_step_kernel", "kind": "recurrent", "fuses": [n.origin for n in recurrent]}]
-        * bool(recurrent),
+        + ([{"name": "_rnn_step_kernel", "kind": "recurrent", "fuses": [n.origin for n in recurrent]}]
+           if recurrent else []),
         notes=notes,
         policy=policy_name or next((n for n, p in POLICIES if p == policy), "custom"),
         seconds=time.perf_counter() - t0,
