@@ -157,3 +157,24 @@ def test_the_forward_counts_every_step_as_a_launch(tmp_path: Path) -> None:
     source = generate_candidate(case).source
     steps = literal(source, "FORWARD_STEPS")
     assert 32 < steps <= 40, steps  # (without the layer's launches: the few steps of the head)
+
+
+def test_the_step_kernel_is_tuned_like_the_others(recurrent_module) -> None:  # noqa: ANN001
+    """The step kernel declares its launch parameters (KOPT_TUNABLES / KOPT_CONFIG, which the
+    accelerator searches on a GPU) and launches what KOPT_CONFIG says: a reduction chunk of 16
+    over a 21-wide layer walks the recurrent product in two chunks, with the same results."""
+    assert set(recurrent_module.KOPT_TUNABLES["_rnn_step_kernel"]) == {"BH", "BK", "num_warps"}
+    torch.manual_seed(5)
+    net = _layer("lstm", 2, True, False, True, torch.float32, hidden=21)
+    x, h0, c0 = torch.randn(4, 3, 7), torch.randn(4, 3, 21), torch.randn(4, 3, 21)
+    args = (list(net._flat_weights), True, 2, 0.0, False, True, False)
+    want = torch.ops.aten.lstm.input(x, [h0, c0], *args)
+    saved = dict(recurrent_module.KOPT_CONFIG["_rnn_step_kernel"])
+    recurrent_module.KOPT_CONFIG["_rnn_step_kernel"].update({"BH": 32, "BK": 16, "num_warps": 4})
+    try:
+        assert recurrent_module._rnn_blocks(3, 21)[2] == 16
+        got = recurrent_module._recurrent("lstm", x, [h0, c0], *args)
+    finally:
+        recurrent_module.KOPT_CONFIG["_rnn_step_kernel"] = saved
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=2e-5, rtol=1e-4)

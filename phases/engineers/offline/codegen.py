@@ -32,7 +32,12 @@ from kopt.phases.engineers.offline.kernels import (
     reduction_kernel,
     scan_kernel,
 )
-from kopt.phases.engineers.offline.kernels.recurrent import recurrent_code
+from kopt.phases.engineers.offline.kernels.recurrent import (
+    STEP_DEFAULT,
+    STEP_KERNEL,
+    STEP_TUNABLES,
+    recurrent_code,
+)
 from kopt.phases.engineers.offline.layout import Constructor
 from kopt.phases.engineers.offline.pointwise import HELPERS
 from kopt.phases.engineers.offline.recurrent import recurrent_kind, recurrent_launches
@@ -575,6 +580,9 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
 
     tunables = {k.name: k.tunables for k in kernels.values()}
     config = {k.name: k.config for k in kernels.values()}
+    if fw.recurrent:  # one step kernel for every recurrent layer, tuned like the others
+        tunables[STEP_KERNEL] = STEP_TUNABLES
+        config[STEP_KERNEL] = dict(STEP_DEFAULT)
     helpers: set[str] = set().union(*[k.helpers for k in kernels.values()]) if kernels else set()
     src: list[str] = []
     src.append(f'"""{case.name}: fused Triton candidate written by kopt\'s offline engineer.\n')

@@ -18,6 +18,7 @@ from kopt.phases.engineers.base import EngineerRequest, Proposal
 from kopt.phases.engineers.offline.capture import capture
 from kopt.phases.engineers.offline.codegen import build_kernels, write_module
 from kopt.phases.engineers.offline.fusion import FusionPolicy, partition
+from kopt.phases.engineers.offline.kernels.recurrent import STEP_KERNEL, STEP_TUNABLES
 from kopt.phases.engineers.offline.layout import build_constructor
 from kopt.phases.engineers.offline.recurrent import recurrent_kind
 from kopt.phases.engineers.offline.regions import SWITCH, regions
@@ -104,9 +105,10 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
     return OfflineResult(
         source=source,
         unfused=part.unfused,
-        tunables={k.name: k.tunables for k in kernels.values()},
+        tunables={k.name: k.tunables for k in kernels.values()}
+        | ({STEP_KERNEL: STEP_TUNABLES} if recurrent else {}),
         kernels=[{"name": k.name, "kind": k.kind, "fuses": k.fuses} for k in kernels.values()]
-        + ([{"name": "_rnn_step_kernel", "kind": "recurrent", "fuses": [n.origin for n in recurrent]}]
+        + ([{"name": STEP_KERNEL, "kind": "recurrent", "fuses": [n.origin for n in recurrent]}]
            if recurrent else []),
         notes=notes,
         policy=policy_name or next((n for n, p in POLICIES if p == policy), "custom"),
