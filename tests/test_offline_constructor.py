@@ -78,3 +78,24 @@ def test_heads_and_their_scale_follow_a_smoke_constructor(tmp_path: Path) -> Non
     assert "self._kopt_heads = heads" in result.source, result.source
     assert any("follow them, fitted from a second trace" in n for n in result.notes), result.notes
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_group_count_follows_a_smoke_constructor(tmp_path: Path) -> None:
+    """GroupNorm's group count is a number in the lowered program twice: a view's size and,
+    inside an expansion, a quotient of the weight's channels (`w_size0 // 8`). Fitting that
+    quotient, which has no single value, raised in the fit, which left every number at main's
+    (8 groups on smoke's 4: a held-out-style Conv2d_Add_Scale_Sigmoid_GroupNorm, 2026-11-30,
+    every output element wrong). Both follow the constructor now (as the first argument whose
+    two values fit: here the input channels, 8 -> 4 like the groups; exact at both traces,
+    which is what the verifier's input sets check)."""
+    case = _constructor_case(
+        tmp_path, "groups", "cin, channels, groups",
+        ["self.conv = nn.Conv2d(cin, channels, 3)", "self.norm = nn.GroupNorm(groups, channels)",
+         "self.bias = nn.Parameter(torch.randn(channels, 1, 1))"],
+        ["return self.norm(torch.sigmoid((self.conv(x) + self.bias) * 0.5))"],
+        "cin: 8, channels: 32, groups: 8", [2, 8, 10, 10], "cin: 4, channels: 8, groups: 4",
+        [2, 4, 9, 9])
+    result = generate_candidate(case)
+    grouped = next(line for line in result.source.splitlines() if "native_group_norm_grouped = " in line)
+    assert ", 8, " not in grouped and "kopt_" in grouped, grouped
+    _accepted_on_cpu(tmp_path, case, result.source)

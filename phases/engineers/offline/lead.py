@@ -105,7 +105,9 @@ def _same(v1: Any, v2: Any, fit: Fit, m1: dict[int, Node], *, size: bool) -> Any
         e = fit.size(v1, v2)
         if e == _expr(v1):
             return v1
-        if size:
+        if size or (isinstance(v1, sympy.Expr) and v1.free_symbols):
+            # (an expression of sizes, as it came: `w_size0 // 8` in a group norm's expand,
+            # whose group count 8 became the constructor's num_groups; it has no one value)
             return e
         return Sym(e, v1.hint if isinstance(v1, Sym) else int(v1))
     if isinstance(v1, float) and type(v2) is float and v1 != v2 and not size:
