@@ -99,3 +99,20 @@ def test_a_group_count_follows_a_smoke_constructor(tmp_path: Path) -> None:
     grouped = next(line for line in result.source.splitlines() if "native_group_norm_grouped = " in line)
     assert ", 8, " not in grouped and "kopt_" in grouped, grouped
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_tensor_made_in_forward_from_a_number_keeps_its_value(tmp_path: Path) -> None:
+    """`torch.min(x, torch.tensor(0.0, device=x.device))` (KernelBench level-2 83 and 93, in
+    the held-out half) is a constant of the exported program. Exported on the meta device it
+    had no value, and writing ModelNew failed with "Cannot copy out of meta tensor" (codegen
+    failed); the model is exported on the CPU then, and the constant is a buffer of ModelNew."""
+    case = _constructor_case(
+        tmp_path, "tensor_constant", "channels",
+        ["self.conv = nn.Conv2d(3, channels, 3)"],
+        ["x = self.conv(x) + 0.25",
+         "x = torch.min(x, torch.tensor(0.0, device=x.device))",
+         "return torch.nn.functional.gelu(x) * 2.0"],
+        "channels: 8", [2, 3, 10, 10], "channels: 4", [2, 3, 9, 9])
+    result = generate_candidate(case)
+    assert "torch.tensor(0.0, dtype=torch.float32)" in result.source
+    _accepted_on_cpu(tmp_path, case, result.source)
