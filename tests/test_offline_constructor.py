@@ -116,3 +116,22 @@ def test_a_tensor_made_in_forward_from_a_number_keeps_its_value(tmp_path: Path) 
     result = generate_candidate(case)
     assert "torch.tensor(0.0, dtype=torch.float32)" in result.source
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_conv_bias_moved_into_the_groups_follows_the_group_count(tmp_path: Path) -> None:
+    """conv -> GroupNorm: the conv's bias is added inside the group norm's grouped view
+    (`grouped_views.bias_after_grouped_view`: the bias regrouped as (G, -1)). That view took
+    the group count from the node's traced size, 8, after the second trace had made the
+    grouped view's own size an expression: 4 groups on smoke's constructor regrouped as 8 (a
+    held-out-style Conv2d_GroupNorm_Scale_MaxPool_Clamp, 2026-11-30, 65% of the elements
+    wrong). It reads the grouped view's size now."""
+    case = _constructor_case(
+        tmp_path, "conv_groups", "cin, channels, groups",
+        ["self.conv = nn.Conv2d(cin, channels, 3)", "self.norm = nn.GroupNorm(groups, channels)"],
+        ["return torch.clamp(self.norm(self.conv(x)) * 1.5, 0.0, 1.0)"],
+        "cin: 8, channels: 32, groups: 8", [2, 8, 10, 10], "cin: 4, channels: 8, groups: 4",
+        [2, 4, 9, 9])
+    result = generate_candidate(case)
+    regrouped = [line for line in result.source.splitlines() if "_conv_bias_g = " in line]
+    assert regrouped and all("[8, -1]" not in line for line in regrouped), regrouped
+    _accepted_on_cpu(tmp_path, case, result.source)

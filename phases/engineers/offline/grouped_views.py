@@ -41,7 +41,11 @@ def _channel_in_view(x: Node, vec: Node, v: Node) -> tuple[list[Node], Node]:
     spatial: Any = 1
     for d in x.sym[2:]:
         spatial = spatial * d
-    g_sym = v.sym[1]
+    # the group count as the view's own size list has it: an expression of the constructor's
+    # arguments where a second trace made it one (`Node.sym` keeps the traced number)
+    sizes = v.args[1] if len(v.args) > 1 and isinstance(v.args[1], (list, tuple)) else ()
+    g_sym = sizes[1] if len(sizes) == v.rank and not (type(sizes[1]) is int and sizes[1] == -1) \
+        else v.sym[1]
     origin = vec.origin
     if v.rank == 4:
         out = Node(f"{v.name}_{vec.name}_g", "view", [vec, [g_sym, -1, 1]], shape=(v.shape[1], v.shape[2], 1),
