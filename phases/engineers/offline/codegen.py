@@ -381,8 +381,8 @@ class ForwardWriter:
             if not args:
                 kwargs = kwargs.lstrip(", ")
             code = f"torch.ops.{n.target}({args}{kwargs})"
-            kind = recurrent_kind(n.target)
-            if kind is not None and not n.kwargs:
+            kind = recurrent_kind(n)
+            if kind is not None:
                 region = f"r{len(self.recurrent)}"
                 self.recurrent.append(n)
                 self.regions.append(region)

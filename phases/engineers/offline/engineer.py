@@ -72,8 +72,7 @@ def generate_candidate(case: Case, *, input_set: str = "main", policy: FusionPol
                  if rewrites else [])
     part = partition(captured.graph, policy, case.manifest.precision)
     kernels = build_kernels(part, case.manifest.precision)
-    recurrent = [n for n in part.graph.nodes if n.op == "fallback" and recurrent_kind(n.target)
-                 and not n.kwargs]
+    recurrent = [n for n in part.graph.nodes if recurrent_kind(n)]
     if not kernels and not recurrent:
         left = "; ".join(dict.fromkeys(f"{u['op'].removeprefix('aten.')}: {u['reason']}"
                                        for u in part.unfused)) or "no compute op"

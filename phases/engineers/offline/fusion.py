@@ -421,8 +421,7 @@ class _Partitioner:
                 self._add(g, n, tuple(range(n.rank)))
             else:
                 self.unfused.append({"op": str(n.target), "node": n.origin, "reason": reason})
-        elif n.op not in ("getitem", "split_item", CACHED_CAT) and \
-                (n.op != "fallback" or recurrent_kind(n.target) is None):
+        elif n.op not in ("getitem", "split_item", CACHED_CAT) and recurrent_kind(n) is None:
             # (weights side by side: forward's; a recurrent layer: its own kernels, `_recurrent`)
             self.unfused.append({"op": str(n.target), "node": n.origin,
                                  "reason": _fallback_reason(n)})

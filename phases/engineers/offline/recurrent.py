@@ -128,9 +128,13 @@ RECURRENT_OPS = {"aten.lstm.input": "lstm", "aten.gru.input": "gru",
 """The aten ops (as `str(node.target)`) a candidate runs through `_recurrent`, by kind."""
 
 
-def recurrent_kind(target: Any) -> str | None:
-    """"lstm" / "gru" / "rnn_tanh" / "rnn_relu" for a recurrent layer's aten op, else None."""
-    return RECURRENT_OPS.get(str(target))
+def recurrent_kind(n: Any) -> str | None:
+    """"lstm" / "gru" / "rnn_tanh" / "rnn_relu" when graph node `n` is a recurrent layer the
+    candidate runs through `_recurrent` (its aten op, called positionally), else None: the one
+    test the partitioner, the forward's writer and the engineer share."""
+    if n.op != "fallback" or n.kwargs:
+        return None
+    return RECURRENT_OPS.get(str(n.target))
 
 
 def recurrent_launches(x_shape: tuple[int, ...], num_layers: int, bidirectional: bool,
