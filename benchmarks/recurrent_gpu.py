@@ -6,7 +6,10 @@ generated (one CUDA graph), with the candidate's largest error against eager; an
 the candidate's first call under torch.compile takes (the verifier runs one; `_recurrent` is
 a graph break there).
 
-    python benchmarks/recurrent_gpu.py FILE.py [FILE.py ...]
+    python benchmarks/recurrent_gpu.py [--sweep] FILE.py [FILE.py ...]
+
+`--sweep` also times the step kernel's launch parameters (a grid over STEP_TUNABLES, graphed,
+each against the same eager figure) and prints the fastest few per problem.
 """
 
 from __future__ import annotations
@@ -34,7 +37,31 @@ def _ms(fn) -> float:  # noqa: ANN001
     return triton.testing.do_bench(fn, warmup=3, rep=400, return_mode="median")
 
 
+def _sweep(cand, new, inputs, eager: float) -> list[tuple[float, dict]]:  # noqa: ANN001
+    """The graphed forward under each step configuration, fastest first."""
+    import itertools
+
+    from kopt.phases.engineers.offline.kernels.recurrent import STEP_KERNEL, STEP_TUNABLES
+    keys = list(STEP_TUNABLES)
+    timed = []
+    for values in itertools.product(*(STEP_TUNABLES[k] for k in keys)):
+        cfg = dict(zip(keys, values))
+        cand.KOPT_CONFIG[STEP_KERNEL] = cfg
+        new._kopt_graphs.clear()
+        try:
+            new(*inputs)  # compiles this configuration's kernels
+            new(*inputs)  # captures the graph
+            timed.append((_ms(functools.partial(new, *inputs)), cfg))
+        except Exception as e:  # noqa: BLE001 (a launch that does not fit is one row)
+            print(f"  {cfg}: {type(e).__name__}: {str(e)[:100]}", flush=True)
+            continue
+        print(f"  {cfg}: {timed[-1][0]:.3f} ms ({eager / timed[-1][0]:.2f}x eager)", flush=True)
+    return sorted(timed, key=lambda r: r[0])
+
+
 def main(files: list[str]) -> int:
+    sweep = "--sweep" in files
+    files = [f for f in files if f != "--sweep"]
     from kopt.harness.case import load_case_dir
     from kopt.harness.kernelbench import import_kernelbench
     from kopt.phases.engineers.offline.engineer import generate_candidate
@@ -72,6 +99,12 @@ def main(files: list[str]) -> int:
             cand_compile = time.perf_counter() - t0
         rows.append((f.stem, err, eager, comp, op_by_op, graphed, codegen, cand_compile))
         print(rows[-1], flush=True)
+        if sweep:
+            with torch.no_grad():
+                best = _sweep(cand, new, inputs, eager)
+            print(f"{f.stem}: fastest step configurations (eager {eager:.3f} ms):")
+            for ms_, cfg in best[:5]:
+                print(f"  {ms_:.3f} ms {eager / ms_:.2f}x {cfg}")
     print("\n| problem | max err vs eager | eager ms | compile ms | kopt op by op ms | kopt graphed ms "
           "| vs eager | vs compile | codegen s | candidate under torch.compile, first call s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
