@@ -5,6 +5,7 @@ match eager's on the CPU interpreter, for every kind and layout of layer."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def test_a_recurrent_layer_is_one_node_run_by_its_own_kernels(tmp_path: Path, ki
     assert [k["fuses"] for k in result.kernels if k["kind"] == "recurrent"] == [[op.split(".")[1]]]
     # the Triton layer behind a switch, the library's (the same aten op) on the other side
     assert f'_recurrent("{op.split(".")[1]}", ' in result.source
-    assert f"torch.ops.{op}(" in result.source and "kopt::" not in result.source
+    assert f'_rnn_library("{op.split(".")[1]}", ' in result.source and "kopt::" not in result.source
     # the export held the layer as one custom op (shapes from its fake), not its cells
     from kopt.phases.engineers.offline.capture import _EXPORTS
 
@@ -46,6 +47,40 @@ def test_a_recurrent_layer_is_one_node_run_by_its_own_kernels(tmp_path: Path, ki
     _check_case(case, module, "smoke")
     module.KOPT_REGIONS["r0"] = "torch"
     _check_case(case, module, "main")
+
+
+def test_the_library_side_is_a_graph_break_under_torch_compile(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The verifier calls the candidate under torch.compile. With the region on the library's
+    side, a traced aten op decomposes into every step's cell (KernelBench level-3 38's
+    verification compiled for minutes on an H200): the op must stay out of Dynamo's graphs, as
+    nn.LSTM's own call does."""
+    from kopt.harness.data import build_model
+    from kopt.phases.engineers.offline.recurrent import RECURRENT_OPS
+
+    case = _constructor_case(tmp_path, "grulib", "hidden",
+                             ["self.rnn = nn.GRU(6, hidden, 2, batch_first=True)"],
+                             ["return self.rnn(x)[0]"], "hidden: 8", [3, 7, 6], "hidden: 8",
+                             [2, 5, 6])
+    module = _load_candidate(generate_candidate(case).source, tmp_path, "grulib")
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # (Dynamo imports what it traces)
+    # every region on PyTorch's side (Dynamo cannot trace the interpreter's launches)
+    monkeypatch.setattr(module, "KOPT_REGIONS", dict.fromkeys(module.KOPT_REGIONS, "torch"))
+    new = build_model(case, "smoke", cls=module.ModelNew)
+    traced: list[str] = []
+
+    def backend(gm, _inputs):  # noqa: ANN001, ANN202
+        traced.extend(str(n.target) for n in gm.graph.nodes)
+        return gm.forward
+
+    torch._dynamo.reset()
+    x = torch.randn(2, 5, 6)
+    with torch.no_grad():
+        want = new(x)
+        got = torch.compile(new, backend=backend)(x)
+    torch._dynamo.reset()
+    torch.testing.assert_close(got, want)
+    assert traced, "nothing was traced"
+    assert not [t for t in traced if any(str(op) in t for op in RECURRENT_OPS) or "gru" in t], traced
 
 
 def test_the_routing_gives_torch_results_packed_or_not_and_ends_with_the_export() -> None:
@@ -213,12 +248,14 @@ for name, cx, opts in [
 
 
 @pytest.mark.parametrize(("kind", "gates"), [(0, 4), (1, 3)])
-def test_the_default_launch_compiles_for_sm90_without_spilling(recurrent_module, tmp_path: Path,  # noqa: ANN001
+def test_the_default_launch_compiles_for_sm90_spilling_little(recurrent_module, tmp_path: Path,  # noqa: ANN001
                                                                kind: int, gates: int) -> None:
     """The step kernel is latency-bound: a spill to local memory is on every step's path. Its
     first default (BK 128, 2 warps, 3 stages) spilled 1296 bytes a thread for an LSTM (1008
-    for a GRU) compiled for sm_90, and ran 16.8 / 12.7 us a step on an H200; the default and
-    the input product compile with no stack (in a process without the interpreter)."""
+    for a GRU) compiled for sm_90, and ran 16.8 / 12.7 us a step on an H200. The default now
+    (BH 32, BK 64, 4 warps, 3 stages), the fastest of the 36 launches timed on an H200, spills
+    72 / 8 bytes in triton 3.9's build (2026-12-01); the input product none (compiled in a
+    process without the interpreter)."""
     import os
     import subprocess
     import sys
@@ -237,4 +274,5 @@ def test_the_default_launch_compiles_for_sm90_without_spilling(recurrent_module,
     usage = {name: (int(regs), int(stack)) for name, regs, stack in
              (line.split() for line in done.stdout.splitlines())}
     assert set(usage) == {"_rnn_step_kernel", "_rnn_input_kernel"}, done.stdout
-    assert all(stack == 0 for _regs, stack in usage.values()), usage
+    assert usage["_rnn_input_kernel"][1] == 0, usage
+    assert usage["_rnn_step_kernel"][1] <= 128, usage

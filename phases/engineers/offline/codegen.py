@@ -388,8 +388,8 @@ class ForwardWriter:
                 self.regions.append(region)
                 self.lines.append(f'if KOPT_REGIONS["{region}"] == "triton":')
                 self.lines.append(f'    {v} = _recurrent("{kind}", {args})  # {n.origin}: a kernel a step')
-                self.lines.append("else:  # the library's layer (cuDNN on a GPU)")
-                self.lines.append(f"    {v} = {code}  # {n.origin}")
+                self.lines.append("else:  # the library's layer (cuDNN on a GPU), a graph break")
+                self.lines.append(f'    {v} = _rnn_library("{kind}", {args})  # {n.origin}')
                 return
         self.lines.append(f"{v} = {code}  # {n.origin}")
 

@@ -27,13 +27,14 @@ STEP_KERNEL = "_rnn_step_kernel"
 STEP_TUNABLES = {"BH": [16, 32], "BK": [32, 64, 128], "num_warps": [2, 4, 8], "num_stages": [2, 3]}
 """The step kernel's launch parameters the accelerator may search (KOPT_TUNABLES): hidden
 units a program, the reduction's chunk, warps, pipeline stages."""
-STEP_DEFAULT = {"BH": 16, "BK": 32, "num_warps": 4, "num_stages": 2}
-"""What it launches with until tuned. The first default (BK 128, 2 warps, 3 stages) ran an
-LSTM step in 16.8 us and a GRU's in 12.7 on an H200 (KernelBench level-3 36 and 40, against
-cuDNN's 9.7 and 14.6): compiled for sm_90 it holds 255 registers and spills 1296 bytes a
-thread (an LSTM; a GRU 1008). This one compiles to 189 (LSTM) and 149 (GRU) registers with
-no spill (`cuobjdump --dump-resource-usage` of triton 3.9's sm_90 build, 2026-11-30); not yet
-timed on a GPU."""
+STEP_DEFAULT = {"BH": 32, "BK": 64, "num_warps": 4, "num_stages": 3}
+"""What it launches with until tuned: the fastest of STEP_TUNABLES's 36 launches for both an
+LSTM and a GRU on an H200 (KernelBench level-3 36 and 40: six layers, 512 steps of 10
+sequences, hidden 256; graphed forwards, `benchmarks/recurrent_gpu.py --sweep`, 2026-12-01):
+LSTM 25.6 ms (cuDNN 27.0), GRU 20.3 ms (cuDNN 46.9). The first default (BH 16, BK 128,
+2 warps, 3 stages) spilled 1296 bytes a thread on sm_90; the second (BH 16, BK 32, 4 warps,
+2 stages) did not spill and ran 44.6 / 32.9 ms. A wider unit block halves the programs that
+each read the whole h_{t-1}, and a chunk of 64 with 3 stages keeps W_hh's tiles in flight."""
 
 
 def recurrent_code(precision: str) -> str:
@@ -51,6 +52,14 @@ _RNN_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 _RNN_KIND = {"lstm": 0, "gru": 1, "rnn_tanh": 2, "rnn_relu": 3}
 _RNN_ATEN = {"lstm": torch.ops.aten.lstm.input, "gru": torch.ops.aten.gru.input,
              "rnn_tanh": torch.ops.aten.rnn_tanh.input, "rnn_relu": torch.ops.aten.rnn_relu.input}
+
+
+@torch.compiler.disable
+def _rnn_library(kind, *args):
+    """The library's layer (the aten op: cuDNN on a GPU), the region switch's other side. Run
+    as it is under torch.compile: traced, the op decomposes into every step's cell, and
+    Inductor compiled that graph for minutes (KernelBench level-3 38 on an H200, 2026-12-01)."""
+    return _RNN_ATEN[kind](*args)
 
 
 @triton.jit
@@ -163,7 +172,6 @@ def _recurrent(kind, x, hx, params, has_biases, num_layers, dropout, train, bidi
                batch_first):
     """torch.ops.aten.<kind>.input(...) with Triton kernels: (output, h_n[, c_n]) as PyTorch
     returns them. A configuration they do not cover runs the aten op (cuDNN on a GPU)."""
-    aten = _RNN_ATEN[kind]
     h0 = hx[0] if kind == "lstm" else hx
     gates = _RNN_GATES[kind]
     dirs = 2 if bidirectional else 1
@@ -172,7 +180,8 @@ def _recurrent(kind, x, hx, params, has_biases, num_layers, dropout, train, bidi
     if (x.dim() != 3 or x.dtype not in (torch.float32, torch.float16, torch.bfloat16)
             or len(params) != num_layers * dirs * per or params[1].shape != (gates * hidden, hidden)
             or (dropout and train and num_layers > 1) or x.numel() == 0):
-        return aten(x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        return _rnn_library(kind, x, hx, params, has_biases, num_layers, dropout, train,
+                            bidirectional, batch_first)
     steps, batch = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
     device = x.device
     h_n = torch.empty(h0.shape, device=device, dtype=h0.dtype)
