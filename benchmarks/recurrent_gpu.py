@@ -6,10 +6,12 @@ generated (one CUDA graph), with the candidate's largest error against eager; an
 the candidate's first call under torch.compile takes (the verifier runs one; `_recurrent` is
 a graph break there).
 
-    python benchmarks/recurrent_gpu.py [--sweep] FILE.py [FILE.py ...]
+    python benchmarks/recurrent_gpu.py [--sweep | --sweep-layer] FILE.py [FILE.py ...]
 
-`--sweep` also times the step kernel's launch parameters (a grid over STEP_TUNABLES, graphed,
-each against the same eager figure) and prints the fastest few per problem.
+`--sweep` also times the recurrent kernels' launch parameters (a grid over STEP_TUNABLES,
+graphed, each against the same eager figure, with its largest error) and prints the fastest
+few per problem; `--sweep-layer` the one-launch-a-layer kernel's part of that grid and the
+default. The line "SWEEP OK" ends a sweep whose every launch matched eager (errors under 1e-2).
 """
 
 from __future__ import annotations
@@ -37,31 +39,47 @@ def _ms(fn) -> float:  # noqa: ANN001
     return triton.testing.do_bench(fn, warmup=3, rep=400, return_mode="median")
 
 
-def _sweep(cand, new, inputs, eager: float) -> list[tuple[float, dict]]:  # noqa: ANN001
-    """The graphed forward under each step configuration, fastest first."""
+def _sweep(cand, new, inputs, eager: float, want, layer_only: bool) -> list[tuple[float, dict]]:  # noqa: ANN001
+    """The graphed forward under each step configuration, fastest first; each one's error
+    against eager's output `want` printed (a launch off by more than 1e-2 is left out)."""
     import itertools
 
-    from kopt.phases.engineers.offline.kernels.recurrent import STEP_KERNEL, STEP_TUNABLES
+    from kopt.phases.engineers.offline.kernels.recurrent import (
+        STEP_DEFAULT,
+        STEP_KERNEL,
+        STEP_TUNABLES,
+    )
     keys = list(STEP_TUNABLES)
+    grid = [dict(zip(keys, v)) for v in itertools.product(*(STEP_TUNABLES[k] for k in keys))]
+    if layer_only:
+        grid = [dict(STEP_DEFAULT, LAYER=0)] + [c for c in grid if c["LAYER"] and c["num_warps"] > 2
+                                                and c["BK"] < 128]
     timed = []
-    for values in itertools.product(*(STEP_TUNABLES[k] for k in keys)):
-        cfg = dict(zip(keys, values))
+    for cfg in grid:
         cand.KOPT_CONFIG[STEP_KERNEL] = cfg
         new._kopt_graphs.clear()
         try:
             new(*inputs)  # compiles this configuration's kernels
-            new(*inputs)  # captures the graph
-            timed.append((_ms(functools.partial(new, *inputs)), cfg))
+            got = new(*inputs)  # captures the graph
+            torch.cuda.synchronize()
+            err = (got.float() - want.float()).abs().max().item()
+            ms = _ms(functools.partial(new, *inputs))
         except Exception as e:  # noqa: BLE001 (a launch that does not fit is one row)
             print(f"  {cfg}: {type(e).__name__}: {str(e)[:100]}", flush=True)
             continue
-        print(f"  {cfg}: {timed[-1][0]:.3f} ms ({eager / timed[-1][0]:.2f}x eager)", flush=True)
+        print(f"  {cfg}: {ms:.3f} ms ({eager / ms:.2f}x eager), err {err:.1e}", flush=True)
+        if err < 1e-2:
+            timed.append((ms, cfg))
+        else:
+            _sweep.failed = True
     return sorted(timed, key=lambda r: r[0])
 
 
 def main(files: list[str]) -> int:
-    sweep = "--sweep" in files
-    files = [f for f in files if f != "--sweep"]
+    sweep = "--sweep" in files or "--sweep-layer" in files
+    layer_only = "--sweep-layer" in files
+    files = [f for f in files if not f.startswith("--")]
+    _sweep.failed = False
     from kopt.harness.case import load_case_dir
     from kopt.harness.kernelbench import import_kernelbench
     from kopt.phases.engineers.offline.engineer import generate_candidate
@@ -101,10 +119,12 @@ def main(files: list[str]) -> int:
         print(rows[-1], flush=True)
         if sweep:
             with torch.no_grad():
-                best = _sweep(cand, new, inputs, eager)
+                best = _sweep(cand, new, inputs, eager, want, layer_only)
             print(f"{f.stem}: fastest step configurations (eager {eager:.3f} ms):")
             for ms_, cfg in best[:5]:
                 print(f"  {ms_:.3f} ms {eager / ms_:.2f}x {cfg}")
+    if sweep and not _sweep.failed:
+        print("SWEEP OK")
     print("\n| problem | max err vs eager | eager ms | compile ms | kopt op by op ms | kopt graphed ms "
           "| vs eager | vs compile | codegen s | candidate under torch.compile, first call s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

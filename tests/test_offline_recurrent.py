@@ -120,16 +120,19 @@ def recurrent_module(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     return _load_candidate(generate_candidate(case).source, tmp, "lstm_only")
 
 
+@pytest.mark.parametrize("launch", [1, 0], ids=["a launch a layer", "a launch a step"])
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
 @pytest.mark.parametrize(("layers", "bidirectional", "batch_first", "bias", "batch", "steps"), [
     (2, False, False, True, 3, 5), (2, True, True, True, 3, 5), (1, False, True, False, 17, 1),
     (3, True, False, False, 1, 4)])
-def test_each_kind_of_layer_matches_the_aten_op(recurrent_module, kind: str, layers: int,  # noqa: ANN001
-                                                bidirectional: bool, batch_first: bool, bias: bool,
-                                                batch: int, steps: int) -> None:
+def test_each_kind_of_layer_matches_the_aten_op(recurrent_module, monkeypatch, kind: str,  # noqa: ANN001
+                                                layers: int, bidirectional: bool, batch_first: bool,
+                                                bias: bool, batch: int, steps: int, launch: int) -> None:
     """Layers, directions, layouts, no bias, one step, a batch past one block of 16 rows, one
-    sequence: outputs and final states as the aten op returns them (values, shapes, dtypes),
-    and the initial states left as they were."""
+    sequence, with the layer's kernel and the step's: outputs and final states as the aten op
+    returns them (values, shapes, dtypes), and the initial states left as they were."""
+    config = {**recurrent_module.KOPT_CONFIG["_rnn_step_kernel"], "LAYER": launch}
+    monkeypatch.setitem(recurrent_module.KOPT_CONFIG, "_rnn_step_kernel", config)
     torch.manual_seed(layers * 7 + steps)
     net = _layer(kind, layers, bidirectional, batch_first, bias, torch.float32, hidden=21)
     dirs = 2 if bidirectional else 1
@@ -198,7 +201,7 @@ def test_the_step_kernel_is_tuned_like_the_others(recurrent_module) -> None:  # 
     """The step kernel declares its launch parameters (KOPT_TUNABLES / KOPT_CONFIG, which the
     accelerator searches on a GPU) and launches what KOPT_CONFIG says: a reduction chunk of 16
     over a 21-wide layer walks the recurrent product in two chunks, with the same results."""
-    assert set(recurrent_module.KOPT_TUNABLES["_rnn_step_kernel"]) == {"BH", "BK", "num_warps",
+    assert set(recurrent_module.KOPT_TUNABLES["_rnn_step_kernel"]) == {"LAYER", "BH", "BK", "num_warps",
                                                                       "num_stages"}
     torch.manual_seed(5)
     net = _layer("lstm", 2, True, False, True, torch.float32, hidden=21)
@@ -208,7 +211,7 @@ def test_the_step_kernel_is_tuned_like_the_others(recurrent_module) -> None:  # 
     saved = dict(recurrent_module.KOPT_CONFIG["_rnn_step_kernel"])
     recurrent_module.KOPT_CONFIG["_rnn_step_kernel"].update({"BH": 32, "BK": 16, "num_warps": 4})
     try:
-        assert recurrent_module._rnn_blocks(3, 21)[2] == 16
+        assert recurrent_module._rnn_blocks(3, 21, 2, x.device)[3] == 16
         got = recurrent_module._recurrent("lstm", x, [h0, c0], *args)
     finally:
         recurrent_module.KOPT_CONFIG["_rnn_step_kernel"] = saved
@@ -232,10 +235,14 @@ for name, cx, opts in [
         ("_rnn_step_kernel", {"KIND": int(sys.argv[2]), "G": int(sys.argv[3]), "HAS_BIAS": True, "BB": 16,
                               "BH": step["BH"], "BK": step["BK"], "DOT": module.RECURRENT_DOT},
          {"num_warps": step["num_warps"], "num_stages": step["num_stages"]}),
+        ("_rnn_layer_kernel", {"KIND": int(sys.argv[2]), "G": int(sys.argv[3]), "HAS_BIAS": True, "BB": 16,
+                               "BH": step["BH"], "BK": step["BK"], "DOT": module.RECURRENT_DOT},
+         {"num_warps": step["num_warps"], "num_stages": step["num_stages"]}),
         ("_rnn_input_kernel", {"HAS_BIAS": True, "BM": 64, "BN": 64, "BK": 32, "DOT": module.RECURRENT_DOT},
          {"num_warps": 4})]:
     fn = getattr(module, name)
-    sig = {p.name: ("*fp32" if p.name.endswith("_ptr") else "i32") for p in fn.params if p.name not in cx}
+    sig = {p.name: ("*i32" if p.name == "bar_ptr" else "*fp32" if p.name.endswith("_ptr") else "i32")
+           for p in fn.params if p.name not in cx}
     src = ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in cx}},
                     constexprs={(fn.arg_names.index(k),): v for k, v in cx.items()})
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
@@ -252,10 +259,10 @@ def test_the_default_launch_compiles_for_sm90_spilling_little(recurrent_module, 
                                                                kind: int, gates: int) -> None:
     """The step kernel is latency-bound: a spill to local memory is on every step's path. Its
     first default (BK 128, 2 warps, 3 stages) spilled 1296 bytes a thread for an LSTM (1008
-    for a GRU) compiled for sm_90, and ran 16.8 / 12.7 us a step on an H200. The default now
-    (BH 32, BK 64, 4 warps, 3 stages), the fastest of the 36 launches timed on an H200, spills
-    72 / 8 bytes in triton 3.9's build (2026-12-01); the input product none (compiled in a
-    process without the interpreter)."""
+    for a GRU) compiled for sm_90, and ran 16.8 / 12.7 us a step on an H200. At the default
+    (BH 32, BK 32, 4 warps, 1 stage) the kernel of a layer, which runs every step, and the
+    input product compile with no stack, the step kernel with little (triton 3.9's build,
+    2026-12-01; compiled in a process without the interpreter)."""
     import os
     import subprocess
     import sys
@@ -273,6 +280,6 @@ def test_the_default_launch_compiles_for_sm90_spilling_little(recurrent_module, 
     assert done.returncode == 0, done.stderr[-2000:]
     usage = {name: (int(regs), int(stack)) for name, regs, stack in
              (line.split() for line in done.stdout.splitlines())}
-    assert set(usage) == {"_rnn_step_kernel", "_rnn_input_kernel"}, done.stdout
+    assert set(usage) == {"_rnn_step_kernel", "_rnn_layer_kernel", "_rnn_input_kernel"}, done.stdout
     assert usage["_rnn_input_kernel"][1] == 0, usage
-    assert usage["_rnn_step_kernel"][1] <= 128, usage
+    assert usage["_rnn_layer_kernel"][1] == 0 and usage["_rnn_step_kernel"][1] <= 128, usage

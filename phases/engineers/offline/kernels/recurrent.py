@@ -24,17 +24,20 @@ LSTM with projections (`proj_size`), dropout between layers while training, doub
 from __future__ import annotations
 
 STEP_KERNEL = "_rnn_step_kernel"
-STEP_TUNABLES = {"BH": [16, 32], "BK": [32, 64, 128], "num_warps": [2, 4, 8], "num_stages": [2, 3]}
-"""The step kernel's launch parameters the accelerator may search (KOPT_TUNABLES): hidden
-units a program, the reduction's chunk, warps, pipeline stages."""
-STEP_DEFAULT = {"BH": 32, "BK": 64, "num_warps": 4, "num_stages": 3}
-"""What it launches with until tuned: the fastest of STEP_TUNABLES's 36 launches for both an
-LSTM and a GRU on an H200 (KernelBench level-3 36 and 40: six layers, 512 steps of 10
-sequences, hidden 256; graphed forwards, `benchmarks/recurrent_gpu.py --sweep`, 2026-12-01):
-LSTM 25.6 ms (cuDNN 27.0), GRU 20.3 ms (cuDNN 46.9). The first default (BH 16, BK 128,
-2 warps, 3 stages) spilled 1296 bytes a thread on sm_90; the second (BH 16, BK 32, 4 warps,
-2 stages) did not spill and ran 44.6 / 32.9 ms. A wider unit block halves the programs that
-each read the whole h_{t-1}, and a chunk of 64 with 3 stages keeps W_hh's tiles in flight."""
+STEP_TUNABLES = {"LAYER": [1, 0], "BH": [16, 32], "BK": [32, 64, 128], "num_warps": [2, 4, 8],
+                 "num_stages": [1, 2, 3]}
+"""The recurrent kernels' launch parameters the accelerator may search (KOPT_TUNABLES): one
+launch a layer or one a step, hidden units a program, the reduction's chunk, warps, pipeline
+stages."""
+STEP_DEFAULT = {"LAYER": 1, "BH": 32, "BK": 32, "num_warps": 4, "num_stages": 1}
+"""What they launch with until tuned. One launch a step, the fastest of 36 launches for both an
+LSTM and a GRU on an H200 was BH 32, BK 64, 4 warps, 3 stages (KernelBench level-3 36 and 40:
+six layers, 512 steps of 10 sequences, hidden 256; graphed forwards, `benchmarks/recurrent_gpu.py
+--sweep`, 2026-12-01): LSTM 25.6 ms (cuDNN 27.0 eager, 8.2 replayed in a CUDA graph), GRU
+20.3 ms (cuDNN 46.9). Earlier defaults spilled (BK 128, 2 warps: 1296 bytes a thread on sm_90)
+or ran 44.6 / 32.9 ms (BH 16, BK 32). One launch a layer, with W_hh's tiles read again every
+step, compiles without a spill at BK 32 and one stage (triton 3.9, sm_90); BK 64 or more stages
+spill."""
 
 
 def recurrent_code(precision: str) -> str:
@@ -154,15 +157,130 @@ def _rnn_step_kernel(gx_ptr, t, h_ptr, h_next_ptr, w_ptr, bh_ptr, c_ptr, out_ptr
     tl.store(dst, h.to(out_ptr.dtype.element_ty), mask=m)
 
 
-def _rnn_blocks(B, H):
-    """(BB, BH, BK, warps, stages) of the step kernel: batch rows padded to tl.dot's 16, hidden units
-    and the reduction's chunk as KOPT_CONFIG says (no wider than the layer). In the
-    interpreter, one program takes every hidden unit (fewer Python-level programs)."""
+
+@triton.jit
+def _rnn_layer_kernel(gx_ptr, h_ptr, c_ptr, w_ptr, bh_ptr, out_ptr, bar_ptr, T, os_t, os_b, B, H,
+                      KIND: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      BB: tl.constexpr, BH: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr):
+    # Every step of one layer in one launch, its directions side by side (program_id(2) = d;
+    # the backward one walks t down). A step is _rnn_step_kernel's; between steps the programs
+    # of a direction meet at a barrier in memory (bar[d] counts arrivals), so the caller
+    # launches no more programs than the GPU holds at once. gx (dirs, T*B, G*H) f32; h (dirs, 2,
+    # B, H) f32, two buffers taking turns (h[d, 0] = h0 on entry, h[d, T % 2] = h_n on exit);
+    # c (dirs, B, H) f32, the LSTM's c0 in and c_n out (its block stays in registers between);
+    # w (dirs, G*H, H); bh (dirs, G*H); bar (dirs,) int32 zeros.
+    d = tl.program_id(2)
+    b = tl.program_id(0) * BB + tl.arange(0, BB)
+    j = tl.program_id(1) * BH + tl.arange(0, BH)
+    programs = tl.num_programs(0) * tl.num_programs(1)
+    bm = b < B
+    jm = j < H
+    m = bm[:, None] & jm[None, :]
+    state = b[:, None] * H + j[None, :]
+    hd = h_ptr + d * 2 * B * H
+    wd = w_ptr + d.to(tl.int64) * G * H * H + j[None, :].to(tl.int64) * H
+    gd = gx_ptr + d.to(tl.int64) * T * B * G * H
+    bar = bar_ptr + d
+    b0 = tl.zeros((BH,), tl.float32)
+    b1 = tl.zeros((BH,), tl.float32)
+    b2 = tl.zeros((BH,), tl.float32)
+    b3 = tl.zeros((BH,), tl.float32)
+    if HAS_BIAS:
+        bd = bh_ptr + d * G * H + j
+        b0 = tl.load(bd, mask=jm, other=0.0).to(tl.float32)
+        if G > 1:
+            b1 = tl.load(bd + H, mask=jm, other=0.0).to(tl.float32)
+        if G > 2:
+            b2 = tl.load(bd + 2 * H, mask=jm, other=0.0).to(tl.float32)
+        if G > 3:
+            b3 = tl.load(bd + 3 * H, mask=jm, other=0.0).to(tl.float32)
+    c = tl.zeros((BB, BH), tl.float32)
+    if KIND == 0:
+        c = tl.load(c_ptr + d * B * H + state, mask=m, other=0.0)
+    for s in range(T):
+        t = s + d * (T - 1 - 2 * s)
+        h_in = hd + (s % 2) * B * H
+        a0 = tl.zeros((BB, BH), tl.float32) + b0[None, :]
+        a1 = tl.zeros((BB, BH), tl.float32) + b1[None, :]
+        a2 = tl.zeros((BB, BH), tl.float32) + b2[None, :]
+        a3 = tl.zeros((BB, BH), tl.float32) + b3[None, :]
+        for k0 in range(0, H, BK):
+            k = k0 + tl.arange(0, BK)
+            wm = jm[None, :] & (k < H)[:, None]
+            # h_{t-1} from L2 (.cg: another program wrote it; L1 may hold the buffer's last turn)
+            hk = tl.load(h_in + b[:, None] * H + k[None, :], mask=bm[:, None] & (k < H)[None, :],
+                         other=0.0, cache_modifier=".cg")
+            w = wd + k[:, None]  # gate 0's (BK, BH) tile of W_hh^T, read every step: kept cached
+            a0 += tl.dot(hk, tl.load(w, mask=wm, other=0.0, eviction_policy="evict_last").to(tl.float32),
+                         input_precision=DOT)
+            if G > 1:
+                a1 += tl.dot(hk, tl.load(w + H * H, mask=wm, other=0.0,
+                                         eviction_policy="evict_last").to(tl.float32), input_precision=DOT)
+            if G > 2:
+                a2 += tl.dot(hk, tl.load(w + 2 * H * H, mask=wm, other=0.0,
+                                         eviction_policy="evict_last").to(tl.float32), input_precision=DOT)
+            if G > 3:
+                a3 += tl.dot(hk, tl.load(w + 3 * H * H, mask=wm, other=0.0,
+                                         eviction_policy="evict_last").to(tl.float32), input_precision=DOT)
+        row = gd + (t * B + b).to(tl.int64)[:, None] * (G * H) + j[None, :]
+        g0 = tl.load(row, mask=m, other=0.0)
+        if KIND == 0:  # LSTM
+            i = 1.0 / (1.0 + tl.exp(-(g0 + a0)))
+            f = 1.0 / (1.0 + tl.exp(-(tl.load(row + H, mask=m, other=0.0) + a1)))
+            g = tl.load(row + 2 * H, mask=m, other=0.0) + a2
+            g = 2.0 / (1.0 + tl.exp(-2.0 * g)) - 1.0  # tanh
+            o = 1.0 / (1.0 + tl.exp(-(tl.load(row + 3 * H, mask=m, other=0.0) + a3)))
+            c = f * c + i * g
+            h = o * (2.0 / (1.0 + tl.exp(-2.0 * c)) - 1.0)  # tanh
+        elif KIND == 1:  # GRU: the new gate's recurrent part (bias included) scaled by r
+            r = 1.0 / (1.0 + tl.exp(-(g0 + a0)))
+            z = 1.0 / (1.0 + tl.exp(-(tl.load(row + H, mask=m, other=0.0) + a1)))
+            n = tl.load(row + 2 * H, mask=m, other=0.0) + r * a2
+            n = 2.0 / (1.0 + tl.exp(-2.0 * n)) - 1.0  # tanh
+            h = (1.0 - z) * n + z * tl.load(h_in + state, mask=m, other=0.0, cache_modifier=".cg")
+        elif KIND == 2:
+            h = 2.0 / (1.0 + tl.exp(-2.0 * (g0 + a0))) - 1.0  # tanh
+        else:
+            h = tl.maximum(g0 + a0, 0.0)
+        tl.store(hd + ((s + 1) % 2) * B * H + state, h, mask=m)
+        dst = out_ptr + t.to(tl.int64) * os_t + b.to(tl.int64)[:, None] * os_b + d * H + j[None, :]
+        tl.store(dst, h.to(out_ptr.dtype.element_ty), mask=m)
+        # the barrier: this program's h_t is written (every thread's store, then a release at
+        # GPU scope) before it counts itself in; it reads h_t of the others after all arrived
+        tl.debug_barrier()
+        tl.atomic_add(bar, 1, sem="release", scope="gpu")
+        want = (s + 1) * programs
+        seen = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
+        while seen < want:
+            seen = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+    if KIND == 0:
+        tl.store(c_ptr + d * B * H + state, c, mask=m)
+
+_SM_COUNT = {}
+
+
+def _rnn_blocks(B, H, dirs, device):
+    """(LAYER, BB, BH, BK, warps, stages): one launch a layer (LAYER, `_rnn_layer_kernel`) or
+    one a step, batch rows padded to tl.dot's 16, hidden units and the reduction's chunk as
+    KOPT_CONFIG says (no wider than the layer). A layer's launch holds its programs for every
+    step, so it is taken only when the GPU holds them all at once (one a multiprocessor); in
+    the interpreter, which runs programs one after another, one program a direction takes the
+    whole layer (a step launch takes every hidden unit up to 128: fewer Python-level programs)."""
     cfg = KOPT_CONFIG.get("_rnn_step_kernel", {})
+    bk = max(16, min(cfg.get("BK", 64), _pow2(H)))
+    layer = bool(cfg.get("LAYER", 1))
+    if _INTERPRETED:
+        if layer:
+            return True, max(16, _pow2(B)), max(16, _pow2(H)), bk, 4, 2
+        return False, min(64, max(16, _pow2(B))), max(16, min(_pow2(H), 128)), bk, 4, 2
     bb = min(64, max(16, _pow2(B)))
-    bh = min(_pow2(H), 128) if _INTERPRETED else min(cfg.get("BH", 16), _pow2(H))
-    bk = min(cfg.get("BK", 32), _pow2(H))
-    return bb, max(16, bh), max(16, bk), cfg.get("num_warps", 4), cfg.get("num_stages", 2)
+    bh = max(16, min(cfg.get("BH", 32), _pow2(H)))
+    if layer:
+        if device not in _SM_COUNT:
+            _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
+        layer = _cdiv(B, bb) * _cdiv(H, bh) * dirs <= _SM_COUNT[device]
+    return layer, bb, bh, bk, cfg.get("num_warps", 4), cfg.get("num_stages", 3)
 
 
 # Under torch.compile this runs as it is (a graph break): Dynamo would unroll the step loop
@@ -186,47 +304,53 @@ def _recurrent(kind, x, hx, params, has_biases, num_layers, dropout, train, bidi
     device = x.device
     h_n = torch.empty(h0.shape, device=device, dtype=h0.dtype)
     c_n = torch.empty(hx[1].shape, device=device, dtype=hx[1].dtype) if kind == "lstm" else None
-    bb, bh, bk, warps, stages = _rnn_blocks(batch, hidden)
+    whole, bb, bh, bk, warps, stages = _rnn_blocks(batch, hidden, dirs, device)
+    kw = dict(KIND=_RNN_KIND[kind], G=gates, HAS_BIAS=has_biases, BB=bb, BH=bh, BK=bk,
+              DOT=RECURRENT_DOT, num_warps=warps, num_stages=stages)
+    n = gates * hidden
     layer_in = x
     for layer in range(num_layers):
         if layer_in.stride(-1) != 1:
             layer_in = layer_in.contiguous()
         shape = (batch, steps, dirs * hidden) if batch_first else (steps, batch, dirs * hidden)
         out = torch.empty(shape, device=device, dtype=x.dtype)
-        xs_t, xs_b = (layer_in.stride(1), layer_in.stride(0)) if batch_first else \\
+        xs_t, xs_b = (layer_in.stride(1), layer_in.stride(0)) if batch_first else \
             (layer_in.stride(0), layer_in.stride(1))
         os_t, os_b = (out.stride(1), out.stride(0)) if batch_first else (out.stride(0), out.stride(1))
+        first = layer * dirs  # this layer's directions in params, h0 and h_n
+        gx = torch.empty((dirs, steps * batch, n), device=device, dtype=torch.float32)
         for d in range(dirs):
-            i = layer * dirs + d
-            w_ih, w_hh = params[i * per].contiguous(), params[i * per + 1].contiguous()
-            b_ih = params[i * per + 2] if has_biases else w_ih
-            b_hh = params[i * per + 3] if has_biases else w_hh
-            k_in, n = w_ih.shape[1], gates * hidden
-            gx = torch.empty((steps * batch, n), device=device, dtype=torch.float32)
-            bm, bn = (min(128, max(16, _pow2(steps * batch))), min(128, max(16, _pow2(n)))) \\
+            w_ih = params[(first + d) * per].contiguous()
+            b_ih = params[(first + d) * per + 2] if has_biases else w_ih
+            bm, bn = (min(128, max(16, _pow2(steps * batch))), min(128, max(16, _pow2(n)))) \
                 if _INTERPRETED else (64, 64)
             _rnn_input_kernel[(_cdiv(steps * batch, bm), _cdiv(n, bn))](
-                layer_in, xs_t, xs_b, w_ih, b_ih, gx, steps, batch, k_in, n, HAS_BIAS=has_biases,
-                BM=bm, BN=bn, BK=32, DOT=RECURRENT_DOT, num_warps=4)
-            h = torch.empty((batch, hidden), device=device, dtype=torch.float32)
-            h.copy_(h0[i])
-            h_next = torch.empty_like(h)
-            c = None
-            if kind == "lstm":
-                c = torch.empty((batch, hidden), device=device, dtype=torch.float32)
-                c.copy_(hx[1][i])
+                layer_in, xs_t, xs_b, w_ih, b_ih, gx[d], steps, batch, w_ih.shape[1], n,
+                HAS_BIAS=has_biases, BM=bm, BN=bn, BK=32, DOT=RECURRENT_DOT, num_warps=4)
+        w_hh = torch.stack([params[(first + d) * per + 1] for d in range(dirs)])
+        b_hh = torch.stack([params[(first + d) * per + 3] for d in range(dirs)]) if has_biases \
+            else w_hh
+        h = torch.empty((dirs, 2, batch, hidden), device=device, dtype=torch.float32)
+        h[:, 0].copy_(h0[first:first + dirs])
+        c = h
+        if kind == "lstm":
+            c = torch.empty((dirs, batch, hidden), device=device, dtype=torch.float32)
+            c.copy_(hx[1][first:first + dirs])
+        if whole:
+            bar = torch.zeros(dirs, device=device, dtype=torch.int32)
+            _rnn_layer_kernel[(_cdiv(batch, bb), _cdiv(hidden, bh), dirs)](
+                gx, h, c, w_hh, b_hh, out, bar, steps, os_t, os_b, batch, hidden, **kw)
+        else:
             grid = (_cdiv(batch, bb), _cdiv(hidden, bh))
-            for s in range(steps):
-                t = steps - 1 - s if d else s
-                _rnn_step_kernel[grid](gx, t, h, h_next, w_hh, b_hh, h if c is None else c, out,
-                                       os_t, os_b, d * hidden, batch, hidden,
-                                       KIND=_RNN_KIND[kind], G=gates, HAS_BIAS=has_biases, BB=bb, BH=bh,
-                                       BK=bk, DOT=RECURRENT_DOT, num_warps=warps,
-                                       num_stages=stages)
-                h, h_next = h_next, h
-            h_n[i].copy_(h)
-            if c is not None:
-                c_n[i].copy_(c)
+            for d in range(dirs):
+                for s in range(steps):
+                    _rnn_step_kernel[grid](gx[d], steps - 1 - s if d else s, h[d, s % 2],
+                                           h[d, (s + 1) % 2], w_hh[d], b_hh[d],
+                                           c[d] if kind == "lstm" else h[d, 0], out, os_t, os_b,
+                                           d * hidden, batch, hidden, **kw)
+        h_n[first:first + dirs].copy_(h[:, steps % 2])  # the buffer the last step wrote
+        if c_n is not None:
+            c_n[first:first + dirs].copy_(c)
         layer_in = out
     return (out, h_n, c_n) if kind == "lstm" else (out, h_n)
 '''
