@@ -29,15 +29,15 @@ STEP_TUNABLES = {"LAYER": [1, 0], "BH": [16, 32], "BK": [32, 64, 128], "num_warp
 """The recurrent kernels' launch parameters the accelerator may search (KOPT_TUNABLES): one
 launch a layer or one a step, hidden units a program, the reduction's chunk, warps, pipeline
 stages."""
-STEP_DEFAULT = {"LAYER": 1, "BH": 32, "BK": 32, "num_warps": 4, "num_stages": 1}
-"""What they launch with until tuned. One launch a step, the fastest of 36 launches for both an
-LSTM and a GRU on an H200 was BH 32, BK 64, 4 warps, 3 stages (KernelBench level-3 36 and 40:
-six layers, 512 steps of 10 sequences, hidden 256; graphed forwards, `benchmarks/recurrent_gpu.py
---sweep`, 2026-12-01): LSTM 25.6 ms (cuDNN 27.0 eager, 8.2 replayed in a CUDA graph), GRU
-20.3 ms (cuDNN 46.9). Earlier defaults spilled (BK 128, 2 warps: 1296 bytes a thread on sm_90)
-or ran 44.6 / 32.9 ms (BH 16, BK 32). One launch a layer, with W_hh's tiles read again every
-step, compiles without a spill at BK 32 and one stage (triton 3.9, sm_90); BK 64 or more stages
-spill."""
+STEP_DEFAULT = {"LAYER": 1, "BH": 32, "BK": 64, "num_warps": 4, "num_stages": 3}
+"""What they launch with until tuned: the fastest launch for both an LSTM and a GRU on an H200
+(KernelBench level-3 36 and 40: six layers, 512 steps of 10 sequences, hidden 256; graphed
+forwards, `benchmarks/recurrent_gpu.py --sweep` and `--sweep-layer`, 2026-12-01). One launch a
+layer: LSTM 22.9 ms, GRU 17.3 ms; the same parameters one launch a step, the fastest of 36
+such launches: 25.6 and 20.3 ms; cuDNN 27.0-34.1 and 46.9-48.2 ms eager (an LSTM replayed
+in a CUDA graph: 8.2 ms). It compiles with a spill on sm_90 (720 bytes a thread for an
+LSTM's layer kernel, triton 3.9) and is still the fastest measured; the first default (BK 128,
+2 warps) spilled 1296 bytes a step kernel and ran 1.7x slower."""
 
 
 def recurrent_code(precision: str) -> str:
@@ -159,7 +159,8 @@ def _rnn_step_kernel(gx_ptr, t, h_ptr, h_next_ptr, w_ptr, bh_ptr, c_ptr, out_ptr
 
 
 @triton.jit
-def _rnn_layer_kernel(gx_ptr, h_ptr, c_ptr, w_ptr, bh_ptr, out_ptr, bar_ptr, T, os_t, os_b, B, H,
+def _rnn_layer_kernel(gx_ptr, h_ptr, c_ptr, w_ptr, w2_ptr, bh_ptr, bh2_ptr, out_ptr, bar_ptr, T,
+                      os_t, os_b, B, H,
                       KIND: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr,
                       BB: tl.constexpr, BH: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr):
     # Every step of one layer in one launch, its directions side by side (program_id(2) = d;
@@ -168,7 +169,8 @@ def _rnn_layer_kernel(gx_ptr, h_ptr, c_ptr, w_ptr, bh_ptr, out_ptr, bar_ptr, T, 
     # launches no more programs than the GPU holds at once. gx (dirs, T*B, G*H) f32; h (dirs, 2,
     # B, H) f32, two buffers taking turns (h[d, 0] = h0 on entry, h[d, T % 2] = h_n on exit);
     # c (dirs, B, H) f32, the LSTM's c0 in and c_n out (its block stays in registers between);
-    # w (dirs, G*H, H); bh (dirs, G*H); bar (dirs,) int32 zeros.
+    # w, w2: W_hh (G*H, H) of the forward and the backward direction (the same pointer twice
+    # for one direction); bh, bh2 their b_hh (G*H); bar (dirs,) int32 zeros.
     d = tl.program_id(2)
     b = tl.program_id(0) * BB + tl.arange(0, BB)
     j = tl.program_id(1) * BH + tl.arange(0, BH)
@@ -178,7 +180,7 @@ def _rnn_layer_kernel(gx_ptr, h_ptr, c_ptr, w_ptr, bh_ptr, out_ptr, bar_ptr, T, 
     m = bm[:, None] & jm[None, :]
     state = b[:, None] * H + j[None, :]
     hd = h_ptr + d * 2 * B * H
-    wd = w_ptr + d.to(tl.int64) * G * H * H + j[None, :].to(tl.int64) * H
+    wd = tl.where(d == 0, w_ptr, w2_ptr) + j[None, :].to(tl.int64) * H
     gd = gx_ptr + d.to(tl.int64) * T * B * G * H
     bar = bar_ptr + d
     b0 = tl.zeros((BH,), tl.float32)
@@ -186,7 +188,7 @@ def _rnn_layer_kernel(gx_ptr, h_ptr, c_ptr, w_ptr, bh_ptr, out_ptr, bar_ptr, T, 
     b2 = tl.zeros((BH,), tl.float32)
     b3 = tl.zeros((BH,), tl.float32)
     if HAS_BIAS:
-        bd = bh_ptr + d * G * H + j
+        bd = tl.where(d == 0, bh_ptr, bh2_ptr) + j
         b0 = tl.load(bd, mask=jm, other=0.0).to(tl.float32)
         if G > 1:
             b1 = tl.load(bd + H, mask=jm, other=0.0).to(tl.float32)
@@ -327,9 +329,9 @@ def _recurrent(kind, x, hx, params, has_biases, num_layers, dropout, train, bidi
             _rnn_input_kernel[(_cdiv(steps * batch, bm), _cdiv(n, bn))](
                 layer_in, xs_t, xs_b, w_ih, b_ih, gx[d], steps, batch, w_ih.shape[1], n,
                 HAS_BIAS=has_biases, BM=bm, BN=bn, BK=32, DOT=RECURRENT_DOT, num_warps=4)
-        w_hh = torch.stack([params[(first + d) * per + 1] for d in range(dirs)])
-        b_hh = torch.stack([params[(first + d) * per + 3] for d in range(dirs)]) if has_biases \
-            else w_hh
+        # (each direction's own tensors: a stack of them would be PyTorch's work each forward)
+        w_hh = [params[(first + d) * per + 1].contiguous() for d in range(dirs)]
+        b_hh = [params[(first + d) * per + 3] for d in range(dirs)] if has_biases else w_hh
         h = torch.empty((dirs, 2, batch, hidden), device=device, dtype=torch.float32)
         h[:, 0].copy_(h0[first:first + dirs])
         c = h
@@ -339,7 +341,8 @@ def _recurrent(kind, x, hx, params, has_biases, num_layers, dropout, train, bidi
         if whole:
             bar = torch.zeros(dirs, device=device, dtype=torch.int32)
             _rnn_layer_kernel[(_cdiv(batch, bb), _cdiv(hidden, bh), dirs)](
-                gx, h, c, w_hh, b_hh, out, bar, steps, os_t, os_b, batch, hidden, **kw)
+                gx, h, c, w_hh[0], w_hh[-1], b_hh[0], b_hh[-1], out, bar, steps, os_t, os_b,
+                batch, hidden, **kw)
         else:
             grid = (_cdiv(batch, bb), _cdiv(hidden, bh))
             for d in range(dirs):
