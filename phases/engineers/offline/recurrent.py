@@ -139,7 +139,9 @@ def recurrent_kind(n: Any) -> str | None:
 
 def recurrent_launches(x_shape: tuple[int, ...], num_layers: int, bidirectional: bool,
                        batch_first: bool) -> int:
-    """Kernel launches of one call at the traced sizes: an input product and T steps per layer
-    and direction (what the forward's CUDA graph saves Python's launch time on)."""
+    """Kernel launches of one call at the traced sizes, at most: an input product and T steps
+    per layer and direction when the candidate launches a step at a time (what the forward's
+    CUDA graph saves Python's launch time on). One launch a layer (`_rnn_layer_kernel`, the
+    default where the GPU holds its programs) takes a layer's steps in one."""
     steps = x_shape[1 if batch_first and len(x_shape) == 3 else 0]
     return num_layers * (2 if bidirectional else 1) * (steps + 1)

@@ -1,5 +1,5 @@
 """Recurrent layers (LSTM, GRU, Elman RNN) as Triton kernels: one product for every step's
-input, then one kernel per time step.
+input, then the steps, in one launch a layer or one a step.
 
 A recurrent layer is a chain of small dependent steps: h_t needs h_{t-1}, and each step is a
 small product and a few pointwise ops. cuDNN takes 9.7 us an LSTM step and 14.6 us a GRU step
@@ -8,10 +8,18 @@ at KernelBench's sizes (level-3 36 and 40: six layers, 512 steps of 10 sequences
 
 - `_rnn_input_kernel`: every step's input product at once, x (T, B, I) @ W_ih^T + b_ih, into
   a float32 buffer of gate pre-activations (T*B, G*H): the one large product of the layer;
-- `_rnn_step_kernel`: one time step of one direction: the recurrent product h_{t-1} @ W_hh^T
-  for each gate's block of hidden units, plus that step's input gates, the cell (LSTM:
-  i, f, g, o and the cell state; GRU: r, z, n; RNN: tanh or relu), h_t written to the layer's
-  output and to a float32 state buffer for the next step.
+- `_rnn_layer_kernel`: every step of a layer, its directions side by side: each program owns
+  a block of hidden units (and of sequences) and, step after step, computes the recurrent
+  product h_{t-1} @ W_hh^T for its units of each gate, adds that step's input gates, runs the
+  cell (LSTM: i, f, g, o and the cell state, kept in registers; GRU: r, z, n; RNN: tanh or
+  relu) and writes h_t to the layer's output and to one of two float32 state buffers; then
+  the direction's programs meet at a barrier in memory (an atomic count, a release before and
+  an acquire after) before anyone reads h_t. A barrier needs every program resident at once:
+  the layer kernel is launched only when its programs are no more than the GPU's
+  multiprocessors, and in the interpreter (which runs programs one after another) as one
+  program a direction;
+- `_rnn_step_kernel`: the same step as its own launch, for a layer too wide to hold (or where
+  the tuner picks it: KOPT_CONFIG's LAYER 0).
 
 The candidate's forward replays as one CUDA graph (`_graphed`), so a step's launch costs the
 graph's few microseconds, not Python's. Layers, directions and steps run as PyTorch does them
