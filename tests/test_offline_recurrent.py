@@ -283,3 +283,28 @@ def test_the_default_launch_compiles_for_sm90(recurrent_module, tmp_path: Path, 
     assert set(usage) == {"_rnn_step_kernel", "_rnn_layer_kernel", "_rnn_input_kernel"}, done.stdout
     assert usage["_rnn_input_kernel"][1] == 0, usage
     assert usage["_rnn_layer_kernel"][1] <= 720 and usage["_rnn_step_kernel"][1] <= 720, usage
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_on_a_gpu_the_layer_kernels_barrier_holds(recurrent_module, monkeypatch, kind: str) -> None:  # noqa: ANN001
+    """On a GPU the layer kernel runs many programs a direction (hidden 256 at BH 32: 8, both
+    directions at once), which meet at the barrier between steps: a program that read h_{t-1}
+    before the others wrote it would drift from cuDNN's layer within a few steps. Both launches
+    (a layer, a step) against the aten op with cuDNN's TF32 off."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    torch.manual_seed(3)
+    net = _layer(kind, 2, True, False, True, torch.float32, inputs=64, hidden=256).cuda()
+    x = torch.randn(40, 10, 64, device="cuda")
+    h0, c0 = torch.randn(4, 10, 256, device="cuda"), torch.randn(4, 10, 256, device="cuda")
+    hx = [h0, c0] if kind == "lstm" else h0
+    args = (list(net._flat_weights), True, 2, 0.0, False, True, False)
+    with torch.no_grad():
+        want = getattr(torch.ops.aten, kind).input(x, hx, *args)
+        for launch in (1, 0):
+            config = {**recurrent_module.KOPT_CONFIG["_rnn_step_kernel"], "LAYER": launch, "BH": 32}
+            monkeypatch.setitem(recurrent_module.KOPT_CONFIG, "_rnn_step_kernel", config)
+            assert recurrent_module._rnn_blocks(10, 256, 2, x.device)[0] == bool(launch)
+            got = recurrent_module._recurrent(kind, x, hx, *args)
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
