@@ -50,7 +50,7 @@ def _sweep(cand, new, inputs, eager: float, want, layer_only: bool) -> list[tupl
         STEP_TUNABLES,
     )
     keys = list(STEP_TUNABLES)
-    grid = [dict(zip(keys, v)) for v in itertools.product(*(STEP_TUNABLES[k] for k in keys))]
+    grid = [dict(zip(keys, v, strict=True)) for v in itertools.product(*(STEP_TUNABLES[k] for k in keys))]
     if layer_only:
         grid = [dict(STEP_DEFAULT, LAYER=0)] + [c for c in grid if c["LAYER"] and c["num_warps"] > 2
                                                 and c["BK"] < 128]
