@@ -105,10 +105,14 @@ def _sdpa_flops(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any,
     return 2 * b * h_q * s_q * s_k * d + 2 * b * h_q * s_q * s_k * d_v
 
 
-def flop_counter() -> Any:
-    """torch's FlopCounterMode (matmul, convolution, attention FLOPs), with an attention
-    formula that holds for grouped-query attention on every torch version."""
+@contextmanager
+def flop_counter() -> Iterator[Any]:
+    """torch's FlopCounterMode (matmul, convolution, attention FLOPs), held: an attention
+    formula that holds for grouped-query attention on every torch version, and each recurrent
+    layer one op with one formula (`harness.recurrent_ops`; a cell a step otherwise)."""
     from torch.utils.flop_counter import FlopCounterMode
+
+    from kopt.harness.recurrent_ops import recurrent_flop_mapping, whole_recurrent_layers
 
     aten = torch.ops.aten
     ops = [getattr(aten, n) for n in ("_scaled_dot_product_efficient_attention",
@@ -116,7 +120,9 @@ def flop_counter() -> Any:
                                       "_scaled_dot_product_cudnn_attention",
                                       "_scaled_dot_product_flash_attention_for_cpu")
            if hasattr(aten, n)]
-    return FlopCounterMode(display=False, custom_mapping={op: _sdpa_flops for op in ops})
+    mapping = {**{op: _sdpa_flops for op in ops}, **recurrent_flop_mapping()}
+    with whole_recurrent_layers(), FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+        yield counter
 
 
 def _count(model: torch.nn.Module, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, float]:

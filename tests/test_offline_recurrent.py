@@ -1,4 +1,4 @@
-"""Recurrent layers kept whole through torch.export (`phases/engineers/offline/recurrent.py`)
+"""Recurrent layers kept whole through torch.export (`harness/recurrent_ops.py`)
 and run by the candidate's `_recurrent` (`kernels/recurrent.py`: an input product, then a
 Triton kernel a step), with the same aten op eager runs behind the region switch; outputs that
 match eager's on the CPU interpreter, for every kind and layout of layer."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from kopt.harness.recurrent_ops import aten_target, whole_recurrent_layers
 from kopt.phases.engineers.offline import generate_candidate
-from kopt.phases.engineers.offline.recurrent import aten_target, whole_recurrent_layers
 from tests.test_offline import _check_case, _load_candidate
 from tests.test_offline_fusion import _constructor_case
 

@@ -188,3 +188,37 @@ def test_processes_that_need_the_ceilings_at_once_measure_them_once(
     assert {c.copy_gbps for c in seen} == {3000.0}
     roofline.ceilings("cuda", refresh=True)  # `kopt doctor --refresh` measures again
     assert len(calls) == 2
+
+
+RECURRENT_LAYERS = {
+    "lstm, projected, bidirectional": lambda nn: nn.LSTM(6, 10, 2, batch_first=True,
+                                                         bidirectional=True, proj_size=4),
+    "gru, no bias": lambda nn: nn.GRU(6, 10, 3, bias=False),
+    "rnn relu, bidirectional": lambda nn: nn.RNN(6, 10, 1, nonlinearity="relu", bidirectional=True),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(RECURRENT_LAYERS))
+def test_a_recurrent_layer_is_counted_whole_with_the_cells_products(layer: str, monkeypatch) -> None:  # noqa: ANN001
+    """A recurrent layer's FLOPs come from one formula over its weights (counting a 512-step
+    LSTM cell by cell on the meta device took 12-28 s), equal to what torch's counter gives
+    the layer's decomposition: projections, directions, layers, no bias, unbatched."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from kopt.harness import recurrent_ops
+    from kopt.harness.roofline import _count
+
+    whole = []
+    formula = recurrent_ops.recurrent_flops
+    monkeypatch.setattr(recurrent_ops, "recurrent_flops", lambda *a, **k: whole.append(1) or formula(*a, **k))
+    torch.manual_seed(0)
+    net = RECURRENT_LAYERS[layer](torch.nn)
+    for x in (torch.randn(3, 7, 6), torch.randn(7, 6)):
+        with torch.no_grad(), FlopCounterMode(display=False) as cells:
+            want = net(x)
+        whole.clear()
+        got, flops = _count(net, [x], {})
+        assert whole == [1]  # the layer, once
+        assert flops == cells.get_total_flops() > 0
+        torch.testing.assert_close(got, want)

@@ -27,6 +27,7 @@ from kopt.harness.case import Case
 from kopt.harness.data import build_model
 from kopt.harness.errors import EngineerError
 from kopt.harness.model_state import tensor_attributes
+from kopt.harness.recurrent_ops import aten_target, whole_recurrent_layers
 from kopt.phases.engineers.offline.constructor_sizes import (
     generalise_constructor,
     has_constructor_numbers,
@@ -62,7 +63,6 @@ from kopt.phases.engineers.offline.graph import (
 from kopt.phases.engineers.offline.in_place import out_of_place
 from kopt.phases.engineers.offline.layout import constructor_ints
 from kopt.phases.engineers.offline.lead import generalise_lead, lead_input
-from kopt.phases.engineers.offline.recurrent import aten_target, whole_recurrent_layers
 from kopt.phases.engineers.offline.split_k import lower_split_k
 from kopt.phases.engineers.offline.split_k import slices as split_k_slices
 
