@@ -120,7 +120,8 @@ def recurrent_module(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     return _load_candidate(generate_candidate(case).source, tmp, "lstm_only")
 
 
-@pytest.mark.parametrize("launch", [1, 0], ids=["a launch a layer", "a launch a step"])
+@pytest.mark.parametrize("launch", [1, 2, 0], ids=["a launch a layer", "W_hh in registers",
+                                                  "a launch a step"])
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
 @pytest.mark.parametrize(("layers", "bidirectional", "batch_first", "bias", "batch", "steps"), [
     (2, False, False, True, 3, 5), (2, True, True, True, 3, 5), (1, False, True, False, 17, 1),
@@ -129,7 +130,7 @@ def test_each_kind_of_layer_matches_the_aten_op(recurrent_module, monkeypatch, k
                                                 layers: int, bidirectional: bool, batch_first: bool,
                                                 bias: bool, batch: int, steps: int, launch: int) -> None:
     """Layers, directions, layouts, no bias, one step, a batch past one block of 16 rows, one
-    sequence, with the layer's kernel and the step's: outputs and final states as the aten op
+    sequence, with each of the three launches: outputs and final states as the aten op
     returns them (values, shapes, dtypes), and the initial states left as they were."""
     config = {**recurrent_module.KOPT_CONFIG["_rnn_step_kernel"], "LAYER": launch}
     monkeypatch.setitem(recurrent_module.KOPT_CONFIG, "_rnn_step_kernel", config)
@@ -211,7 +212,7 @@ def test_the_step_kernel_is_tuned_like_the_others(recurrent_module) -> None:  # 
     saved = dict(recurrent_module.KOPT_CONFIG["_rnn_step_kernel"])
     recurrent_module.KOPT_CONFIG["_rnn_step_kernel"].update({"BH": 32, "BK": 16, "num_warps": 4})
     try:
-        assert recurrent_module._rnn_blocks(3, 21, 2, x.device)[3] == 16
+        assert recurrent_module._rnn_blocks(3, 21, 4, 2, x.device)[3] == 16
         got = recurrent_module._recurrent("lstm", x, [h0, c0], *args)
     finally:
         recurrent_module.KOPT_CONFIG["_rnn_step_kernel"] = saved
@@ -238,6 +239,9 @@ for name, cx, opts in [
         ("_rnn_layer_kernel", {"KIND": int(sys.argv[2]), "G": int(sys.argv[3]), "HAS_BIAS": True, "BB": 16,
                                "BH": step["BH"], "BK": step["BK"], "DOT": module.RECURRENT_DOT},
          {"num_warps": step["num_warps"], "num_stages": step["num_stages"]}),
+        ("_rnn_resident_kernel", {"KIND": int(sys.argv[2]), "G": int(sys.argv[3]), "GP": 4, "HAS_BIAS": True,
+                                  "BB": 16, "BU": 8, "HP": 256, "DOT": module.RECURRENT_DOT},
+         {"num_warps": step["num_warps"], "num_stages": step["num_stages"]}),
         ("_rnn_input_kernel", {"HAS_BIAS": True, "BM": 64, "BN": 64, "BK": 32, "DOT": module.RECURRENT_DOT},
          {"num_warps": 4})]:
     fn = getattr(module, name)
@@ -257,8 +261,9 @@ for name, cx, opts in [
 @pytest.mark.parametrize(("kind", "gates"), [(0, 4), (1, 3)])
 def test_the_default_launch_compiles_for_sm90(recurrent_module, tmp_path: Path,  # noqa: ANN001
                                              kind: int, gates: int) -> None:
-    """The recurrent kernels compile for sm_90 (the layer kernel's barrier: atomics at GPU scope
-    and a spin loop) at the default launch, in a process without the interpreter. The step is
+    """The recurrent kernels compile for sm_90 (the layer kernels' barrier: atomics at GPU scope
+    and a spin loop; the resident one's gate split) at the default launch (the resident one at
+    8 units of a 256-wide layer), in a process without the interpreter. The step is
     latency-bound and a spill to local memory is on every step's path: the first default (BK
     128, 2 warps, 3 stages) spilled 1296 bytes a thread and ran 1.7x slower on an H200 than the
     default now, which spills 720 at most (triton 3.9's build, 2026-12-01); the input product
@@ -280,7 +285,8 @@ def test_the_default_launch_compiles_for_sm90(recurrent_module, tmp_path: Path, 
     assert done.returncode == 0, done.stderr[-2000:]
     usage = {name: (int(regs), int(stack)) for name, regs, stack in
              (line.split() for line in done.stdout.splitlines())}
-    assert set(usage) == {"_rnn_step_kernel", "_rnn_layer_kernel", "_rnn_input_kernel"}, done.stdout
+    assert set(usage) == {"_rnn_step_kernel", "_rnn_layer_kernel", "_rnn_resident_kernel",
+                          "_rnn_input_kernel"}, done.stdout
     assert usage["_rnn_input_kernel"][1] == 0, usage
     assert usage["_rnn_layer_kernel"][1] <= 720 and usage["_rnn_step_kernel"][1] <= 720, usage
 
@@ -288,10 +294,11 @@ def test_the_default_launch_compiles_for_sm90(recurrent_module, tmp_path: Path, 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_on_a_gpu_the_layer_kernels_barrier_holds(recurrent_module, monkeypatch, kind: str) -> None:  # noqa: ANN001
-    """On a GPU the layer kernel runs many programs a direction (hidden 256 at BH 32: 8, both
-    directions at once), which meet at the barrier between steps: a program that read h_{t-1}
-    before the others wrote it would drift from cuDNN's layer within a few steps. Both launches
-    (a layer, a step) against the aten op with cuDNN's TF32 off."""
+    """On a GPU the layer kernels run many programs a direction (hidden 256 at BH 32: 8; with
+    W_hh in registers at 8 units: 32; both directions at once), which meet at the barrier
+    between steps: a program that read h_{t-1} before the others wrote it would drift from
+    cuDNN's layer within a few steps. The three launches against the aten op with cuDNN's
+    TF32 off."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     torch.manual_seed(3)
     net = _layer(kind, 2, True, False, True, torch.float32, inputs=64, hidden=256).cuda()
@@ -301,10 +308,11 @@ def test_on_a_gpu_the_layer_kernels_barrier_holds(recurrent_module, monkeypatch,
     args = (list(net._flat_weights), True, 2, 0.0, False, True, False)
     with torch.no_grad():
         want = getattr(torch.ops.aten, kind).input(x, hx, *args)
-        for launch in (1, 0):
-            config = {**recurrent_module.KOPT_CONFIG["_rnn_step_kernel"], "LAYER": launch, "BH": 32}
+        for launch, units in ((1, 32), (2, 8), (0, 32)):
+            config = {**recurrent_module.KOPT_CONFIG["_rnn_step_kernel"], "LAYER": launch, "BH": units}
             monkeypatch.setitem(recurrent_module.KOPT_CONFIG, "_rnn_step_kernel", config)
-            assert recurrent_module._rnn_blocks(10, 256, 2, x.device)[0] == bool(launch)
+            gates = 4 if kind == "lstm" else 3
+            assert recurrent_module._rnn_blocks(10, 256, gates, 2, x.device)[0] == launch
             got = recurrent_module._recurrent(kind, x, hx, *args)
             for g, w in zip(got, want, strict=True):
                 torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)

@@ -18,8 +18,12 @@ at KernelBench's sizes (level-3 36 and 40: six layers, 512 steps of 10 sequences
   the layer kernel is launched only when its programs are no more than the GPU's
   multiprocessors, and in the interpreter (which runs programs one after another) as one
   program a direction;
+- `_rnn_resident_kernel`: the layer kernel with each program's rows of W_hh held in registers
+  for the whole layer (read once, where the layer kernel reads them every step): a step is one
+  product h_{t-1} @ W^T over the program's units of every gate side by side (KOPT_CONFIG's
+  LAYER 2; a tunable, not yet timed on a GPU);
 - `_rnn_step_kernel`: the same step as its own launch, for a layer too wide to hold (or where
-  the tuner picks it: KOPT_CONFIG's LAYER 0).
+  the tuner picks it: LAYER 0).
 
 The candidate's forward replays as one CUDA graph (`_graphed`), so a step's launch costs the
 graph's few microseconds, not Python's. Layers, directions and steps run as PyTorch does them
@@ -32,11 +36,11 @@ LSTM with projections (`proj_size`), dropout between layers while training, doub
 from __future__ import annotations
 
 STEP_KERNEL = "_rnn_step_kernel"
-STEP_TUNABLES = {"LAYER": [1, 0], "BH": [16, 32], "BK": [32, 64, 128], "num_warps": [2, 4, 8],
+STEP_TUNABLES = {"LAYER": [1, 2, 0], "BH": [8, 16, 32], "BK": [32, 64, 128], "num_warps": [2, 4, 8],
                  "num_stages": [1, 2, 3]}
 """The recurrent kernels' launch parameters the accelerator may search (KOPT_TUNABLES): one
-launch a layer or one a step, hidden units a program, the reduction's chunk, warps, pipeline
-stages."""
+launch a layer (1), one a layer with W_hh in registers (2) or one a step (0), hidden units a
+program, the reduction's chunk, warps, pipeline stages."""
 STEP_DEFAULT = {"LAYER": 1, "BH": 32, "BK": 64, "num_warps": 4, "num_stages": 3}
 """What they launch with until tuned: the fastest launch for both an LSTM and a GRU on an H200
 (KernelBench level-3 36 and 40: six layers, 512 steps of 10 sequences, hidden 256; graphed
@@ -267,30 +271,125 @@ def _rnn_layer_kernel(gx_ptr, h_ptr, c_ptr, w_ptr, w2_ptr, bh_ptr, bh2_ptr, out_
     if KIND == 0:
         tl.store(c_ptr + d * B * H + state, c, mask=m)
 
+
+@triton.jit
+def _rnn_resident_kernel(gx_ptr, h_ptr, c_ptr, w_ptr, w2_ptr, bh_ptr, bh2_ptr, out_ptr, bar_ptr, T,
+                         os_t, os_b, B, H,
+                         KIND: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, HAS_BIAS: tl.constexpr,
+                         BB: tl.constexpr, BU: tl.constexpr, HP: tl.constexpr, DOT: tl.constexpr):
+    # _rnn_layer_kernel's steps and barrier, with the program's rows of W_hh held in registers
+    # for the whole layer (read once, not once a step): a program owns BU hidden units of every
+    # gate, and a step is one product h_{t-1} (BB, H) @ W^T (H, GP*BU), its columns gate-major
+    # (GP: the gates rounded up to a power of two, a padding gate of zeros for the GRU).
+    d = tl.program_id(2)
+    b = tl.program_id(0) * BB + tl.arange(0, BB)
+    u0 = tl.program_id(1) * BU
+    programs = tl.num_programs(0) * tl.num_programs(1)
+    col = tl.arange(0, GP * BU)
+    gate = col // BU
+    unit = u0 + col % BU
+    cm = (gate < G) & (unit < H)
+    k = tl.arange(0, HP)
+    km = k < H
+    w_rows = tl.where(d == 0, w_ptr, w2_ptr) + (gate * H + unit).to(tl.int64)[None, :] * H
+    w = tl.load(w_rows + k[:, None], mask=cm[None, :] & km[:, None], other=0.0).to(tl.float32)
+    bias = tl.zeros((GP * BU,), tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(tl.where(d == 0, bh_ptr, bh2_ptr) + gate * H + unit, mask=cm, other=0.0)
+        bias = bias.to(tl.float32)
+    j = u0 + tl.arange(0, BU)
+    bm = b < B
+    jm = j < H
+    m = bm[:, None] & jm[None, :]
+    state = b[:, None] * H + j[None, :]
+    hd = h_ptr + d * 2 * B * H
+    gd = gx_ptr + d.to(tl.int64) * T * B * G * H
+    bar = bar_ptr + d
+    c = tl.zeros((BB, BU), tl.float32)
+    if KIND == 0:
+        c = tl.load(c_ptr + d * B * H + state, mask=m, other=0.0)
+    for s in range(T):
+        t = s + d * (T - 1 - 2 * s)
+        h_in = hd + (s % 2) * B * H
+        hk = tl.load(h_in + b[:, None] * H + k[None, :], mask=bm[:, None] & km[None, :], other=0.0,
+                     cache_modifier=".cg")
+        acc = tl.dot(hk, w, input_precision=DOT) + bias[None, :]
+        if GP == 1:
+            a0 = acc
+            a1 = acc
+            a2 = acc
+            a3 = acc
+        else:  # (BB, GP*BU) gate-major -> (BB, BU, 2, 2) -> the four gates' (BB, BU)
+            by_unit = tl.reshape(tl.permute(tl.reshape(acc, (BB, GP, BU)), (0, 2, 1)), (BB, BU, 2, 2))
+            even, odd = tl.split(by_unit)
+            a0, a2 = tl.split(even)
+            a1, a3 = tl.split(odd)
+        row = gd + (t * B + b).to(tl.int64)[:, None] * (G * H) + j[None, :]
+        g0 = tl.load(row, mask=m, other=0.0)
+        if KIND == 0:  # LSTM
+            i = 1.0 / (1.0 + tl.exp(-(g0 + a0)))
+            f = 1.0 / (1.0 + tl.exp(-(tl.load(row + H, mask=m, other=0.0) + a1)))
+            g = tl.load(row + 2 * H, mask=m, other=0.0) + a2
+            g = 2.0 / (1.0 + tl.exp(-2.0 * g)) - 1.0  # tanh
+            o = 1.0 / (1.0 + tl.exp(-(tl.load(row + 3 * H, mask=m, other=0.0) + a3)))
+            c = f * c + i * g
+            h = o * (2.0 / (1.0 + tl.exp(-2.0 * c)) - 1.0)  # tanh
+        elif KIND == 1:  # GRU: the new gate's recurrent part (bias included) scaled by r
+            r = 1.0 / (1.0 + tl.exp(-(g0 + a0)))
+            z = 1.0 / (1.0 + tl.exp(-(tl.load(row + H, mask=m, other=0.0) + a1)))
+            n = tl.load(row + 2 * H, mask=m, other=0.0) + r * a2
+            n = 2.0 / (1.0 + tl.exp(-2.0 * n)) - 1.0  # tanh
+            h = (1.0 - z) * n + z * tl.load(h_in + state, mask=m, other=0.0, cache_modifier=".cg")
+        elif KIND == 2:
+            h = 2.0 / (1.0 + tl.exp(-2.0 * (g0 + a0))) - 1.0  # tanh
+        else:
+            h = tl.maximum(g0 + a0, 0.0)
+        tl.store(hd + ((s + 1) % 2) * B * H + state, h, mask=m)
+        dst = out_ptr + t.to(tl.int64) * os_t + b.to(tl.int64)[:, None] * os_b + d * H + j[None, :]
+        tl.store(dst, h.to(out_ptr.dtype.element_ty), mask=m)
+        tl.debug_barrier()
+        tl.atomic_add(bar, 1, sem="release", scope="gpu")
+        want = (s + 1) * programs
+        seen = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
+        while seen < want:
+            seen = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+    if KIND == 0:
+        tl.store(c_ptr + d * B * H + state, c, mask=m)
+
 _SM_COUNT = {}
 
 
-def _rnn_blocks(B, H, dirs, device):
-    """(LAYER, BB, BH, BK, warps, stages): one launch a layer (LAYER, `_rnn_layer_kernel`) or
-    one a step, batch rows padded to tl.dot's 16, hidden units and the reduction's chunk as
-    KOPT_CONFIG says (no wider than the layer). A layer's launch holds its programs for every
-    step, so it is taken only when the GPU holds them all at once (one a multiprocessor); in
-    the interpreter, which runs programs one after another, one program a direction takes the
-    whole layer (a step launch takes every hidden unit up to 128: fewer Python-level programs)."""
+def _rnn_blocks(B, H, gates, dirs, device):
+    """(LAYER, BB, BH, BK, warps, stages): the launch (0 a kernel a step, 1 a kernel a layer,
+    2 a kernel a layer holding its W_hh rows in registers), batch rows padded to tl.dot's 16,
+    hidden units a program and the reduction's chunk as KOPT_CONFIG says (no wider than the
+    layer). A layer's launch holds its programs for every step, so it is taken only when the
+    GPU holds them all at once (one a multiprocessor), and the resident one only where a
+    program's rows fit in 64 KB of registers; otherwise the next launch down. In the
+    interpreter, which runs programs one after another, one program a direction takes a whole
+    layer (a step launch takes every hidden unit up to 128: fewer Python-level programs)."""
     cfg = KOPT_CONFIG.get("_rnn_step_kernel", {})
     bk = max(16, min(cfg.get("BK", 64), _pow2(H)))
-    layer = bool(cfg.get("LAYER", 1))
+    mode = int(cfg.get("LAYER", 1))
+    gp = 1 if gates == 1 else 4
     if _INTERPRETED:
-        if layer:
-            return True, max(16, _pow2(B)), max(16, _pow2(H)), bk, 4, 2
-        return False, min(64, max(16, _pow2(B))), max(16, min(_pow2(H), 128)), bk, 4, 2
+        if mode:
+            return mode, max(16, _pow2(B)), max(16 // gp, _pow2(H)), bk, 4, 2
+        return 0, min(64, max(16, _pow2(B))), max(16, min(_pow2(H), 128)), bk, 4, 2
     bb = min(64, max(16, _pow2(B)))
+    if device not in _SM_COUNT:
+        _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    if mode == 2:
+        bh = max(16 // gp, min(cfg.get("BH", 8), _pow2(H)))
+        if (_cdiv(B, bb) * _cdiv(H, bh) * dirs <= _SM_COUNT[device]
+                and _pow2(H) * gp * bh <= 16384):
+            return 2, bb, bh, bk, cfg.get("num_warps", 4), cfg.get("num_stages", 3)
+        mode = 1
     bh = max(16, min(cfg.get("BH", 32), _pow2(H)))
-    if layer:
-        if device not in _SM_COUNT:
-            _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
-        layer = _cdiv(B, bb) * _cdiv(H, bh) * dirs <= _SM_COUNT[device]
-    return layer, bb, bh, bk, cfg.get("num_warps", 4), cfg.get("num_stages", 3)
+    if mode == 1 and _cdiv(B, bb) * _cdiv(H, bh) * dirs > _SM_COUNT[device]:
+        mode = 0
+    return mode, bb, bh, bk, cfg.get("num_warps", 4), cfg.get("num_stages", 3)
 
 
 # Under torch.compile this runs as it is (a graph break): Dynamo would unroll the step loop
@@ -314,9 +413,9 @@ def _recurrent(kind, x, hx, params, has_biases, num_layers, dropout, train, bidi
     device = x.device
     h_n = torch.empty(h0.shape, device=device, dtype=h0.dtype)
     c_n = torch.empty(hx[1].shape, device=device, dtype=hx[1].dtype) if kind == "lstm" else None
-    whole, bb, bh, bk, warps, stages = _rnn_blocks(batch, hidden, dirs, device)
-    kw = dict(KIND=_RNN_KIND[kind], G=gates, HAS_BIAS=has_biases, BB=bb, BH=bh, BK=bk,
-              DOT=RECURRENT_DOT, num_warps=warps, num_stages=stages)
+    mode, bb, bh, bk, warps, stages = _rnn_blocks(batch, hidden, gates, dirs, device)
+    kw = dict(KIND=_RNN_KIND[kind], G=gates, HAS_BIAS=has_biases, BB=bb, DOT=RECURRENT_DOT,
+              num_warps=warps, num_stages=stages)
     n = gates * hidden
     layer_in = x
     for layer in range(num_layers):
@@ -346,11 +445,16 @@ def _recurrent(kind, x, hx, params, has_biases, num_layers, dropout, train, bidi
         if kind == "lstm":
             c = torch.empty((dirs, batch, hidden), device=device, dtype=torch.float32)
             c.copy_(hx[1][first:first + dirs])
-        if whole:
+        if mode:
             bar = torch.zeros(dirs, device=device, dtype=torch.int32)
-            _rnn_layer_kernel[(_cdiv(batch, bb), _cdiv(hidden, bh), dirs)](
-                gx, h, c, w_hh[0], w_hh[-1], b_hh[0], b_hh[-1], out, bar, steps, os_t, os_b,
-                batch, hidden, **kw)
+            layer_args = (gx, h, c, w_hh[0], w_hh[-1], b_hh[0], b_hh[-1], out, bar, steps, os_t,
+                          os_b, batch, hidden)
+            grid = (_cdiv(batch, bb), _cdiv(hidden, bh), dirs)
+            if mode == 2:
+                _rnn_resident_kernel[grid](*layer_args, GP=1 if gates == 1 else 4, BU=bh,
+                                           HP=_pow2(hidden), **kw)
+            else:
+                _rnn_layer_kernel[grid](*layer_args, BH=bh, BK=bk, **kw)
         else:
             grid = (_cdiv(batch, bb), _cdiv(hidden, bh))
             for d in range(dirs):
@@ -358,7 +462,7 @@ def _recurrent(kind, x, hx, params, has_biases, num_layers, dropout, train, bidi
                     _rnn_step_kernel[grid](gx[d], steps - 1 - s if d else s, h[d, s % 2],
                                            h[d, (s + 1) % 2], w_hh[d], b_hh[d],
                                            c[d] if kind == "lstm" else h[d, 0], out, os_t, os_b,
-                                           d * hidden, batch, hidden, **kw)
+                                           d * hidden, batch, hidden, BH=bh, BK=bk, **kw)
         h_n[first:first + dirs].copy_(h[:, steps % 2])  # the buffer the last step wrote
         if c_n is not None:
             c_n[first:first + dirs].copy_(c)
