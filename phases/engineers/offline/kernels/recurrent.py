@@ -52,12 +52,51 @@ LSTM's layer kernel, triton 3.9) and is still the fastest measured; the first de
 2 warps) spilled 1296 bytes a step kernel and ran 1.7x slower."""
 
 
+_LAYER_STEP_END = """        row = gd + (t * B + b).to(tl.int64)[:, None] * (G * H) + j[None, :]
+        g0 = tl.load(row, mask=m, other=0.0)
+        if KIND == 0:  # LSTM
+            i = 1.0 / (1.0 + tl.exp(-(g0 + a0)))
+            f = 1.0 / (1.0 + tl.exp(-(tl.load(row + H, mask=m, other=0.0) + a1)))
+            g = tl.load(row + 2 * H, mask=m, other=0.0) + a2
+            g = 2.0 / (1.0 + tl.exp(-2.0 * g)) - 1.0  # tanh
+            o = 1.0 / (1.0 + tl.exp(-(tl.load(row + 3 * H, mask=m, other=0.0) + a3)))
+            c = f * c + i * g
+            h = o * (2.0 / (1.0 + tl.exp(-2.0 * c)) - 1.0)  # tanh
+        elif KIND == 1:  # GRU: the new gate's recurrent part (bias included) scaled by r
+            r = 1.0 / (1.0 + tl.exp(-(g0 + a0)))
+            z = 1.0 / (1.0 + tl.exp(-(tl.load(row + H, mask=m, other=0.0) + a1)))
+            n = tl.load(row + 2 * H, mask=m, other=0.0) + r * a2
+            n = 2.0 / (1.0 + tl.exp(-2.0 * n)) - 1.0  # tanh
+            h = (1.0 - z) * n + z * tl.load(h_in + state, mask=m, other=0.0, cache_modifier=".cg")
+        elif KIND == 2:
+            h = 2.0 / (1.0 + tl.exp(-2.0 * (g0 + a0))) - 1.0  # tanh
+        else:
+            h = tl.maximum(g0 + a0, 0.0)
+        tl.store(hd + ((s + 1) % 2) * B * H + state, h, mask=m)
+        dst = out_ptr + t.to(tl.int64) * os_t + b.to(tl.int64)[:, None] * os_b + d * H + j[None, :]
+        tl.store(dst, h.to(out_ptr.dtype.element_ty), mask=m)
+        # the barrier: this program's h_t is written (every thread's store, then a release at
+        # GPU scope) before it counts itself in; it reads h_t of the others after all arrived
+        tl.debug_barrier()
+        tl.atomic_add(bar, 1, sem="release", scope="gpu")
+        want = (s + 1) * programs
+        seen = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
+        while seen < want:
+            seen = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+    if KIND == 0:
+        tl.store(c_ptr + d * B * H + state, c, mask=m)"""
+"""The end of a step in both layer kernels (one text, written into each): the step's input
+gates and the cell from the recurrent product's a0..a3, h_t to the state buffer and to the
+layer's output, then the direction's barrier; after the last step, an LSTM's cell state."""
+
+
 def recurrent_code(precision: str) -> str:
     """The kernels and `_recurrent`, the candidate's stand-in for the aten op. `precision`:
     the case's (strict: float32 products as three TF32 products, `tf32x3`)."""
     from kopt.phases.engineers.offline.kernels.writer import STRICT_FLOAT32_DOT
     dot = STRICT_FLOAT32_DOT if precision == "strict" else "tf32"
-    return _CODE.replace("@DOT@", dot)
+    return _CODE.replace("@LAYER_STEP_END@", _LAYER_STEP_END).replace("@DOT@", dot)
 
 
 _CODE = '''
@@ -236,40 +275,7 @@ def _rnn_layer_kernel(gx_ptr, h_ptr, c_ptr, w_ptr, w2_ptr, bh_ptr, bh2_ptr, out_
             if G > 3:
                 a3 += tl.dot(hk, tl.load(w + 3 * H * H, mask=wm, other=0.0,
                                          eviction_policy="evict_last").to(tl.float32), input_precision=DOT)
-        row = gd + (t * B + b).to(tl.int64)[:, None] * (G * H) + j[None, :]
-        g0 = tl.load(row, mask=m, other=0.0)
-        if KIND == 0:  # LSTM
-            i = 1.0 / (1.0 + tl.exp(-(g0 + a0)))
-            f = 1.0 / (1.0 + tl.exp(-(tl.load(row + H, mask=m, other=0.0) + a1)))
-            g = tl.load(row + 2 * H, mask=m, other=0.0) + a2
-            g = 2.0 / (1.0 + tl.exp(-2.0 * g)) - 1.0  # tanh
-            o = 1.0 / (1.0 + tl.exp(-(tl.load(row + 3 * H, mask=m, other=0.0) + a3)))
-            c = f * c + i * g
-            h = o * (2.0 / (1.0 + tl.exp(-2.0 * c)) - 1.0)  # tanh
-        elif KIND == 1:  # GRU: the new gate's recurrent part (bias included) scaled by r
-            r = 1.0 / (1.0 + tl.exp(-(g0 + a0)))
-            z = 1.0 / (1.0 + tl.exp(-(tl.load(row + H, mask=m, other=0.0) + a1)))
-            n = tl.load(row + 2 * H, mask=m, other=0.0) + r * a2
-            n = 2.0 / (1.0 + tl.exp(-2.0 * n)) - 1.0  # tanh
-            h = (1.0 - z) * n + z * tl.load(h_in + state, mask=m, other=0.0, cache_modifier=".cg")
-        elif KIND == 2:
-            h = 2.0 / (1.0 + tl.exp(-2.0 * (g0 + a0))) - 1.0  # tanh
-        else:
-            h = tl.maximum(g0 + a0, 0.0)
-        tl.store(hd + ((s + 1) % 2) * B * H + state, h, mask=m)
-        dst = out_ptr + t.to(tl.int64) * os_t + b.to(tl.int64)[:, None] * os_b + d * H + j[None, :]
-        tl.store(dst, h.to(out_ptr.dtype.element_ty), mask=m)
-        # the barrier: this program's h_t is written (every thread's store, then a release at
-        # GPU scope) before it counts itself in; it reads h_t of the others after all arrived
-        tl.debug_barrier()
-        tl.atomic_add(bar, 1, sem="release", scope="gpu")
-        want = (s + 1) * programs
-        seen = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
-        while seen < want:
-            seen = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
-        tl.debug_barrier()
-    if KIND == 0:
-        tl.store(c_ptr + d * B * H + state, c, mask=m)
+@LAYER_STEP_END@
 
 
 @triton.jit
@@ -324,38 +330,7 @@ def _rnn_resident_kernel(gx_ptr, h_ptr, c_ptr, w_ptr, w2_ptr, bh_ptr, bh2_ptr, o
             even, odd = tl.split(by_unit)
             a0, a2 = tl.split(even)
             a1, a3 = tl.split(odd)
-        row = gd + (t * B + b).to(tl.int64)[:, None] * (G * H) + j[None, :]
-        g0 = tl.load(row, mask=m, other=0.0)
-        if KIND == 0:  # LSTM
-            i = 1.0 / (1.0 + tl.exp(-(g0 + a0)))
-            f = 1.0 / (1.0 + tl.exp(-(tl.load(row + H, mask=m, other=0.0) + a1)))
-            g = tl.load(row + 2 * H, mask=m, other=0.0) + a2
-            g = 2.0 / (1.0 + tl.exp(-2.0 * g)) - 1.0  # tanh
-            o = 1.0 / (1.0 + tl.exp(-(tl.load(row + 3 * H, mask=m, other=0.0) + a3)))
-            c = f * c + i * g
-            h = o * (2.0 / (1.0 + tl.exp(-2.0 * c)) - 1.0)  # tanh
-        elif KIND == 1:  # GRU: the new gate's recurrent part (bias included) scaled by r
-            r = 1.0 / (1.0 + tl.exp(-(g0 + a0)))
-            z = 1.0 / (1.0 + tl.exp(-(tl.load(row + H, mask=m, other=0.0) + a1)))
-            n = tl.load(row + 2 * H, mask=m, other=0.0) + r * a2
-            n = 2.0 / (1.0 + tl.exp(-2.0 * n)) - 1.0  # tanh
-            h = (1.0 - z) * n + z * tl.load(h_in + state, mask=m, other=0.0, cache_modifier=".cg")
-        elif KIND == 2:
-            h = 2.0 / (1.0 + tl.exp(-2.0 * (g0 + a0))) - 1.0  # tanh
-        else:
-            h = tl.maximum(g0 + a0, 0.0)
-        tl.store(hd + ((s + 1) % 2) * B * H + state, h, mask=m)
-        dst = out_ptr + t.to(tl.int64) * os_t + b.to(tl.int64)[:, None] * os_b + d * H + j[None, :]
-        tl.store(dst, h.to(out_ptr.dtype.element_ty), mask=m)
-        tl.debug_barrier()
-        tl.atomic_add(bar, 1, sem="release", scope="gpu")
-        want = (s + 1) * programs
-        seen = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
-        while seen < want:
-            seen = tl.atomic_add(bar, 0, sem="acquire", scope="gpu")
-        tl.debug_barrier()
-    if KIND == 0:
-        tl.store(c_ptr + d * B * H + state, c, mask=m)
+@LAYER_STEP_END@
 
 _SM_COUNT = {}
 
