@@ -10,8 +10,9 @@ CPU) for a number one formula gives.
 `nn.LSTM.forward` and its siblings call) through custom ops of the same signature whose fake
 implementation only computes the output shapes, while it is held. An exported program then
 holds one `kopt::lstm` node, which `aten_target` maps back to `aten.lstm.input` for the
-candidate to call: the same op eager runs, dispatched to cuDNN on a GPU; `RECURRENT_FLOPS`
-gives torch's FlopCounterMode each op's products. Packed sequences (the `batch_sizes`
+candidate to call: the same op eager runs, dispatched to cuDNN on a GPU;
+`recurrent_flop_mapping()` gives torch's FlopCounterMode each op's products
+(`recurrent_flops`). Packed sequences (the `batch_sizes`
 overloads) keep torch's own path.
 """
 
@@ -79,8 +80,9 @@ def _register() -> dict[str, Any]:
 
 @contextmanager
 def whole_recurrent_layers() -> Iterator[None]:
-    """While exporting: `torch._VF`'s recurrent layers as the custom ops above (the
-    input-tensor overload only; anything else, a packed sequence, goes to torch's own)."""
+    """While held (an export, a FLOP count): `torch._VF`'s recurrent layers as the custom ops
+    above (the input-tensor overload only; anything else, a packed sequence, goes to torch's
+    own)."""
     ops = _register()
     vf = torch._VF
     saved = {k: vf.__dict__.get(k) for k in _KINDS}
