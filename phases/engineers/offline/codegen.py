@@ -387,7 +387,7 @@ class ForwardWriter:
                 self.recurrent.append(n)
                 self.regions.append(region)
                 self.lines.append(f'if KOPT_REGIONS["{region}"] == "triton":')
-                self.lines.append(f'    {v} = _recurrent("{kind}", {args})  # {n.origin}: a kernel a step')
+                self.lines.append(f'    {v} = _recurrent("{kind}", {args})  # {n.origin}: Triton kernels (kernels/recurrent.py)')
                 self.lines.append("else:  # the library's layer (cuDNN on a GPU), a graph break")
                 self.lines.append(f'    {v} = _rnn_library("{kind}", {args})  # {n.origin}')
                 return
