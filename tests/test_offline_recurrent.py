@@ -240,7 +240,7 @@ for name, cx, opts in [
                                "BH": step["BH"], "BK": step["BK"], "DOT": module.RECURRENT_DOT},
          {"num_warps": step["num_warps"], "num_stages": step["num_stages"]}),
         ("_rnn_resident_kernel", {"KIND": int(sys.argv[2]), "G": int(sys.argv[3]), "GP": 4, "HAS_BIAS": True,
-                                  "BB": 16, "BU": 8, "HP": 256, "DOT": module.RECURRENT_DOT},
+                                  "BB": 16, "BU": step["BH"], "HP": 256, "DOT": module.RECURRENT_DOT},
          {"num_warps": step["num_warps"], "num_stages": step["num_stages"]}),
         ("_rnn_input_kernel", {"HAS_BIAS": True, "BM": 64, "BN": 64, "BK": 32, "DOT": module.RECURRENT_DOT},
          {"num_warps": 4})]:
@@ -262,12 +262,12 @@ for name, cx, opts in [
 def test_the_default_launch_compiles_for_sm90(recurrent_module, tmp_path: Path,  # noqa: ANN001
                                              kind: int, gates: int) -> None:
     """The recurrent kernels compile for sm_90 (the layer kernels' barrier: atomics at GPU scope
-    and a spin loop; the resident one's gate split) at the default launch (the resident one at
-    8 units of a 256-wide layer), in a process without the interpreter. The step is
-    latency-bound and a spill to local memory is on every step's path: the first default (BK
-    128, 2 warps, 3 stages) spilled 1296 bytes a thread and ran 1.7x slower on an H200 than the
-    default now, which spills 720 at most (triton 3.9's build, 2026-12-01); the input product
-    spills nothing."""
+    and a spin loop; the resident one's gate split) at the default launch (16 units of each gate
+    a program, 8 warps), in a process without the interpreter. The step is latency-bound and a
+    spill to local memory is on every step's path: the first default (BK 128, 2 warps, 3
+    stages) spilled 1296 bytes a thread and ran 1.7x slower on an H200; the resident kernel,
+    the default, spills 8 bytes at most, the layer and step kernels at its launch 296 (triton
+    3.9's build, 2026-12-01); the input product spills nothing."""
     import os
     import subprocess
     import sys
@@ -289,6 +289,7 @@ def test_the_default_launch_compiles_for_sm90(recurrent_module, tmp_path: Path, 
                           "_rnn_input_kernel"}, done.stdout
     assert usage["_rnn_input_kernel"][1] == 0, usage
     assert usage["_rnn_layer_kernel"][1] <= 720 and usage["_rnn_step_kernel"][1] <= 720, usage
+    assert usage["_rnn_resident_kernel"][1] <= 64, usage
 
 
 @pytest.mark.gpu

@@ -20,8 +20,8 @@ at KernelBench's sizes (level-3 36 and 40: six layers, 512 steps of 10 sequences
   program a direction;
 - `_rnn_resident_kernel`: the layer kernel with each program's rows of W_hh held in registers
   for the whole layer (read once, where the layer kernel reads them every step): a step is one
-  product h_{t-1} @ W^T over the program's units of every gate side by side (KOPT_CONFIG's
-  LAYER 2; a tunable, not yet timed on a GPU);
+  product h_{t-1} @ W^T over the program's units of every gate side by side (LAYER 2, the
+  default: 1.3-1.8x faster than the layer kernel on an H200, STEP_DEFAULT);
 - `_rnn_step_kernel`: the same step as its own launch, for a layer too wide to hold (or where
   the tuner picks it: LAYER 0).
 
@@ -41,15 +41,20 @@ STEP_TUNABLES = {"LAYER": [1, 2, 0], "BH": [8, 16, 32], "BK": [32, 64, 128], "nu
 """The recurrent kernels' launch parameters the accelerator may search (KOPT_TUNABLES): one
 launch a layer (1), one a layer with W_hh in registers (2) or one a step (0), hidden units a
 program, the reduction's chunk, warps, pipeline stages."""
-STEP_DEFAULT = {"LAYER": 1, "BH": 32, "BK": 64, "num_warps": 4, "num_stages": 3}
-"""What they launch with until tuned: the fastest launch for both an LSTM and a GRU on an H200
-(KernelBench level-3 36 and 40: six layers, 512 steps of 10 sequences, hidden 256; graphed
-forwards, `benchmarks/recurrent_gpu.py --sweep` and `--sweep-layer`, 2026-12-01). One launch a
-layer: LSTM 22.9 ms, GRU 17.3 ms; the same parameters one launch a step, the fastest of 36
-such launches: 25.6 and 20.3 ms; cuDNN 27.0-34.1 and 46.9-48.2 ms eager (an LSTM replayed
-in a CUDA graph: 8.2 ms). It compiles with a spill on sm_90 (720 bytes a thread for an
-LSTM's layer kernel, triton 3.9) and is still the fastest measured; the first default (BK 128,
-2 warps) spilled 1296 bytes a step kernel and ran 1.7x slower."""
+STEP_DEFAULT = {"LAYER": 2, "BH": 16, "BK": 64, "num_warps": 8, "num_stages": 3}
+"""What they launch with until tuned: the fastest launch for an LSTM, a GRU and a bidirectional
+GRU on an H200 (KernelBench level-3 36, 40, 42: six layers, 512 steps of 10 sequences, hidden
+256; graphed forwards, `benchmarks/recurrent_gpu.py --sweep-layer`, 2026-12-01): one launch a
+layer with W_hh in registers, 16 units of each gate a program, 8 warps: LSTM 12.9 ms, GRU 12.6
+ms, bidirectional GRU 14.0 ms. The layer kernel reading W_hh every step at its own fastest
+(LAYER_FALLBACK) 20.0-23.1 ms; one launch a step 25.6 and 20.3 ms; cuDNN 27.0-34.1 (LSTM),
+46.9-50.0 (GRU), 96.5 ms (bidirectional GRU) eager (an LSTM replayed in a CUDA graph: 8.2 ms).
+The first default of the step kernel (BK 128, 2 warps) spilled 1296 bytes a thread on sm_90
+and ran 1.7x slower."""
+LAYER_FALLBACK = {"BH": 32, "num_warps": 4, "num_stages": 3}
+"""The layer kernel's own fastest launch (same sweep: LSTM 23.1 ms, GRU 17.6 ms), taken when
+KOPT_CONFIG asks for W_hh in registers and a layer's rows do not fit: the resident launch's 16
+units and 8 warps run the layer kernel 1.9x slower (LSTM 44.7 ms)."""
 
 
 _LAYER_STEP_END = """        row = gd + (t * B + b).to(tl.int64)[:, None] * (G * H) + j[None, :]
@@ -356,11 +361,12 @@ def _rnn_blocks(B, H, gates, dirs, device):
     if device not in _SM_COUNT:
         _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
     if mode == 2:
-        bh = max(16 // gp, min(cfg.get("BH", 8), _pow2(H)))
+        # as many of the asked units as fit 16384 weights (64 KB of float32 registers)
+        bh = max(16 // gp, min(cfg.get("BH", 16), _pow2(H), 16384 // (_pow2(H) * gp)))
         if (_cdiv(B, bb) * _cdiv(H, bh) * dirs <= _SM_COUNT[device]
                 and _pow2(H) * gp * bh <= 16384):
-            return 2, bb, bh, bk, cfg.get("num_warps", 4), cfg.get("num_stages", 3)
-        mode = 1
+            return 2, bb, bh, bk, cfg.get("num_warps", 8), cfg.get("num_stages", 3)
+        mode, cfg = 1, {**cfg, **LAYER_FALLBACK}
     bh = max(16, min(cfg.get("BH", 32), _pow2(H)))
     if mode == 1 and _cdiv(B, bb) * _cdiv(H, bh) * dirs > _SM_COUNT[device]:
         mode = 0
