@@ -220,6 +220,23 @@ def test_the_step_kernel_is_tuned_like_the_others(recurrent_module) -> None:  # 
         torch.testing.assert_close(g, w, atol=2e-5, rtol=1e-4)
 
 
+def test_the_default_holds_w_hh_in_registers_for_an_lstm_only(recurrent_module) -> None:  # noqa: ANN001
+    """STEP_DEFAULT's LAYER "auto": an LSTM's layer runs the resident kernel (LAYER 2), a GRU's
+    and an Elman RNN's the layer kernel (1) at the layer kernel's own launch (the resident GRU
+    drifted past the verifier's bound on hard draws on an H200); a tuned LAYER is taken as it
+    is."""
+    config = recurrent_module.KOPT_CONFIG["_rnn_step_kernel"]
+    assert config["LAYER"] == "auto"
+    cpu = torch.device("cpu")
+    assert [recurrent_module._rnn_blocks(10, 256, gates, 1, cpu)[0] for gates in (4, 3, 1)] == [2, 1, 1]
+    saved = dict(config)
+    try:
+        config["LAYER"] = 2
+        assert recurrent_module._rnn_blocks(10, 256, 3, 1, cpu)[0] == 2
+    finally:
+        recurrent_module.KOPT_CONFIG["_rnn_step_kernel"] = saved
+
+
 _RESOURCES = r'''
 import importlib.util, os, re, subprocess, sys, warnings
 warnings.filterwarnings("ignore")
