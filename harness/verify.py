@@ -765,6 +765,8 @@ class _Judge:
                                      f"elements of input {k}")
             post_w = self.out / f"weights-post-{set_name}.safetensors"
             weights = self.plan.tensors[self.plan.weights_of.get(set_name, f"weights-{set_name}")]
+            if set_name in (self.resp.get("weights_unchanged") or []):
+                continue  # bit-identical to the staged state_dict, compared in the worker
             if weights:
                 post = load_file(str(post_w)) if post_w.is_file() else {}
                 for k, staged in weights.items():

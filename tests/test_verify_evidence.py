@@ -251,3 +251,30 @@ def test_a_parser_bookkeeping_error_is_retried_on_a_fresh_thread(monkeypatch: py
     calls.clear()
     with pytest.raises(SyntaxError):
         parse_source("def (:\n")
+
+
+def test_weights_after_forward_are_compared_in_the_worker_by_the_parents_rule() -> None:
+    """The candidate job's child compares the model's weights after its forwards with the
+    staged state_dict (loaded afresh from its bytes) and sends them to the parent only when a
+    bit differs: one flipped bit, a missing key or another shape sends them; state outside the
+    state_dict (`attribute:` keys, compared as outputs) is not compared; a weight the model
+    holds in another dtype counts as unchanged when its values convert back exactly, as the
+    parent's `no_mutation` counts it."""
+    import torch
+    from safetensors.torch import load, save
+
+    from kopt.harness.jobs.candidate import _weights_unchanged
+    from kopt.harness.model_state import ATTRIBUTE_PREFIX
+
+    torch.manual_seed(0)
+    w = torch.randn(33, 7)
+    b = torch.randn(7).to(torch.bfloat16).float()  # exactly representable in bfloat16
+    staged = save({"fc.weight": w, "fc.bias": b, ATTRIBUTE_PREFIX + "h": torch.zeros(3)})
+    state = {"fc.weight": w.clone(), "fc.bias": b.to(torch.bfloat16)}
+    assert _weights_unchanged(state, staged, load)
+    flipped = w.clone()
+    flipped.view(-1).view(torch.int32)[5] ^= 1  # the lowest mantissa bit of one element
+    assert not _weights_unchanged({**state, "fc.weight": flipped}, staged, load)
+    assert not _weights_unchanged({"fc.bias": state["fc.bias"]}, staged, load)
+    assert not _weights_unchanged({**state, "fc.weight": w.clone().reshape(7, 33)}, staged, load)
+    assert not _weights_unchanged(state, None, load)
