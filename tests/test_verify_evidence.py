@@ -253,18 +253,24 @@ def test_a_parser_bookkeeping_error_is_retried_on_a_fresh_thread(monkeypatch: py
         parse_source("def (:\n")
 
 
-def test_weights_after_forward_are_compared_in_the_worker_by_the_parents_rule() -> None:
+@pytest.mark.parametrize("chunk", [1 << 26, 5], ids=["whole", "in chunks of 5"])
+def test_weights_after_forward_are_compared_in_the_worker_by_the_parents_rule(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     """The candidate job's child compares the model's weights after its forwards with the
     staged state_dict (loaded afresh from its bytes) and sends them to the parent only when a
     bit differs: one flipped bit, a missing key or another shape sends them; state outside the
     state_dict (`attribute:` keys, compared as outputs) is not compared; a weight the model
     holds in another dtype counts as unchanged when its values convert back exactly, as the
-    parent's `no_mutation` counts it."""
+    parent's `no_mutation` counts it. The staged bytes are read as views (no copy) and a weight
+    is compared a chunk at a time: a flip in a later chunk counts too."""
     import torch
     from safetensors.torch import load, save
 
-    from kopt.harness.jobs.candidate import _weights_unchanged
+    from kopt.harness.jobs import candidate
+    from kopt.harness.jobs.candidate import _staged_views, _weights_unchanged
     from kopt.harness.model_state import ATTRIBUTE_PREFIX
+
+    monkeypatch.setattr(candidate, "_COMPARE_CHUNK", chunk)
 
     torch.manual_seed(0)
     w = torch.randn(33, 7)
@@ -278,3 +284,8 @@ def test_weights_after_forward_are_compared_in_the_worker_by_the_parents_rule() 
     assert not _weights_unchanged({"fc.bias": state["fc.bias"]}, staged, load)
     assert not _weights_unchanged({**state, "fc.weight": w.clone().reshape(7, 33)}, staged, load)
     assert not _weights_unchanged(state, None, load)
+    late = w.clone()
+    late.view(-1)[-1] += 1.0
+    assert not _weights_unchanged({**state, "fc.weight": late}, staged, load)
+    views = _staged_views(staged)
+    assert views is not None and torch.equal(views["fc.weight"], w) and views["fc.bias"].shape == (7,)
