@@ -331,7 +331,7 @@ def agent_provide_weights(case: Case, input_set: str = "main", seed: int = 0,
                                 f"model.py has no function {case.manifest.weights.function!r}",
                                 key="weights.function", fix="define it or drop `weights:`")
             fn(model)
-    state = model_state.weights_of(model)  # the state_dict and plain tensor attributes
+    state = model_state.weights_of(model, take=True)  # the state_dict and plain tensor attributes
     if cache and state:
         _atomic_save(state, file)
     return state

@@ -47,6 +47,32 @@ def test_attributes_are_found_by_path_and_travel_beside_the_state_dict() -> None
     assert model_state.after_call(other, ["cell.h", "gone"])[1].numel() == 0
 
 
+def test_weights_taken_from_a_model_thrown_away_copy_only_what_shares_storage() -> None:
+    """`weights_of(take=True)` (a fresh model's draw, thrown away after) keeps a tensor that
+    alone covers its storage as it is and copies the rest: tied weights (two keys, one
+    storage: safetensors keeps a storage once) and a view into a larger buffer. The values are
+    the model's either way, and every entry is saveable."""
+    from safetensors.torch import save
+
+    net = nn.Sequential(nn.Linear(4, 6), nn.Linear(6, 4))
+    net[1].weight = nn.Parameter(net[0].weight.detach().t())  # a transposed view: not its own
+    flat = torch.arange(10.0)
+    net.register_buffer("part", flat[2:5])  # a view of part of a larger buffer
+    net.register_buffer("tied", net[0].bias.detach())  # the same storage as another key
+    kept = {k: v.untyped_storage().data_ptr() for k, v in net.state_dict().items()}
+    taken = model_state.weights_of(net, take=True)
+    assert taken["0.weight"].untyped_storage().data_ptr() == kept["0.weight"]  # not copied
+    assert taken["1.bias"].untyped_storage().data_ptr() == kept["1.bias"]
+    for key in ("1.weight", "part"):
+        assert taken[key].untyped_storage().data_ptr() != kept[key] and taken[key].is_contiguous()
+    assert len({taken[k].untyped_storage().data_ptr() for k in ("0.bias", "tied")}) == 2
+    for k, v in net.state_dict().items():
+        assert torch.equal(taken[k], v), k
+    save(taken)  # refused if two entries shared memory
+    copies = model_state.weights_of(net)
+    assert all(copies[k].untyped_storage().data_ptr() != kept[k] for k in kept)
+
+
 RNN_LAYERS = ["self.hidden = torch.randn(4, hidden)",
               "self.i2h = nn.Linear(inp + hidden, hidden)",
               "self.h2o = nn.Linear(hidden, out)"]
