@@ -7,6 +7,7 @@ tensors) so that any target can ship it elsewhere and bring `out/` back.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -38,8 +39,12 @@ def stage_job(
     candidate: Path | None = None,
     tensors: dict[str, dict[str, torch.Tensor]] | None = None,
     root: Path | None = None,
+    link_from: Path | None = None,
 ) -> Path:
-    """Create a job directory: `request.json` (+ `case/`, `candidate.py`, `inputs/<name>.safetensors`)."""
+    """Create a job directory: `request.json` (+ `case/`, `candidate.py`, `inputs/<name>.safetensors`).
+    `link_from`: another job's folder staged with the same `tensors`, whose files become hard
+    links here (each written once: a verification stages every weight and input for the
+    reference and again for each candidate); a file that cannot be linked is written."""
     job_dir = new_job_dir(job, root)
     if case is not None:
         shutil.copytree(case.directory, job_dir / "case",
@@ -50,10 +55,22 @@ def stage_job(
         request = {**request, "candidate": "candidate.py"}
     for name, group in (tensors or {}).items():
         (job_dir / "inputs").mkdir(exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in group.items()},
-                  str(job_dir / "inputs" / f"{name}.safetensors"))
+        dest = job_dir / "inputs" / f"{name}.safetensors"
+        if link_from is not None:
+            try:
+                os.link(link_from / "inputs" / f"{name}.safetensors", dest)
+                continue
+            except OSError:  # another file system, or not staged there: written below
+                pass
+        save_file({k: v.detach().cpu().contiguous() for k, v in group.items()}, str(dest))
     (job_dir / "request.json").write_text(json.dumps({"job": job, **request}, indent=1, default=str))
     return job_dir
+
+
+def restage_request(job_dir: Path, changes: dict[str, Any]) -> None:
+    """`changes` written over a staged job's `request.json` (its other keys kept)."""
+    file = job_dir / "request.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), **changes}, indent=1, default=str))
 
 
 def run_job(target: Target, job_dir: Path, *, timeout: float, env: dict[str, str] | None = None,

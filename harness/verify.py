@@ -27,7 +27,14 @@ from kopt.harness.case import Case, load_case
 from kopt.harness.compare import compare_outputs
 from kopt.harness.device import resolve_device, worker_env
 from kopt.harness.errors import BadInputError
-from kopt.harness.job import as_target, candidate_files, cleanup, jobs_root, stage_job
+from kopt.harness.job import (
+    as_target,
+    candidate_files,
+    cleanup,
+    jobs_root,
+    restage_request,
+    stage_job,
+)
 from kopt.harness.model_state import ATTRIBUTE_PREFIX
 from kopt.harness.paths import PACKAGE_ROOT
 from kopt.harness.steps import Steps
@@ -222,6 +229,19 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
     # candidate's process starts.
     ref_request = {**common, "sets": reference_request_sets(plan)}
     ref_dir = stage_job("reference", ref_request, case=case, tensors=plan.tensors)
+    # Each candidate's folder now, while the reference's staged files exist: its weights and
+    # inputs are hard links to them, written once (an 8.6 GB model's two state_dicts were
+    # written for the reference and again for each candidate). Its worker takes them off the
+    # disk before the candidate is imported, as before.
+    staged: dict[Path, Path] = {}
+    try:
+        for path in paths:
+            staged[path] = stage_job("candidate", cand_request, case=case, candidate=path,
+                                     tensors=plan.tensors, link_from=ref_dir)
+    except BaseException:
+        for job_dir in [ref_dir, *staged.values()]:
+            cleanup(job_dir)
+        raise
     steps["draws"] = time.monotonic() - start
     try:
         ref = runner.run(ref_dir, timeout=timeout or MAX_TIMEOUT_S, env=env, on_line=on_line)
@@ -234,11 +254,18 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
         if refused:  # extra sets the baseline refuses on this device: left out, saying why
             drop_refused(plan, refused, dev)
             cand_request = {**common, "sets": candidate_request_sets(plan)}
+            for job_dir in staged.values():
+                restage_request(job_dir, {"sets": cand_request["sets"]})
         ref_outputs = {g: load_outputs(ref_dir / "out" / f"ref-{g}.safetensors")
                        for entry in ref_request["sets"] if entry["name"] not in refused
                        for g in entry["groups"]}
         truth = {g: load_outputs(ref_dir / "out" / f"truth-{g}.safetensors")
                  for entry in ref_request["sets"] if entry.get("truth") for g in entry["groups"]}
+    except BaseException:
+        if not keep_jobs:
+            for job_dir in staged.values():
+                cleanup(job_dir)
+        raise
     finally:
         if not keep_jobs:
             cleanup(ref_dir)
@@ -246,15 +273,14 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
     steps["reference"] = time.monotonic() - start - steps["draws"]
 
     def run_candidate(path: Path) -> tuple[Path, WorkerOutcome, float]:
-        job_dir = stage_job("candidate", cand_request, case=case, candidate=path,
-                            tensors=plan.tensors)
+        job_dir = staged[path]
         t = (timeouts or {}).get(str(path), fitted)
         t0 = time.monotonic()
         return job_dir, runner.run(job_dir, timeout=t, env=env, on_line=on_line), t0
 
-    with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
-        cand_runs = list(pool.map(run_candidate, paths))
     try:
+        with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
+            cand_runs = list(pool.map(run_candidate, paths))
         sources_intact = source_fingerprint(case) == fingerprint
         cand_exit = time.monotonic()
         steps["candidate"] = cand_exit - start - steps["draws"] - steps["reference"]
@@ -295,7 +321,7 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
                 for p in all_paths]
     finally:
         if not keep_jobs:
-            for job_dir, _o, _t in cand_runs:
+            for job_dir in staged.values():
                 cleanup(job_dir)
 
 
