@@ -83,3 +83,41 @@ def test_a_message_carries_at_most_max_sealed_buffers() -> None:
 
     msg, _ = _roundtrip(child)
     assert "more than" in msg["refused"]
+
+
+def test_a_state_dict_reaches_the_child_sealed_and_maps_read_only() -> None:
+    """The supervisor's side of the same: a staged state_dict's bytes in a sealed memory file
+    (`seal_bytes`), which the child maps read-only (`mapped`): its tensors read as views of
+    the pages, a write through the mapping refused, the child's own copies (`_private_copy`)
+    equal and separate; bytes (a system without sealed memfds) pass as they are."""
+    from safetensors.torch import load, save
+
+    from kopt.harness.jobs.candidate import _private_copy, _staged_views
+
+    state = {"w": torch.randn(33, 5), "n": torch.arange(4), "h": torch.randn(3).to(torch.bfloat16)}
+    data = save(state)
+    got: dict = {}
+
+    def child(link: supervised.Link) -> None:
+        msg = link.recv()
+        buffer = sealed.mapped(msg["weights"])
+        views = _staged_views(buffer)
+        own = _private_copy(buffer, load)
+        try:
+            buffer[0:1] = b"x"
+            writable = True
+        except TypeError:
+            writable = False
+        link.send({"ev": "got", "writable": writable, "sealed": isinstance(msg["weights"], sealed.Sealed),
+                   "same": all(torch.equal(views[k], state[k]) and torch.equal(own[k], state[k])
+                               for k in state),
+                   "apart": all(own[k].data_ptr() != views[k].data_ptr() for k in state)})
+
+    pid, link = supervised.fork_child(child)
+    try:
+        link.send({"op": "set", "weights": sealed.seal_bytes(data)})
+        got = link.recv()
+    finally:
+        supervised.end_child(pid, link)
+    assert got == {"ev": "got", "writable": False, "sealed": True, "same": True, "apart": True}
+    assert sealed.mapped(data) is data

@@ -97,6 +97,14 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
+def _handed(data: bytes) -> Any:
+    """A staged state_dict as the child gets it: a sealed memory file where the system has
+    them (no copy through the socket), else its bytes."""
+    from kopt.harness.jobs.sealed import seal_bytes
+
+    return seal_bytes(data) or data
+
+
 def _data(value: Any) -> bytes | Sealed:
     """A file's contents as the child sent them: a sealed memory file (kept as it is) or
     bytes."""
@@ -175,10 +183,17 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
             conds: dict[str, Any] = item.get("conditions") or {}
             link.send({"op": "set", "name": set_name, "spec": item.get("spec"),
                        "views": item.get("views"), "instance": item.get("instance"),
-                       "weights": staged[item.get("weights") or f"weights-{set_name}"]})
+                       "weights": _handed(staged[item.get("weights") or f"weights-{set_name}"])})
             resp["stage"] = "build"
-            with record.steps("build"):
-                _expect(link, record, "built")
+            t_build = time.monotonic()
+            msg = _expect(link, record, "built")
+            # the child's own parts and the rest (the state_dict's bytes through the link)
+            parts = {str(k): float(v) for k, v in (msg.get("steps") or {}).items()
+                     if isinstance(v, int | float)}
+            for name, seconds in parts.items():
+                record.steps.add(f"build: {name}", seconds)
+            record.steps.add("build: link and other",
+                             max(0.0, time.monotonic() - t_build - sum(parts.values())))
             resp["stage"] = "forward"
 
             def forward(group: str, poison: str, out_name: str, post: str | None,
@@ -241,7 +256,7 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
             reload = item.get("reload")
             if reload:  # a second state_dict into the same instance (depends_on_weights)
                 resp["stage"] = "load_state_dict"
-                link.send({"op": "reload", "weights": staged[reload["weights"]]})
+                link.send({"op": "reload", "weights": _handed(staged[reload["weights"]])})
                 _expect(link, record, "reloaded")
                 resp["stage"] = "forward"
                 forward(reload["group"], "a", f"cand-{reload['group']}", None)
@@ -284,6 +299,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
         send({"ev": "op", "name": name, "elements": elements})
 
     seal = sealed.seal_tensors  # bound before the candidate exists, as the link's calls are
+    mapped = sealed.mapped  # likewise
     early_late_s = early.EARLY_LATE_S  # read before it, likewise
 
     def pack(named: dict[str, torch.Tensor]) -> Any:
@@ -340,31 +356,36 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
         op = msg.get("op")
         if op == "set":
             stage = "build"
+            clock = Steps()
             try:
                 resolved = draws.resolve(case, msg)
                 views = msg.get("views") or None
-                staged_weights = msg["weights"]
-                weights = {k: v for k, v in st_load(staged_weights).items()}
+                with clock("weights in"):
+                    staged_weights = mapped(msg["weights"])
+                    weights = _private_copy(staged_weights, st_load)
                 key = msg.get("instance")
                 model = instances.get(key) if key is not None else None
                 if model is None:
-                    model = instantiate(cls, resolved, case.model_file, state_follows=True)
+                    with clock("construct"):
+                        model = instantiate(cls, resolved, case.model_file, state_follows=True)
                     if key is not None:
                         instances[key] = model
                 stage = "load_state_dict"
-                attributes = state_calls[0](model, weights)
-                model = model.to(device).eval()
+                with clock("load_state_dict"):
+                    attributes = state_calls[0](model, weights)
+                with clock("to the device"):
+                    model = model.to(device).eval()
             except BaseException as err:
                 fail(stage, err)
                 return
             params = {f"weight {k}": v for k, v in model.state_dict(keep_vars=True).items()
                       if isinstance(v, torch.Tensor)}
             previous = None
-            send({"ev": "built"})
+            send({"ev": "built", "steps": clock.to_dict()})
         elif op == "reload":  # a second state_dict loaded into the same instance
             try:
-                staged_weights = msg["weights"]
-                attributes = state_calls[0](model, dict(st_load(staged_weights)))
+                staged_weights = mapped(msg["weights"])
+                attributes = state_calls[0](model, _private_copy(staged_weights, st_load))
             except BaseException as err:
                 fail("load_state_dict", err)
                 return
@@ -483,6 +504,16 @@ def _staged_views(staged: Any) -> dict[str, torch.Tensor] | None:
     return out
 
 
+def _private_copy(staged: Any, load: Any) -> dict[str, torch.Tensor]:
+    """The staged state_dict's tensors as the child's own copies (what the candidate's model
+    loads: never views of the staged buffer, which stays the reference `_weights_unchanged`
+    compares with). `load` reads what `_staged_views` cannot."""
+    views = _staged_views(staged)
+    if views is None:
+        return dict(load(bytes(staged)))
+    return {k: v.clone() for k, v in views.items()}
+
+
 def _weights_unchanged(state: dict[str, torch.Tensor], staged: Any, load: Any) -> bool:
     """Whether every weight of the staged state_dict (`staged`: its safetensors bytes, read
     afresh here, so no tensor the candidate could reach) is bit-identical in the model's
@@ -496,7 +527,7 @@ def _weights_unchanged(state: dict[str, torch.Tensor], staged: Any, load: Any) -
         return False
     wanted = _staged_views(staged)
     if wanted is None:
-        wanted = load(staged)
+        wanted = load(bytes(staged))
     for k, want in wanted.items():
         if k.startswith(model_state.ATTRIBUTE_PREFIX):
             continue

@@ -1,4 +1,4 @@
-"""Tensors handed from a job's child to its supervisor in sealed memory instead of the socket.
+"""Tensors handed between a job's child and its supervisor in sealed memory instead of the socket.
 
 A candidate job's forward sends its outputs (a full-size case: 134 MB a call, a dozen calls a
 job) to the supervisor. Through the socket each output was copied five times (to the host,
@@ -10,6 +10,10 @@ child included, can change its bytes or size) and passes the descriptor over the
 (`SCM_RIGHTS`). The supervisor accepts a descriptor only if the kernel reports those seals
 (a pipe, a file or an unsealed memfd is refused: `Sealed.receive` raises), so what it writes
 into the job's record at the end is what the child sent, byte for byte, as with the socket.
+
+The other way, the supervisor hands the child each set's state_dict the same way
+(`seal_bytes`; the child maps it read-only, `mapped`): the child copies the weights it loads
+out of the mapping, and compares the model's weights after its forwards with the mapping itself.
 
 The file is a plain safetensors file (8-byte header length, JSON header, the tensors' bytes
 back to back); a dtype without a safetensors name returns None and the caller sends bytes.
@@ -88,6 +92,37 @@ def seal_tensors(named: dict[str, torch.Tensor]) -> SealedBuffer | None:
         _close(fd)
         raise
     return SealedBuffer(fd, size)
+
+
+def seal_bytes(data: bytes) -> SealedBuffer | None:
+    """`data` (a staged safetensors file) in a sealed memfd, for the supervisor to hand a
+    state_dict to its child without the socket (an 8.6 GB state_dict through the socket and
+    into the child's own bytes was seconds of copies); None where the system has no sealed
+    memfds (the caller sends bytes instead). A new descriptor each call: the link closes the
+    one it sends."""
+    if not available():
+        return None
+    fd = _memfd_create("kopt-staged", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+    try:
+        done = 0
+        view = memoryview(data)
+        while done < len(view):
+            done += os.write(fd, view[done:done + (1 << 30)])
+        _fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    except BaseException:
+        _close(fd)
+        raise
+    return SealedBuffer(fd, len(view))
+
+
+def mapped(buffer: Any) -> Any:
+    """A received state_dict as a buffer: a `Sealed` one mapped read-only (no copy; its pages
+    can change no more, the candidate's writes included), bytes as they are."""
+    if not isinstance(buffer, Sealed):
+        return buffer
+    if buffer.size == 0:
+        return b""
+    return _mmap(buffer.fd, buffer.size, prot=mmap.PROT_READ)
 
 
 class Sealed:
