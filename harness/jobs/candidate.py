@@ -37,17 +37,20 @@ conditions, the partial update and the reload over the link, after import, as it
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import os
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from kopt.harness import model_state
-from kopt.harness.jobs.sealed import Sealed
+from kopt.harness.jobs.sealed import Sealed, seal_bytes
 from kopt.harness.steps import Steps
 
 CANDIDATE_MODULE = "kopt_candidate"
@@ -100,8 +103,6 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
 def _handed(data: bytes) -> Any:
     """A staged state_dict as the child gets it: a sealed memory file where the system has
     them (no copy through the socket), else its bytes."""
-    from kopt.harness.jobs.sealed import seal_bytes
-
     return seal_bytes(data) or data
 
 
@@ -473,21 +474,20 @@ _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.
                        "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
 _COMPARE_CHUNK = 1 << 26
 """Elements of a weight moved to the model's device at a time by `_weights_unchanged`."""
+# Bound when this module is imported (in a job's child: before the candidate exists): a
+# candidate that replaces `json.loads` or `torch.frombuffer` later changes nothing read here.
+_json_loads, _frombuffer = json.loads, torch.frombuffer
 
 
 def _staged_views(staged: Any) -> dict[str, torch.Tensor] | None:
-    """The tensors of safetensors bytes as views of those bytes (no copy, no new pages: an
-    8.6 GB state_dict loaded afresh cost seconds of page faults on a VM), or None where the
-    file holds a dtype this does not read."""
-    import json
-    import math
-    import warnings
-
+    """The tensors of a safetensors file in memory (bytes, or the read-only mapping of a sealed
+    memory file) as views of it (no copy, no new pages: an 8.6 GB state_dict loaded afresh
+    cost seconds of page faults on a VM), or None where it holds a dtype this does not read."""
     buf = memoryview(staged).cast("B")
     size = int.from_bytes(buf[:8], "little")
-    header = json.loads(bytes(buf[8:8 + size]))
+    header = _json_loads(bytes(buf[8:8 + size]))
     out = {}
-    with warnings.catch_warnings():  # bytes are not writable; nothing writes through these
+    with warnings.catch_warnings():  # a read-only buffer; nothing writes through these
         warnings.simplefilter("ignore")
         for k, info in header.items():
             if k == "__metadata__":
@@ -498,7 +498,7 @@ def _staged_views(staged: Any) -> dict[str, torch.Tensor] | None:
             shape = [int(d) for d in info["shape"]]
             count = math.prod(shape)
             start = 8 + size + int(info["data_offsets"][0])
-            flat = (torch.frombuffer(buf, dtype=dtype, count=count, offset=start) if count
+            flat = (_frombuffer(buf, dtype=dtype, count=count, offset=start) if count
                     else torch.empty(0, dtype=dtype))
             out[k] = flat.reshape(shape)
     return out
@@ -515,8 +515,9 @@ def _private_copy(staged: Any, load: Any) -> dict[str, torch.Tensor]:
 
 
 def _weights_unchanged(state: dict[str, torch.Tensor], staged: Any, load: Any) -> bool:
-    """Whether every weight of the staged state_dict (`staged`: its safetensors bytes, read
-    afresh here, so no tensor the candidate could reach) is bit-identical in the model's
+    """Whether every weight of the staged state_dict (`staged`: as the child received it, the
+    read-only mapping of its sealed memory file or its bytes, read here as views: no tensor the
+    candidate's model holds) is bit-identical in the model's
     `state` after the forwards, by the parent's rule (harness.verify `no_mutation`: state outside
     the state_dict skipped, a weight held in another dtype converted back first). Compared
     where the model holds each weight, a chunk at a time: a large model's weights do not travel
