@@ -92,7 +92,8 @@ def test_a_state_dict_reaches_the_child_sealed_and_maps_read_only() -> None:
     equal and separate; bytes (a system without sealed memfds) pass as they are."""
     from safetensors.torch import load, save
 
-    from kopt.harness.jobs.candidate import _private_copy, _staged_views
+    from kopt.harness.jobs.candidate import _private_copy
+    from kopt.harness.jobs.sealed import tensor_views
 
     state = {"w": torch.randn(33, 5), "n": torch.arange(4), "h": torch.randn(3).to(torch.bfloat16)}
     data = save(state)
@@ -101,7 +102,7 @@ def test_a_state_dict_reaches_the_child_sealed_and_maps_read_only() -> None:
     def child(link: supervised.Link) -> None:
         msg = link.recv()
         buffer = sealed.mapped(msg["weights"])
-        views = _staged_views(buffer)
+        views = tensor_views(buffer)
         own = _private_copy(buffer, load)
         try:
             buffer[0:1] = b"x"

@@ -267,7 +267,8 @@ def test_weights_after_forward_are_compared_in_the_worker_by_the_parents_rule(
     from safetensors.torch import load, save
 
     from kopt.harness.jobs import candidate
-    from kopt.harness.jobs.candidate import _staged_views, _weights_unchanged
+    from kopt.harness.jobs.candidate import _weights_unchanged
+    from kopt.harness.jobs.sealed import tensor_views
     from kopt.harness.model_state import ATTRIBUTE_PREFIX
 
     monkeypatch.setattr(candidate, "_COMPARE_CHUNK", chunk)
@@ -287,5 +288,5 @@ def test_weights_after_forward_are_compared_in_the_worker_by_the_parents_rule(
     late = w.clone()
     late.view(-1)[-1] += 1.0
     assert not _weights_unchanged({**state, "fc.weight": late}, staged, load)
-    views = _staged_views(staged)
+    views = tensor_views(staged)
     assert views is not None and torch.equal(views["fc.weight"], w) and views["fc.bias"].shape == (7,)

@@ -37,20 +37,17 @@ conditions, the partial update and the reload over the link, after import, as it
 from __future__ import annotations
 
 import importlib.util
-import json
-import math
 import os
 import sys
 import time
 import traceback
-import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from kopt.harness import model_state
-from kopt.harness.jobs.sealed import Sealed, seal_bytes
+from kopt.harness.jobs.sealed import Sealed, seal_bytes, tensor_views
 from kopt.harness.steps import Steps
 
 CANDIDATE_MODULE = "kopt_candidate"
@@ -469,46 +466,15 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
         return bool(torch.equal(x, y))
 
 
-_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
-                       "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
-                       "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
 _COMPARE_CHUNK = 1 << 26
 """Elements of a weight moved to the model's device at a time by `_weights_unchanged`."""
-# Bound when this module is imported (in a job's child: before the candidate exists): a
-# candidate that replaces `json.loads` or `torch.frombuffer` later changes nothing read here.
-_json_loads, _frombuffer = json.loads, torch.frombuffer
-
-
-def _staged_views(staged: Any) -> dict[str, torch.Tensor] | None:
-    """The tensors of a safetensors file in memory (bytes, or the read-only mapping of a sealed
-    memory file) as views of it (no copy, no new pages: an 8.6 GB state_dict loaded afresh
-    cost seconds of page faults on a VM), or None where it holds a dtype this does not read."""
-    buf = memoryview(staged).cast("B")
-    size = int.from_bytes(buf[:8], "little")
-    header = _json_loads(bytes(buf[8:8 + size]))
-    out = {}
-    with warnings.catch_warnings():  # a read-only buffer; nothing writes through these
-        warnings.simplefilter("ignore")
-        for k, info in header.items():
-            if k == "__metadata__":
-                continue
-            dtype = _SAFETENSORS_DTYPES.get(info["dtype"])
-            if dtype is None:
-                return None
-            shape = [int(d) for d in info["shape"]]
-            count = math.prod(shape)
-            start = 8 + size + int(info["data_offsets"][0])
-            flat = (_frombuffer(buf, dtype=dtype, count=count, offset=start) if count
-                    else torch.empty(0, dtype=dtype))
-            out[k] = flat.reshape(shape)
-    return out
 
 
 def _private_copy(staged: Any, load: Any) -> dict[str, torch.Tensor]:
     """The staged state_dict's tensors as the child's own copies (what the candidate's model
     loads: never views of the staged buffer, which stays the reference `_weights_unchanged`
-    compares with). `load` reads what `_staged_views` cannot."""
-    views = _staged_views(staged)
+    compares with). `load` reads what `tensor_views` cannot."""
+    views = tensor_views(staged)
     if views is None:
         return dict(load(bytes(staged)))
     return {k: v.clone() for k, v in views.items()}
@@ -523,10 +489,10 @@ def _weights_unchanged(state: dict[str, torch.Tensor], staged: Any, load: Any) -
     where the model holds each weight, a chunk at a time: a large model's weights do not travel
     to the parent when nothing changed (an 8 GB MLP's copy and write took 55 of its 246 s of
     verification on an H200). Anything else, the parent judges the whole state as before.
-    `load` reads the bytes where `_staged_views` cannot."""
+    `load` reads the bytes where `tensor_views` cannot."""
     if staged is None:
         return False
-    wanted = _staged_views(staged)
+    wanted = tensor_views(staged)
     if wanted is None:
         wanted = load(bytes(staged))
     for k, want in wanted.items():

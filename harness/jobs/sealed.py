@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import mmap
 import os
 import struct
+import warnings
 from typing import Any
 
 import torch
@@ -40,7 +42,7 @@ NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
 # Bound when this module is imported (in a job's child: before the candidate exists), as the
 # link's own calls are: a candidate that replaces `json.dumps` or `os.memfd_create` later
 # changes nothing written here.
-_dumps, _pack = json.dumps, struct.pack
+_dumps, _loads, _pack = json.dumps, json.loads, struct.pack
 _memfd_create, _ftruncate, _close = getattr(os, "memfd_create", None), os.ftruncate, os.close
 _mmap, _fcntl, _frombuffer = mmap.mmap, fcntl.fcntl, torch.frombuffer
 
@@ -113,6 +115,32 @@ def seal_bytes(data: bytes) -> SealedBuffer | None:
         _close(fd)
         raise
     return SealedBuffer(fd, len(view))
+
+
+def tensor_views(buffer: Any) -> dict[str, torch.Tensor] | None:
+    """The tensors of a safetensors file in memory (bytes, or the read-only mapping of a sealed
+    memory file, `mapped`) as views of it: no copy, no new pages (an 8.6 GB state_dict loaded
+    afresh cost seconds of page faults on a VM). None where it holds a dtype not in NAMES."""
+    dtypes = {name: dtype for dtype, name in NAMES.items()}
+    buf = memoryview(buffer).cast("B")
+    size = int.from_bytes(buf[:8], "little")
+    header = _loads(bytes(buf[8:8 + size]))
+    out = {}
+    with warnings.catch_warnings():  # a read-only buffer; nothing writes through these
+        warnings.simplefilter("ignore")
+        for k, info in header.items():
+            if k == "__metadata__":
+                continue
+            dtype = dtypes.get(info["dtype"])
+            if dtype is None:
+                return None
+            shape = [int(d) for d in info["shape"]]
+            count = math.prod(shape)
+            start = 8 + size + int(info["data_offsets"][0])
+            flat = (_frombuffer(buf, dtype=dtype, count=count, offset=start) if count
+                    else torch.empty(0, dtype=dtype))
+            out[k] = flat.reshape(shape)
+    return out
 
 
 def mapped(buffer: Any) -> Any:
