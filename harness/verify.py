@@ -217,6 +217,7 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
         prepare(env, jobs_root())
     sets = case.verification_sets(on_gpu=dev == "cuda")
     plan = plan_draws(case, sets, draws, device=dev)
+    steps["draws: weights and inputs"] = time.monotonic() - start
     common = {"device": dev, "precision": case.manifest.precision, "interpret": dev == "cpu"}
     # The second poison pattern runs on the first set only: on the others an unwritten
     # element still shows as NaN (pattern "a") and fails `correct`/`finite`.
@@ -243,6 +244,7 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
             cleanup(job_dir)
         raise
     steps["draws"] = time.monotonic() - start
+    steps["draws: staged files"] = steps["draws"] - steps["draws: weights and inputs"]
     try:
         ref = runner.run(ref_dir, timeout=timeout or MAX_TIMEOUT_S, env=env, on_line=on_line)
         if not ref.ok:

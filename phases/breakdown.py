@@ -101,8 +101,11 @@ class TimingBreakdown:
         """A verification's own work in this process (its jobs are clocked as jobs): its
         draws, truth and judgement by part; `judge_only` for a report that shared another's
         draws and jobs (verify_candidates)."""
-        for step, seconds in (getattr(report, "steps", None) or {}).items():
+        steps = getattr(report, "steps", None) or {}
+        for step, seconds in steps.items():
             if step in ("reference", "candidate") or not isinstance(seconds, int | float):
+                continue
+            if step.partition(": ")[0] in steps and ": " in step:  # a part of a step counted whole
                 continue
             if not judge_only or step.startswith("judge"):
                 self.add_parent(f"verify {step}", seconds)

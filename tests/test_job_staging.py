@@ -51,3 +51,47 @@ def test_a_staged_request_is_rewritten_keeping_its_other_keys(tmp_path: Path) ->
     restage_request(job, {"sets": [{"name": "main"}]})
     request = json.loads((job / "request.json").read_text())
     assert request == {"job": "candidate", "device": "cpu", "sets": [{"name": "main"}]}
+
+
+def test_a_candidate_job_stages_sealed_files_its_child_never_inherits(tmp_path: Path) -> None:
+    """The supervisor of a candidate job takes each staged file into a sealed memory file (not
+    into its own memory), and a child it forks closes every descriptor it inherited but its
+    link: candidate code cannot read another draw's values through /proc/self/fd."""
+    from kopt.harness.jobs import sealed, supervised
+
+    if not sealed.available() or not Path("/proc/self/fd").is_dir():
+        import pytest
+
+        pytest.skip("no sealed memfds or /proc here")
+    tensors = _tensors()
+    job = stage_job("candidate", {"sets": []}, tensors=tensors, root=tmp_path)
+    staged = take_staged_inputs(job, sealed=True)
+    assert not (job / "inputs").exists()
+    assert all(isinstance(v, sealed.SealedBuffer) for v in staged.values())
+    # the same bytes as staged, through a mapping of a new descriptor (what the child is sent)
+    handed = staged["main-0"].dup()
+    received = sealed.Sealed.receive(handed.fd)
+    views = sealed.tensor_views(sealed.mapped(received))
+    assert views is not None and torch.equal(views["x"], tensors["main-0"]["x"])
+    with open(tmp_path / "other", "w") as other:  # any file the supervisor holds open
+
+        def child(link: supervised.Link) -> None:
+            fds = {}
+            for name in os.listdir("/proc/self/fd"):
+                try:
+                    fds[name] = os.readlink(f"/proc/self/fd/{name}")
+                except OSError:
+                    pass  # the listing's own descriptor, closed by now
+            link.send({"fds": fds, "link": link._sock.fileno()})
+
+        pid, link = supervised.fork_child(child)
+        try:
+            msg = link.recv()
+        finally:
+            supervised.end_child(pid, link)
+        assert other.fileno() >= 3
+    kept = {int(k) for k in msg["fds"]}
+    assert kept <= {0, 1, 2, msg["link"]}, msg["fds"]
+    assert not any("memfd" in target for target in msg["fds"].values())
+    for value in staged.values():
+        value.close()

@@ -181,8 +181,8 @@ def test_a_runs_breakdown_keeps_the_work_done_in_kopts_own_process(tmp_path: Pat
     from kopt.workbench.commands.run import breakdown_line
 
     b = TimingBreakdown()
-    b.add_verification(SimpleNamespace(steps={"draws": 1.5, "reference": 3.0, "candidate": 4.0,
-                                              "judge": 0.5}))
+    b.add_verification(SimpleNamespace(steps={"draws": 1.5, "draws: staged files": 0.5,
+                                              "reference": 3.0, "candidate": 4.0, "judge": 0.5}))
     b.add_verification(SimpleNamespace(steps={"draws": 1.0, "judge": 0.25, "truth": 2.0}))
     with b.clocked("architect region profile"):
         time.sleep(0.05)

@@ -5,8 +5,10 @@ Request: `{"job": "candidate", "case_dir", "candidate", "device", "precision", "
 and `inputs/<group>.safetensors` staged by the parent (harness.verify).
 
 The worker process is a supervisor (harness.jobs.supervised): it takes the staged inputs off
-the disk, forks a child that imports the candidate, and only after the child says "imported"
-sends it inputs, one forward at a time. Per input set: draw 0 runs twice with different poison
+the disk (each file into a sealed memory file, copied by the kernel: never in the supervisor's
+own memory, and the child closes every descriptor it inherits), forks a child that imports the
+candidate, and only after the child says "imported" sends it inputs, one forward at a time
+(each as a new descriptor of its sealed file). Per input set: draw 0 runs twice with different poison
 patterns (every element written?), every draw runs on fresh tensors, then the last draw's input
 tensors get the `inplace` group's values written into the same storage and run again (depends
 on inputs?). After each call the previous call's result is sent again as it is now (a result
@@ -47,7 +49,7 @@ from typing import Any
 import torch
 
 from kopt.harness import model_state
-from kopt.harness.jobs.sealed import Sealed, seal_bytes, tensor_views
+from kopt.harness.jobs.sealed import Sealed, SealedBuffer, seal_bytes, tensor_views
 from kopt.harness.steps import Steps
 
 CANDIDATE_MODULE = "kopt_candidate"
@@ -63,7 +65,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
 
     record = _Record()
     with record.steps("staged inputs"):
-        staged = supervised.take_staged_inputs(job_dir)
+        staged = supervised.take_staged_inputs(job_dir, sealed=True)
     out_dir = job_dir / "out"
     _progress(out_dir, "import")
     # The child knows where the case and the candidate are, not the plan: every set, draw and
@@ -75,6 +77,10 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
         _drive(link, request, staged, record, out_dir)
     except supervised.ChannelClosed as err:
         record.lost = str(err)
+    finally:
+        for value in staged.values():  # a standby serves more jobs: its memory files go now
+            if isinstance(value, SealedBuffer):
+                value.close()
     with record.steps("child's end"):
         status = supervised.end_child(pid, link)
     with record.steps("write outputs"):
@@ -97,9 +103,12 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
-def _handed(data: bytes) -> Any:
-    """A staged state_dict as the child gets it: a sealed memory file where the system has
-    them (no copy through the socket), else its bytes."""
+def _handed(data: Any) -> Any:
+    """A staged file (a state_dict or an input set) as the child gets it: a sealed memory file
+    where the system has them (no copy through the socket; a new descriptor of the one staged,
+    which stays open for the next set), else its bytes."""
+    if isinstance(data, SealedBuffer):
+        return data.dup()
     return seal_bytes(data) or data
 
 
@@ -162,7 +171,7 @@ class _Failed(Exception):
     pass
 
 
-def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record: _Record,
+def _drive(link: Any, request: dict[str, Any], staged: dict[str, Any], record: _Record,
            out_dir: Path) -> None:
     resp = record.response
     try:
@@ -202,7 +211,7 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
                 kind = "compiled calls" if cond.get("compile") else "forward calls"
                 t_call = time.monotonic()
                 link.send({"op": "inplace" if inplace else "forward",
-                           "inputs": staged[group], "poison": poison, "cond": cond})
+                           "inputs": _handed(staged[group]), "poison": poison, "cond": cond})
                 msg = _expect(link, record, "forward")
                 # the round trip by part: the child's own (inputs in, the call, outputs out...)
                 # and the rest (the link's copies, this side's bookkeeping)
@@ -254,8 +263,9 @@ def _drive(link: Any, request: dict[str, Any], staged: dict[str, bytes], record:
             reload = item.get("reload")
             if reload:  # a second state_dict into the same instance (depends_on_weights)
                 resp["stage"] = "load_state_dict"
-                link.send({"op": "reload", "weights": _handed(staged[reload["weights"]])})
-                _expect(link, record, "reloaded")
+                with record.steps("reload: a second state_dict"):
+                    link.send({"op": "reload", "weights": _handed(staged[reload["weights"]])})
+                    _expect(link, record, "reloaded")
                 resp["stage"] = "forward"
                 forward(reload["group"], "a", f"cand-{reload['group']}", None)
         link.send({"op": "finish"})
@@ -393,7 +403,7 @@ def _child(link: Any, job_dir: Path, request: dict[str, Any], warmed: str | None
         elif op in ("forward", "inplace"):
             clock = Steps()
             with clock("inputs in"):
-                new = {k: v.to(device) for k, v in st_load(msg["inputs"]).items()}
+                new = {k: v.to(device) for k, v in _private_copy(mapped(msg["inputs"]), st_load).items()}
             fact: dict[str, Any] = {}
             if op == "inplace":  # new values written into the storage the last draw used
                 ptrs = {k: v.data_ptr() for k, v in bases.items()}

@@ -59,6 +59,19 @@ class SealedBuffer:
     def __init__(self, fd: int, size: int) -> None:
         self.fd, self.size = fd, size
 
+    def dup(self) -> SealedBuffer:
+        """Another descriptor of the same sealed file, to send (the link closes what it sends;
+        this one stays open for the next)."""
+        return SealedBuffer(os.dup(self.fd), self.size)
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                _close(fd)
+            except OSError:
+                pass
+
 
 def seal_tensors(named: dict[str, torch.Tensor]) -> SealedBuffer | None:
     """`named` as a safetensors file in a sealed memfd; None when a dtype has no safetensors
@@ -115,6 +128,38 @@ def seal_bytes(data: bytes) -> SealedBuffer | None:
         _close(fd)
         raise
     return SealedBuffer(fd, len(view))
+
+
+def seal_file(path: Any) -> SealedBuffer | None:
+    """A staged file's bytes in a sealed memfd, copied by the kernel (`sendfile`): the
+    supervisor takes a staged state_dict or input set without reading it into its own memory
+    (an 8.6 GB state_dict read as bytes, then written into a memfd, took 15 s and 19 s of a
+    verification on an H200, 2026-12-01). None where the system has no sealed memfds (the
+    caller reads bytes instead)."""
+    if not available():
+        return None
+    fd = _memfd_create("kopt-staged", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+    try:
+        with open(path, "rb") as src:
+            size = os.fstat(src.fileno()).st_size
+            done = 0
+            while done < size:
+                try:
+                    n = os.sendfile(fd, src.fileno(), done, min(size - done, 1 << 30))
+                except OSError:
+                    n = 0
+                if n <= 0:  # no in-kernel copy here: through this process, a chunk at a time
+                    chunk = os.pread(src.fileno(), min(size - done, 1 << 26), done)
+                    if not chunk:
+                        raise OSError(f"{path}: shorter than its size ({done} of {size} bytes)")
+                    os.lseek(fd, done, os.SEEK_SET)
+                    n = os.write(fd, chunk)
+                done += n
+        _fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    except BaseException:
+        _close(fd)
+        raise
+    return SealedBuffer(fd, size)
 
 
 def tensor_views(buffer: Any) -> dict[str, torch.Tensor] | None:

@@ -1,8 +1,10 @@
 """Candidate code runs in a forked child; the job's own process supervises it.
 
 The worker process that takes a job (cold or a standby) has imported torch and triton and
-nothing else. Before any candidate code exists it reads the staged inputs into memory and
-removes them from the job directory, opens a socket pair and forks:
+nothing else. Before any candidate code exists it takes the staged inputs (into memory, or for
+a candidate job into sealed memory files the child never inherits: the child closes every
+descriptor but its link at once) and removes them from the job directory, opens a socket pair
+and forks:
 
 - the *child* imports the candidate and runs it; it reaches the harness only through its
   end of the socket (`Link`), and only after it reports "imported" does it receive inputs;
@@ -217,15 +219,22 @@ def _plain(value: Any, depth: int = 0, attachments: list[bytes] | None = None,
     raise ChannelClosed(f"message holds a {type(value).__name__}")
 
 
-def take_staged_inputs(job_dir: Path) -> dict[str, bytes]:
+def take_staged_inputs(job_dir: Path, sealed: bool = False) -> dict[str, Any]:
     """`inputs/<name>.safetensors` as bytes, then the folder removed: nothing the candidate
-    could read at import time is left on disk."""
+    could read at import time is left on disk. `sealed`: each file in a sealed memory file
+    instead (harness.jobs.sealed.seal_file, a `SealedBuffer`: copied by the kernel, never in
+    this process's memory, so a child forked later inherits no draw's values; bytes where the
+    system has no sealed memfds)."""
+    from kopt.harness.jobs.sealed import seal_file
+
     folder = job_dir / "inputs"
-    staged: dict[str, bytes] = {}
+    staged: dict[str, Any] = {}
     if folder.is_dir():
-        for file in sorted(folder.glob("*.safetensors")):
-            staged[file.stem] = file.read_bytes()
-        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            for file in sorted(folder.glob("*.safetensors")):
+                staged[file.stem] = (sealed and seal_file(file)) or file.read_bytes()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
     return staged
 
 
@@ -240,6 +249,7 @@ def fork_child(child_main: Callable[[Link], None]) -> tuple[int, Link]:
         code = 0
         try:
             ours.close()
+            _close_inherited(theirs.fileno())
             os.setpgid(0, 0)
             _die_with_supervisor()
             child_main(Link(theirs))
@@ -329,6 +339,28 @@ def start_child(kind: str, job_dir: Path, request: dict[str, Any]) -> tuple[int,
     child = child_function(kind)
     pid, link = fork_child(lambda lk: child(lk, job_dir, request))
     return pid, link, False
+
+
+def _close_inherited(link_fd: int) -> None:
+    """In a child just forked: close every descriptor it inherited but standard input, output,
+    error and its end of the link. The supervisor's staged draws (sealed memory files, harness.
+    jobs.sealed), its connection to whoever sent the job and any file it had open stay the
+    supervisor's: candidate code in the child cannot read another draw's values through
+    /proc/self/fd."""
+    os.closerange(3, link_fd)
+    os.closerange(link_fd + 1, _max_fd())
+
+
+def _max_fd() -> int:
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if 0 < soft <= 1 << 20:
+            return soft
+    except (ImportError, OSError, ValueError):
+        pass
+    return 1 << 16
 
 
 def _die_with_supervisor() -> None:
