@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from kopt.harness import model_state
 from kopt.harness.case import Case, ResolvedInputSet, ScalarSpec, TensorSpec
 from kopt.harness.errors import CaseError
+from kopt.harness.parallel_fills import ParallelFills
 from kopt.harness.paths import cache_dir
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -322,7 +323,8 @@ def agent_provide_weights(case: Case, input_set: str = "main", seed: int = 0,
         except Exception:
             pass
     cls = model_class(case)
-    with seeded_cpu_generator(_seed_for(case.name, "weights", seed) % (2**63)):
+    # large draws on every core (harness.parallel_fills): still a function of the seed
+    with seeded_cpu_generator(_seed_for(case.name, "weights", seed) % (2**63)), ParallelFills():
         model = instantiate(cls, resolved, case.model_file)
         if case.manifest.weights is not None:
             fn = getattr(load_model_module(case), case.manifest.weights.function, None)

@@ -135,7 +135,9 @@ def seal_file(path: Any) -> SealedBuffer | None:
     supervisor takes a staged state_dict or input set without reading it into its own memory
     (an 8.6 GB state_dict read as bytes, then written into a memfd, took 15 s and 19 s of a
     verification on an H200, 2026-12-01). None where the system has no sealed memfds (the
-    caller reads bytes instead)."""
+    caller reads bytes instead). No torch op copies here: the supervisor forks its candidate's
+    process afterwards, and a threaded copy (torch's intra-op pool) started before a fork left
+    the child waiting forever on a lock its pool held (a CPU verification, 2026-12-01)."""
     if not available():
         return None
     fd = _memfd_create("kopt-staged", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
