@@ -68,9 +68,13 @@ def _draw(func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[torch.Tensor, s
         return tensor, "uniform", float(a["a"]), float(a["b"])
     if kind == "normal":
         return tensor, "normal", float(a["mean"]), float(a["std"])
-    # kaiming_uniform_, as torch computes its bound
-    fan = torch.nn.init._calculate_correct_fan(tensor, a["mode"])
-    gain = torch.nn.init.calculate_gain(a["nonlinearity"], a["a"])
+    # kaiming_uniform_, as torch computes its bound; torch draws itself when its private fan
+    # helper is gone or refuses the arguments (a torch release that renamed it)
+    try:
+        fan = torch.nn.init._calculate_correct_fan(tensor, a["mode"])
+        gain = torch.nn.init.calculate_gain(a["nonlinearity"], a["a"])
+    except (AttributeError, TypeError, ValueError):
+        return None
     bound_ = math.sqrt(3.0) * gain / math.sqrt(fan)
     return tensor, "uniform", -bound_, bound_
 

@@ -122,3 +122,19 @@ def test_a_state_dict_reaches_the_child_sealed_and_maps_read_only() -> None:
         supervised.end_child(pid, link)
     assert got == {"ev": "got", "writable": False, "sealed": True, "same": True, "apart": True}
     assert sealed.mapped(data) is data
+
+
+def test_either_side_closes_its_descriptor_once(tmp_path: Path) -> None:
+    file = tmp_path / "staged.safetensors"
+    file.write_bytes(b"\x00" * 64)
+    buffer = sealed.seal_file(file)
+    assert isinstance(buffer, sealed.SealedBuffer)
+    other = buffer.dup()
+    received = sealed.Sealed.receive(os.dup(buffer.fd))
+    for each in (buffer, other, received):
+        fd = each.fd
+        each.close()
+        each.close()  # a second close neither raises nor closes a reused number
+        assert each.fd == -1
+        with pytest.raises(OSError):
+            os.fstat(fd)

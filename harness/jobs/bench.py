@@ -5,7 +5,8 @@ Request: `{"job": "bench", "case_dir", "device", "precision", "input_set", "vari
 "timing_options": {...}}` with `inputs/weights.safetensors` and `inputs/<group>.safetensors`.
 
 A candidate is timed under a supervisor (harness.jobs.supervised): the staged inputs are
-taken off the disk before its process is forked and sent after it is imported; the output
+taken off the disk before its process is forked (into sealed memory files, out of the
+supervisor's memory: harness.jobs.sealed) and sent after it is imported; the output
 sample and the results leave through the link and are written once its process is gone.
 
 Between timed calls `rotate(i)` writes the next pool group's values into the live input
@@ -61,8 +62,10 @@ def _bench_child(link: Any, job_dir: Path, request: dict[str, Any],
     from safetensors.torch import load as st_load
     from safetensors.torch import save as st_save
 
+    from kopt.harness.jobs.sealed import mapped
+
     send = link.send
-    given: dict[str, bytes] = {}
+    given: dict[str, Any] = {}  # a set's staged file: a sealed memory file, else bytes
 
     def load_candidate() -> Any:
         from kopt.harness.jobs.candidate import _load_candidate
@@ -70,11 +73,11 @@ def _bench_child(link: Any, job_dir: Path, request: dict[str, Any],
         cls = _load_candidate(job_dir / request["candidate"])
         send({"ev": "imported"})
         msg = link.recv()
-        given.update({k: bytes(v) for k, v in (msg.get("inputs") or {}).items()})
+        given.update(msg.get("inputs") or {})
         return cls
 
     def load(name: str, device: str) -> Any:
-        return {k: v.to(device) for k, v in st_load(given[name]).items()}
+        return {k: v.to(device) for k, v in st_load(bytes(mapped(given[name]))).items()}
 
     def save(variant: str, seen: list[Any]) -> None:
         send({"ev": "sample", "data": st_save({f"o{i}": t.detach().to("cpu").contiguous()
@@ -101,13 +104,25 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     """A candidate is timed in a forked child (harness.jobs.supervised): the staged inputs
     are taken off the disk first and sent after import; the output sample and the results
     come back through the link and are written here once the child is gone."""
-    from kopt.harness import gpu_gate
     from kopt.harness.jobs import supervised
-    from kopt.harness.jobs.candidate import _death
+    from kopt.harness.jobs.sealed import SealedBuffer
 
     t_job = time.monotonic()
-    staged = supervised.take_staged_inputs(job_dir)
+    staged = supervised.take_staged_inputs(job_dir, sealed=True)
     staged_s = time.monotonic() - t_job
+    try:
+        return _supervise(job_dir, request, staged, t_job, staged_s)
+    finally:
+        for value in staged.values():  # a standby serves more jobs: its memory files go now
+            if isinstance(value, SealedBuffer):
+                value.close()
+
+
+def _supervise(job_dir: Path, request: dict[str, Any], staged: dict[str, Any], t_job: float,
+               staged_s: float) -> dict[str, Any]:
+    from kopt.harness import gpu_gate
+    from kopt.harness.jobs import supervised
+    from kopt.harness.jobs.candidate import _death, _handed
 
     gate = gpu_gate.from_env()
     held, holding = ExitStack(), False
@@ -118,7 +133,7 @@ def _run_supervised(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
         while result is None:
             msg = link.recv()
             if msg.get("ev") == "imported":
-                link.send({"inputs": staged})
+                link.send({"inputs": {k: _handed(v) for k, v in staged.items()}})
             elif msg.get("ev") == "gate":
                 if gate is not None and not holding:  # a second ask would wait for itself
                     held.enter_context(gate.exclusive())

@@ -52,17 +52,11 @@ def available() -> bool:
     return _memfd_create is not None and hasattr(fcntl, "F_ADD_SEALS")
 
 
-class SealedBuffer:
-    """The child's side: a sealed memfd to send (`Link.send` passes its descriptor, then
-    closes it here)."""
+class _Descriptor:
+    """An open descriptor of a sealed memory file and its size in bytes, closed once."""
 
     def __init__(self, fd: int, size: int) -> None:
         self.fd, self.size = fd, size
-
-    def dup(self) -> SealedBuffer:
-        """Another descriptor of the same sealed file, to send (the link closes what it sends;
-        this one stays open for the next)."""
-        return SealedBuffer(os.dup(self.fd), self.size)
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1
@@ -71,6 +65,16 @@ class SealedBuffer:
                 _close(fd)
             except OSError:
                 pass
+
+
+class SealedBuffer(_Descriptor):
+    """The child's side: a sealed memfd to send (`Link.send` passes its descriptor, then
+    closes it here)."""
+
+    def dup(self) -> SealedBuffer:
+        """Another descriptor of the same sealed file, to send (the link closes what it sends;
+        this one stays open for the next)."""
+        return SealedBuffer(os.dup(self.fd), self.size)
 
 
 def seal_tensors(named: dict[str, torch.Tensor]) -> SealedBuffer | None:
@@ -200,11 +204,8 @@ def mapped(buffer: Any) -> Any:
     return _mmap(buffer.fd, buffer.size, prot=mmap.PROT_READ)
 
 
-class Sealed:
+class Sealed(_Descriptor):
     """The supervisor's side: bytes the kernel guarantees nobody can change any more."""
-
-    def __init__(self, fd: int, size: int) -> None:
-        self.fd, self.size = fd, size
 
     @classmethod
     def receive(cls, fd: int) -> Sealed:
@@ -233,14 +234,6 @@ class Sealed:
                     out.write(os.pread(self.fd, self.size - done, done))
                     break
                 done += n
-
-    def close(self) -> None:
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
 
     def __del__(self) -> None:
         self.close()
