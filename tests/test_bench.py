@@ -137,6 +137,23 @@ def test_sample_check_allows_a_sum_reassociated_at_near_zero_elements() -> None:
     assert row["median_ms"] == 1.0, row["note"]
 
 
+def test_sample_check_allows_rounding_that_only_the_whole_tensor_bound_sees() -> None:
+    """Every element within its bound, only the whole-tensor relative error over it: an output
+    that cancels to near zero (a mean of group-normalised values: 128 elements of ~1e-8, each
+    3e-8 off) and an ill-conditioned one (a group norm of sigmoids that differ in their fifth
+    digit: O(1) values, 2.5e-5 relative). Both timed, as the verifier accepts them (KernelBench-
+    style level-2 21, 23, 41 on an H200: refused after timing, 2026-12-02)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(2)
+    ref = torch.randn(128, 1, generator=gen) * 1e-8
+    row = _sample_row(ref + torch.randn(128, 1, generator=gen) * 3e-8, ref)
+    assert row["median_ms"] == 1.0, row["note"]
+    ref = torch.randn(4096, 1, generator=gen)
+    row = _sample_row(ref + torch.randn(4096, 1, generator=gen) * 2.5e-5, ref)
+    assert row["median_ms"] == 1.0, row["note"]
+
+
 def test_sample_check_refuses_a_stale_output() -> None:
     import torch
 

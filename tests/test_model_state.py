@@ -146,3 +146,27 @@ def test_the_state_carries_from_call_to_call(tmp_path: Path) -> None:
 def test_the_state_carries_through_replayed_cuda_graphs(tmp_path: Path) -> None:
     case = _rnn_case(tmp_path)
     _chained(case, generate_candidate(case, input_set="smoke").source, tmp_path, "cuda")
+
+
+def test_a_stateful_candidate_is_timed_and_its_sample_after_timing_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's output sample after timing starts from the loaded state, as the verifier's
+    calls do: eager and the candidate make different numbers of timed calls (here about 200
+    against a few in the interpreter), so a sample taken from where timing left the state
+    differs from eager's (KernelBench-style level-3 33 on an H200: refused, 1024 of 1024
+    elements off, 2026-12-02). Whether a candidate carries its state is the verifier's check
+    (the test above)."""
+    from kopt.harness.bench import bench_case
+
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "home" / "cache"))
+    case = _rnn_case(tmp_path)
+    source = generate_candidate(case, input_set="smoke").source
+    good = tmp_path / "good.py"
+    good.write_text(source)
+    rows = bench_case(case, [good], device="cpu", unverified=True, baselines=("eager",),
+                      input_set="smoke",
+                      timing_options={"min_iters": 3, "max_iters": 200, "max_seconds": 0.5})
+    by = {r["variant"]: r for r in rows}
+    assert by["eager"]["median_ms"], by["eager"]["note"]
+    assert by["good"]["median_ms"], by["good"]["note"]

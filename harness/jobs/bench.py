@@ -178,7 +178,7 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    from kopt.harness import timing
+    from kopt.harness import model_state, timing
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import model_class, with_weights
     from kopt.harness.steps import Steps
@@ -211,6 +211,7 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
         live = {k: v.clone() for k, v in pool[0].items()}
         inputs = tensors.materialize(resolved, live, device)
         model = with_weights(cls, resolved, case.model_file, weights, device)
+        attributes = model_state.split(weights)[1]  # state outside the state_dict
 
     def rotate(i: int) -> None:
         src = pool[i % len(pool)]
@@ -255,6 +256,10 @@ def _bench(job_dir: Path, request: dict[str, Any], load: Any, save_check: Any,
                 with steps(f"output sample, {variant}"):
                     for k, v in check.items():
                         live[k].copy_(v)
+                    # a model that carries state from call to call (a recurrent cell's
+                    # hidden tensor) starts from its loaded state, as every call the
+                    # verifier compares does: the variants made different numbers of calls
+                    model_state.restart(model, attributes)
                     out = fn()
                     outs, _structure = tensors.flatten_outputs(out)
                     seen = [t.detach().clone() for t in outs]
