@@ -57,8 +57,28 @@ def test_graph_only_where_the_copies_cost_less_than_the_host_time_saved(tmp_path
     mod.FORWARD_STEPS = 40
     assert mod._graph_pays(64 * 1024, 2), "a network of small layers"
     assert not mod._graph_pays(1 << 30, 2), "a 1 GB softmax gains nothing from a graph"
-    mod.FORWARD_STEPS = 3
-    assert not mod._graph_pays(1024, 2), "one kernel: the replay's own launches cost as much"
+    mod.FORWARD_STEPS, mod.FORWARD_TRITON = 3, 0
+    assert not mod._graph_pays(1024, 2), "three aten ops: the replay's own steps cost as much"
+    # one Triton kernel beside a library call: its launch costs several aten ops' host time
+    # (a 128x16x30x30 convolution's epilogue on an H200: 0.152 ms a call op by op, 0.033
+    # replayed, 2026-12-02)
+    mod.FORWARD_STEPS, mod.FORWARD_TRITON = 3, 1
+    assert mod._graph_pays(1_500_000 + 7_400_000, 2)
+    assert not mod._graph_pays(64 << 20, 2), "its copies would cost more than it saves"
+
+
+def test_the_search_times_op_by_op_where_a_graph_may_replay() -> None:
+    from kopt.phases.engineers.offline.regions import replays_graph
+
+    def source(steps: int, triton: int, graph: bool = True) -> str:
+        return f"KOPT_GRAPH = {graph}\nFORWARD_STEPS = {steps}\nFORWARD_TRITON = {triton}\n"
+
+    assert replays_graph(source(3, 1)) and replays_graph(source(2, 1))
+    assert replays_graph(source(40, 0))
+    assert not replays_graph(source(3, 0)), "three aten steps never pay"
+    assert replays_graph(source(1, 1)), "one launch costs more than a replay's three steps"
+    assert not replays_graph(source(40, 10, graph=False))
+    assert replays_graph("KOPT_GRAPH = True\nFORWARD_STEPS = 5\n"), "an older file"
 
 
 def test_outputs_are_cloned_through_tuples_and_other_values_kept(tmp_path: Path) -> None:

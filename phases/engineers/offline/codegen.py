@@ -619,7 +619,8 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append(f"INTERPRETER_TILE = {INTERPRETER_TILE}\n")
     # a recurrent layer launches an input product and a kernel a step, per layer and direction
     src += graph_constants(len(part.steps) + sum(
-        recurrent_launches(n.args[0].shape, n.args[4], n.args[7], n.args[8]) for n in fw.recurrent))
+        recurrent_launches(n.args[0].shape, n.args[4], n.args[7], n.args[8]) for n in fw.recurrent),
+        sum(isinstance(step, Group) and step.copy_of is None for step in part.steps))
     src.append("")
     for h in sorted(helpers):
         src.append("\n" + HELPERS[h])

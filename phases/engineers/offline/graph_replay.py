@@ -27,9 +27,12 @@ It runs op by op instead where a graph cannot help or cannot hold:
 - without a GPU (Triton's interpreter), under `torch.compile` (dynamo traces the forward),
   for inputs on a GPU other than the current one (a graph captures on the current device),
   for an input whose memory overlaps itself (an expanded view cannot be copied into);
-- when copying the inputs and outputs would cost more than the host time the graph saves:
-  a memory-bound forward over a large tensor (a softmax over 1 GB) gains nothing from a
-  graph and would pay two extra passes (`_GRAPH_PAYS`);
+- when copying the inputs and outputs would cost more than half the host time the graph
+  saves (`_graph_pays`): a memory-bound forward over a large tensor (a softmax over 1 GB)
+  gains nothing from a graph and would pay two extra passes. A small forward of one Triton
+  kernel beside a library call does gain (a 128x16x30x30 convolution's epilogue on an H200:
+  0.152 ms a call op by op, 0.033 replayed, eager 0.056), since a Triton launch costs several
+  aten ops' host time;
 - when capture fails (an op that synchronises with the host): that key runs op by op from
   then on.
 Why a key runs op by op is kept in its place in `_kopt_graphs` (a string); `graph_report`
@@ -42,9 +45,18 @@ launches and the aten ops captured are counted again at every replay
 from __future__ import annotations
 
 HOST_US_PER_STEP = 8.0
-"""Host time a forward step costs when launched from Python (an aten op ~8 us, a Triton launch
-~17 us on an H200 with torch 2.11 / triton 3.6): the lower one, so the estimate of what a
-graph saves is conservative."""
+"""Host time a forward step costs when launched from Python: an aten op ~8 us on an H200 with
+torch 2.11 / triton 3.6 (a library call more), the lower bound, so the estimate of what a graph
+saves is conservative. The replay's own steps (the replay, each copy in and clone out) count
+at this rate too."""
+
+TRITON_LAUNCH_US = 30.0
+"""Host time of one Triton launch from Python through the candidate's launcher (its checks,
+strides and grid, then `kernel[grid](...)`, which binds and specialises every argument). On an
+H200 (torch 2.11, triton 3.6): ~17 us for a kernel of few arguments (2026-11-27); 2026-12-02,
+`benchmarks/host_overhead_gpu.py`, a convolution's 20-argument epilogue kernel: its forward
+(the convolution, a view, the kernel) took 0.088 ms a call op by op against 0.047 replayed,
+on 0.022 ms of device time, and the harness timer read 0.152 ms against 0.033."""
 
 COPY_BYTES_PER_US = 1.5e6
 """Bytes per microsecond a device-to-device copy moves, read and write counted (a third of an
@@ -56,9 +68,11 @@ MAX_GRAPHS = 4
 _RUNNER = '''
 def _graph_pays(copy_bytes, copies):
     """Whether the copies of a replay (copy_bytes in `copies` copies, in and out) cost less
-    than half the host time it saves: FORWARD_STEPS launches at HOST_US_PER_STEP each, less
-    the replay's own launches (the copies and the replay itself)."""
-    saved_us = (FORWARD_STEPS - copies - 1) * HOST_US_PER_STEP
+    than half the host time it saves: FORWARD_STEPS steps at HOST_US_PER_STEP each, of which
+    FORWARD_TRITON are Triton launches at TRITON_LAUNCH_US, less the replay's own steps (the
+    copies and the replay itself)."""
+    host_us = FORWARD_STEPS * HOST_US_PER_STEP + FORWARD_TRITON * (TRITON_LAUNCH_US - HOST_US_PER_STEP)
+    saved_us = host_us - (copies + 1) * HOST_US_PER_STEP
     return copy_bytes / COPY_BYTES_PER_US < 0.5 * saved_us
 
 
@@ -187,14 +201,18 @@ def _graphed(module, fn, args):
 '''
 
 
-def graph_constants(steps: int) -> list[str]:
-    """The candidate's module-level constants for `_graphed` (a forward of `steps` steps)."""
+def graph_constants(steps: int, triton: int) -> list[str]:
+    """The candidate's module-level constants for `_graphed` (a forward of `steps` steps, of
+    which `triton` are Triton launches)."""
     return [
         "# The forward replays as one CUDA graph where the input and output copies cost less than",
-        "# the host time it saves (a launch from Python is ~8-17 us); False runs it op by op.",
+        "# the host time it saves (an aten op from Python is ~8 us, a Triton launch ~17-50 us);",
+        "# False runs it op by op.",
         "KOPT_GRAPH = True",
         f"FORWARD_STEPS = {steps}",
+        f"FORWARD_TRITON = {triton}",
         f"HOST_US_PER_STEP = {HOST_US_PER_STEP}",
+        f"TRITON_LAUNCH_US = {TRITON_LAUNCH_US}",
         f"COPY_BYTES_PER_US = {COPY_BYTES_PER_US}",
         f"MAX_GRAPHS = {MAX_GRAPHS}",
     ]

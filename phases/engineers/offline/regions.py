@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from kopt.harness.errors import EngineerError
 from kopt.harness.verification.static import parse_source
+from kopt.phases.engineers.offline.graph_replay import HOST_US_PER_STEP, TRITON_LAUNCH_US
 from kopt.phases.source_edit import literal, replace_value
 
 SWITCH = "KOPT_REGIONS"
@@ -165,12 +166,18 @@ timed."""
 
 
 def replays_graph(source: str) -> bool:
-    """Whether the candidate may replay its forward as a CUDA graph: `KOPT_GRAPH = True` and
-    more than three forward steps (with one input copied in and one output out, a graph of
-    three steps or fewer never pays: `graph_replay`'s `_graph_pays`), so that timing it op
-    by op can differ."""
+    """Whether the candidate may replay its forward as a CUDA graph, so that timing it op by
+    op can differ: `KOPT_GRAPH = True` and a forward whose host time (`graph_replay`'s
+    estimate: FORWARD_STEPS steps, FORWARD_TRITON of them Triton launches) is more than a
+    replay's own steps with one input copied in and one output out (three aten steps: the
+    least a graph can cost; `_graph_pays` decides at run time with the real copies)."""
     steps = literal(source, "FORWARD_STEPS")
-    return literal(source, GRAPH_KEY) is True and isinstance(steps, int) and steps > 3
+    triton = literal(source, "FORWARD_TRITON")
+    if literal(source, GRAPH_KEY) is not True or not isinstance(steps, int):
+        return False
+    host_us = steps * HOST_US_PER_STEP + (triton if isinstance(triton, int) else 0) * (
+        TRITON_LAUNCH_US - HOST_US_PER_STEP)
+    return host_us > 3 * HOST_US_PER_STEP
 
 
 def apply_choices(source: str, config: dict[str, object]) -> str:
