@@ -190,6 +190,29 @@ def test_replayed_forward_matches_op_by_op_after_new_weights_and_values(tmp_path
 
 
 @pytest.mark.gpu
+def test_a_graph_evicted_last_leaves_a_pool_the_next_capture_can_use(tmp_path: Path) -> None:
+    """The module's graphs share one memory pool; when the only graph kept is evicted the pool
+    goes with it, and a capture into the old handle failed in the allocator (seen on an H200,
+    2026-12-02): the next key runs op by op. A fresh pool serves it instead."""
+    case, _, mod = _candidate("conv2d_relu_bias", tmp_path)
+    model = build_model(case, "smoke", device="cuda", cls=mod.ModelNew)
+    x = agent_provide_inputs(case, "smoke", device="cuda").args[0]
+    mod.FORWARD_STEPS, mod.MAX_GRAPHS = 100, 1
+    model(x)
+    model(x[:1].clone())  # a new key: the first graph evicted, this one captured
+    (entry,) = model._kopt_graphs.values()
+    assert not isinstance(entry, str), entry
+    y = x[:1].clone()
+    replayed = model(y)
+    mod.KOPT_GRAPH = False
+    try:
+        plain = model(y)
+    finally:
+        mod.KOPT_GRAPH = True
+    torch.testing.assert_close(replayed, plain)
+
+
+@pytest.mark.gpu
 def test_inputs_at_the_same_addresses_replay_over_their_own_memory(tmp_path: Path) -> None:
     case, _, mod = _candidate("conv2d_relu_bias", tmp_path)
     model = build_model(case, "smoke", device="cuda", cls=mod.ModelNew)

@@ -136,7 +136,9 @@ def _capture(module, fn, args):
     static = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     graph = torch.cuda.CUDAGraph()
     try:
-        if module._kopt_pool is None:
+        if module._kopt_pool is None or all(isinstance(e, str) for e in module._kopt_graphs.values()):
+            # a pool no kept graph uses any more (the last one evicted) is gone: capturing
+            # into its handle fails in the allocator (`it->second->use_count > 0`, torch 2.11)
             module._kopt_pool = torch.cuda.graph_pool_handle()
         out = _captured(graph, module._kopt_pool, fn, static)
     except Exception as err:  # noqa: BLE001 (an op that syncs with the host cannot be captured)
