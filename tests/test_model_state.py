@@ -170,3 +170,21 @@ def test_a_stateful_candidate_is_timed_and_its_sample_after_timing_checked(
     by = {r["variant"]: r for r in rows}
     assert by["eager"]["median_ms"], by["eager"]["note"]
     assert by["good"]["median_ms"], by["good"]["note"]
+
+
+def test_a_stateful_candidates_tuning_trials_are_checked_from_its_loaded_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tune job (the region search's and the accelerator's trials) samples each trial
+    after its timed calls: from the loaded state, as the bench does, or every trial of a
+    recurrent cell reads as a wrong output and none is judged (KernelBench-style level-3 33
+    on an H200: "unchecked: wrong output: 1023/1024 elements", 2026-12-02)."""
+    from kopt.harness.tune import time_trials
+
+    monkeypatch.setenv("KOPT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "home" / "cache"))
+    case = _rnn_case(tmp_path)
+    trial = tmp_path / "trial.py"
+    trial.write_text(generate_candidate(case, input_set="smoke").source)
+    (result,) = time_trials(case, [trial], device="cpu", input_set="smoke",
+                            timing_options={"min_iters": 2, "max_iters": 5, "max_seconds": 0.5})
+    assert result["ok"] and result["checked"], result

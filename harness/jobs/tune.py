@@ -31,7 +31,7 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    from kopt.harness import gpu_gate, timing
+    from kopt.harness import gpu_gate, model_state, timing
     from kopt.harness.case import load_case_dir
     from kopt.harness.data import model_class, with_weights
     from kopt.harness.jobs.candidate import _load_candidate
@@ -56,9 +56,14 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     def load(cls: type[torch.nn.Module]) -> torch.nn.Module:
         return with_weights(cls, resolved, case.model_file, weights, device)
 
+    attributes = model_state.split(weights)[1]  # state outside the state_dict
+
     def sample(model: torch.nn.Module, name: str) -> None:
         for k, v in check.items():
             live[k].copy_(v)
+        # a model that carries state from call to call starts from its loaded state: the
+        # trials made different numbers of timed calls before their sample
+        model_state.restart(model, attributes)
         with torch.no_grad():
             outs, _ = tensors.flatten_outputs(model(*inputs.args, **inputs.kwargs))
         seen = [t.detach().clone() for t in outs]
