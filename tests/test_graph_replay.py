@@ -166,6 +166,18 @@ def test_a_failed_capture_puts_the_callers_stream_back(tmp_path: Path,
     assert mod._capture_direct(Module(), torch.exp, (x,)) is None and current == ["caller"]
 
 
+def _replayed_matches_op_by_op(mod, model, x: torch.Tensor) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """model(x) replayed, checked against the same forward op by op (`KOPT_GRAPH = False`)."""
+    replayed = model(x)
+    mod.KOPT_GRAPH = False
+    try:
+        plain = model(x)
+    finally:
+        mod.KOPT_GRAPH = True
+    torch.testing.assert_close(replayed, plain)
+    return replayed
+
+
 @pytest.mark.gpu
 def test_replayed_forward_matches_op_by_op_after_new_weights_and_values(tmp_path: Path) -> None:
     case, _, mod = _candidate("conv2d_relu_bias", tmp_path)
@@ -179,13 +191,7 @@ def test_replayed_forward_matches_op_by_op_after_new_weights_and_values(tmp_path
     torch.testing.assert_close(again, first)
     x.copy_(torch.randn_like(x))
     model.load_state_dict({k: v * 0.5 for k, v in model.state_dict().items()})
-    replayed = model(x)
-    mod.KOPT_GRAPH = False
-    try:
-        plain = model(x)
-    finally:
-        mod.KOPT_GRAPH = True
-    torch.testing.assert_close(replayed, plain)
+    replayed = _replayed_matches_op_by_op(mod, model, x)
     assert not torch.equal(replayed, first)
 
 
@@ -202,14 +208,7 @@ def test_a_graph_evicted_last_leaves_a_pool_the_next_capture_can_use(tmp_path: P
     model(x[:1].clone())  # a new key: the first graph evicted, this one captured
     (entry,) = model._kopt_graphs.values()
     assert not isinstance(entry, str), entry
-    y = x[:1].clone()
-    replayed = model(y)
-    mod.KOPT_GRAPH = False
-    try:
-        plain = model(y)
-    finally:
-        mod.KOPT_GRAPH = True
-    torch.testing.assert_close(replayed, plain)
+    _replayed_matches_op_by_op(mod, model, x[:1].clone())
 
 
 @pytest.mark.gpu
