@@ -203,6 +203,14 @@ def _graphed(module, fn, args):
 '''
 
 
+def forward_host_us(steps: int, triton: int, step_us: float = HOST_US_PER_STEP,
+                    launch_us: float = TRITON_LAUNCH_US) -> float:
+    """Host time of a forward run op by op: `steps` steps at `step_us`, `triton` of them
+    Triton launches at `launch_us`. The candidate's `_graph_pays` computes the same from its
+    own constants (the runner is written into the file and imports nothing of kopt)."""
+    return steps * step_us + triton * (launch_us - step_us)
+
+
 def graph_constants(steps: int, triton: int) -> list[str]:
     """The candidate's module-level constants for `_graphed` (a forward of `steps` steps, of
     which `triton` are Triton launches)."""

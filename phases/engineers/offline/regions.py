@@ -23,7 +23,11 @@ from dataclasses import dataclass, field
 
 from kopt.harness.errors import EngineerError
 from kopt.harness.verification.static import parse_source
-from kopt.phases.engineers.offline.graph_replay import HOST_US_PER_STEP, TRITON_LAUNCH_US
+from kopt.phases.engineers.offline.graph_replay import (
+    HOST_US_PER_STEP,
+    TRITON_LAUNCH_US,
+    forward_host_us,
+)
 from kopt.phases.source_edit import literal, replace_value
 
 SWITCH = "KOPT_REGIONS"
@@ -172,12 +176,17 @@ def replays_graph(source: str) -> bool:
     replay's own steps with one input copied in and one output out (three aten steps: the
     least a graph can cost; `_graph_pays` decides at run time with the real copies)."""
     steps = literal(source, "FORWARD_STEPS")
-    triton = literal(source, "FORWARD_TRITON")
     if literal(source, GRAPH_KEY) is not True or not isinstance(steps, int):
         return False
-    host_us = steps * HOST_US_PER_STEP + (triton if isinstance(triton, int) else 0) * (
-        TRITON_LAUNCH_US - HOST_US_PER_STEP)
-    return host_us > 3 * HOST_US_PER_STEP
+
+    def number(name: str, default: float) -> float:  # the file's own constant, as it runs
+        value = literal(source, name)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+    step_us = number("HOST_US_PER_STEP", HOST_US_PER_STEP)
+    host_us = forward_host_us(steps, int(number("FORWARD_TRITON", 0)), step_us,
+                              number("TRITON_LAUNCH_US", TRITON_LAUNCH_US))
+    return host_us > 3 * step_us
 
 
 def apply_choices(source: str, config: dict[str, object]) -> str:
