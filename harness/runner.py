@@ -164,7 +164,13 @@ def seed_everything(seed: int) -> None:
 
 def _parity(case: Case, out: list[torch.Tensor], ref: list[torch.Tensor] | None) -> dict[str, Any]:
     """Does the variant match the reference within the case's tolerance? Computed on the
-    device (full-size outputs are GBs); informational, `harness.verify` is the judge."""
+    device (full-size outputs are GBs); informational, `harness.verify` is the judge.
+
+    The same two allowances as the verifier and the bench's output sample (`Comparison.
+    within_norm`, `within_elementwise`): every output within the whole-tensor bound with a
+    few elements outside their own, or every element within its bound with an output whose
+    norm cancels to near zero (the mean of a group norm's output: noise around 0). Either
+    passes here; the verifier settles both against the float64 truth."""
     if ref is None:
         return {"checked": False, "passed": None, "max_abs_err": None, "rel_err": None,
                 "detail": "no reference given"}
@@ -174,6 +180,8 @@ def _parity(case: Case, out: list[torch.Tensor], ref: list[torch.Tensor] | None)
         return {"checked": True, "passed": False, "max_abs_err": None, "rel_err": None,
                 "detail": f"{len(out)} outputs, expected {len(ref)}"}
     problems: list[str] = []
+    elementwise_misses: list[str] = []  # within the whole-tensor bound, some elements outside
+    norm_misses: list[str] = []  # every element inside its bound, the whole tensor not
     max_abs, rel = 0.0, 0.0
     for i, (o, r) in enumerate(zip(out, ref, strict=True)):
         name = f"output[{i}]" if len(ref) > 1 else "output"
@@ -191,18 +199,27 @@ def _parity(case: Case, out: list[torch.Tensor], ref: list[torch.Tensor] | None)
         both = torch.isfinite(of) & torch.isfinite(rf)
         same_special = (torch.isnan(of) & torch.isnan(rf)) | (torch.isinf(of) & (of == rf))
         diff = torch.where(both, (of - rf).abs(), torch.zeros_like(of))
-        bad = int(((diff > tol.atol + tol.rtol * rf.abs().where(both, 0.0))
-                   | (~both & ~same_special)).sum())
+        special = int((~both & ~same_special).sum())
+        bad = int((diff > tol.atol + tol.rtol * rf.abs().where(both, 0.0)).sum()) + special
         err_norm, ref_norm = float(diff.norm()), float(rf.where(both, 0.0).norm())
         t_rel = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
         max_abs = max(max_abs, float(diff.max()) if diff.numel() else 0.0)
         rel = max(rel, t_rel)
-        if bad:
-            problems.append(f"{name}: {bad} of {r.numel()} elements outside {tol.describe()}")
-        elif tol.rel > 0 and t_rel >= tol.rel:
-            problems.append(f"{name}: relative error {t_rel:.3g} is not under {tol.rel:g}")
+        norm_ok = not (tol.rel > 0 and t_rel >= tol.rel)
+        if special or (bad and not norm_ok):
+            problems.append(f"{name}: {bad} of {r.numel()} elements outside {tol.describe()}"
+                            + ("" if norm_ok else f", relative error {t_rel:.3g}"))
+        elif bad:
+            elementwise_misses.append(f"{name}: {bad} of {r.numel()} elements outside "
+                                      f"{tol.describe()}")
+        elif not norm_ok:
+            norm_misses.append(f"{name}: relative error {t_rel:.3g} is not under {tol.rel:g}")
+    if elementwise_misses and norm_misses:  # neither allowance holds for every output
+        problems += elementwise_misses + norm_misses
+    allowed = [] if problems else elementwise_misses + norm_misses
     return {"checked": True, "passed": not problems, "max_abs_err": max_abs, "rel_err": rel,
-            "detail": "; ".join(problems)[:1000]}
+            "detail": "; ".join(problems or [f"within the allowance the float64 truth settles: "
+                                             f"{m}" for m in allowed])[:1000]}
 
 
 def _peak_memory(forward: CaseForward) -> int | None:
