@@ -495,7 +495,8 @@ class _Judge:
         case's relative bound (KernelBench level-2 14 on the H100: 1-2 of 1024 elements,
         relative error 3e-7). There the baseline run in float64 decides, as for the hard-value
         draws: the candidate must be no farther from it than `TRUTH_MULTIPLIER` times the
-        baseline itself (or within the case's bound). The same holds the other way round: every
+        baseline itself (or within the case's bound; `ELEMENTWISE_TRUTH_MULTIPLIER` times
+        where every element is inside its own bound). The same holds the other way round: every
         element within the bound but the whole tensor's relative error over it, where the
         output's norm cancels to near zero (`Comparison.within_elementwise`). Without that
         truth yet, the group is asked for (`truth_wanted`) and the comparison fails for now."""
@@ -515,7 +516,10 @@ class _Judge:
         if truth is None:
             self.truth_wanted.add(group)
             return cmp, cmp.to_text()
-        closer, why = conditions.no_worse_than_baseline(out, ref, truth, tol)
+        elementwise_only = cmp.within_elementwise() and not cmp.within_norm(tol, ref)
+        closer, why = conditions.no_worse_than_baseline(
+            out, ref, truth, tol, conditions.ELEMENTWISE_TRUTH_MULTIPLIER if elementwise_only
+            else conditions.TRUTH_MULTIPLIER)
         if not closer:
             return cmp, f"{cmp.to_text()}; {why}"
         return cmp, None

@@ -285,15 +285,25 @@ def hard_values(judge: Any) -> tuple[bool, str]:
 TRUTH_MULTIPLIER = 2.0
 """A candidate may be this many times as far from the float64 truth as the baseline itself."""
 
+ELEMENTWISE_TRUTH_MULTIPLIER = 4.0
+"""The same where every element is inside its element-wise bound and only the whole-tensor
+relative error missed (`Comparison.within_elementwise`: an output whose norm cancels to near
+zero). Two honest float32 orders of the same cancelling sum differ from float64 by a ratio
+that is often over 2 on one draw: the mean of a group norm's output (a conv3d -> group norm
+-> mean problem on an H200, 2026-12-02) came 3.2e-5 from float64 against the baseline's own
+1.4e-5 and was rejected on one draw, passed on another. The element-wise bound already holds
+each element; this bound only has to stop an output of the wrong size (zeros: relative error
+1), which four times the baseline's own rounding still does."""
+
 
 def no_worse_than_baseline(out: list[torch.Tensor], ref: list[torch.Tensor],
-                            truth: list[torch.Tensor], tol: dict[torch.dtype, Any]
-                            ) -> tuple[bool, str]:
+                            truth: list[torch.Tensor], tol: dict[torch.dtype, Any],
+                            multiplier: float = TRUTH_MULTIPLIER) -> tuple[bool, str]:
     """At magnitudes of hundreds the baseline's own low-precision intermediates (a bf16
     `scores * scale` rounded before the softmax) are off by more than the case's tolerance, so
     a kernel that keeps them in float32 differs from the baseline while being closer to the
     true result. Judged against the baseline run in float64: the candidate's relative error
-    to that truth must stay within the case's bound or within TRUTH_MULTIPLIER times the
+    to that truth must stay within the case's bound or within `multiplier` times the
     baseline's own, with no NaN/Inf where the truth is finite (a softmax without its max
     subtraction still fails)."""
     if not (len(out) == len(ref) == len(truth)):
@@ -312,7 +322,7 @@ def no_worse_than_baseline(out: list[torch.Tensor], ref: list[torch.Tensor],
         norm = float(torch.linalg.vector_norm(t64)) or 1.0
         cand_err = float(torch.linalg.vector_norm(o64 - t64)) / norm
         base_err = float(torch.linalg.vector_norm(r64 - t64)) / norm
-        bound = max(tol[o.dtype].rel if o.dtype in tol else 0.0, TRUTH_MULTIPLIER * base_err)
+        bound = max(tol[o.dtype].rel if o.dtype in tol else 0.0, multiplier * base_err)
         if not cand_err <= bound:
             return False, (f"output {k}: relative error to the float64 baseline {cand_err:.3g}, "
                            f"the baseline's own {base_err:.3g} (allowed {bound:.3g})")
