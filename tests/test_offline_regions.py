@@ -112,3 +112,35 @@ def test_the_accelerator_searches_each_region_triton_or_torch_first(tmp_path: Pa
     assert best[keys[0]] == "torch" and best[keys[1]] == "triton"
     rows, files = time_files([{k: "torch" for k in keys}], file_of, time_paths)
     assert files == [None] and not rows[0]["checked"] and "every region" in rows[0]["detail"]
+
+
+@pytest.mark.parametrize("conv, bias", [("nn.Conv2d(c, c, 5, stride=2, padding=2, groups=c, bias=False)", False),
+                                        ("nn.Conv1d(c, c, 3, padding=1, groups=c)", True)])
+def test_a_region_of_library_ops_falls_back_to_the_library_calls(tmp_path: Path, conv: str,
+                                                                 bias: bool) -> None:
+    """A depthwise convolution lowered to window taps and an eval batch norm lowered to its
+    affine steps are, in their region's PyTorch form, `conv{d}d` and `batch_norm`: one cuDNN
+    call and one pass each, not 25 slices and a pass per step (an MBConv block's depthwise
+    region on an H200 had only the tap-by-tap form to fall back on: the block ran 0.89x
+    eager). The region switched to PyTorch still matches, weights changed included."""
+    from tests.test_offline_fusion import _constructor_case
+
+    dims = 2 if "Conv2d" in conv else 1
+    main, smoke = ([2, 6, 13, 11], [1, 4, 9, 10]) if dims == 2 else ([3, 5, 23], [2, 3, 17])
+    case = _constructor_case(
+        tmp_path, f"lib{dims}d", "c", [f"self.conv = {conv}", f"self.bn = nn.BatchNorm{dims}d(c)"],
+        ["return torch.nn.functional.relu6(self.bn(self.conv(x)))"],
+        f"c: {main[1]}", main, f"c: {smoke[1]}", smoke)
+    result = generate_candidate(case)
+    found = regions(result.source)
+    assert len(found) == 1
+    torch_form = result.source.split('if KOPT_REGIONS["g0"] == "triton":')[1].split("else:", 1)[1]
+    torch_form = torch_form.split("return ")[0]
+    assert f"torch.nn.functional.conv{dims}d(" in torch_form, torch_form
+    assert "torch.nn.functional.batch_norm(" in torch_form, torch_form
+    assert "window_tap" not in torch_form and "pad(" not in torch_form, torch_form
+    module = _load_candidate(result.source, tmp_path, f"lib{dims}d_torch")
+    getattr(module, SWITCH)["g0"] = "torch"
+    _forbid(module, "_launch_g0")
+    _check_case(case, module, "smoke")
+    _check_case(case, module, "main", seed=3)

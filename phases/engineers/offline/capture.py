@@ -42,6 +42,7 @@ from kopt.phases.engineers.offline.graph import (
     Builder,
     Graph,
     InputInfo,
+    LibraryCall,
     Node,
     Sym,
     group_norm_map,
@@ -616,7 +617,7 @@ def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None,
     outputs = outputs[len(outputs) - len(user_outputs):] + [out for _, out in writes]
     spec = "single" if ep.call_spec.out_spec is not None and ep.call_spec.out_spec.is_leaf() else "tuple"
     return Graph(b.nodes, inputs, outputs, spec, {**symbols, **b.symbols}, dict(b.attributes),
-                 [key for key, _ in writes])
+                 [key for key, _ in writes], library_calls=dict(b.library_calls))
 
 
 def _forward_arg_names(ep: Any, n: int) -> list[str]:
@@ -1168,7 +1169,10 @@ def _lower_eval_batch_norm(b: Builder, args: list[Any], name: str) -> tuple[Node
         y = b.op(f"{name}_scaled", "mul", [y, per_channel(weight, "weight")], y, origin=name)
     if bias is not None:
         y = b.op(f"{name}_shifted", "add", [y, per_channel(bias, "bias")], y, origin=name)
-    return b.op(name, "identity", [y], y, dtype=x.dtype, origin=name), None, None
+    out = b.op(name, "identity", [y], y, dtype=x.dtype, origin=name)
+    b.library_calls[out] = LibraryCall("batch_norm", (x, mean, var, weight, bias),
+                                       (("eps", float(eps)),))
+    return out, None, None
 
 
 def _merge_dims(b: Builder, x: Node, dims: list[int], name: str) -> Node:

@@ -33,6 +33,7 @@ from kopt.phases.engineers.offline.graph import (
     REDUCTIONS,
     WINDOW_TAP,
     Builder,
+    LibraryCall,
     Node,
     pooled_size,
 )
@@ -107,7 +108,10 @@ def lower_depthwise_convolution(b: Builder, x: Node, weight: Node, bias: Node | 
     assert acc is not None
     if bias is not None:
         acc = b.op(f"{name}_biased", "add", [acc, per_channel(bias, "bias")], acc, origin=origin)
-    return b.op(name, "identity", [acc], acc, dtype=x.dtype, origin=origin)
+    out = b.op(name, "identity", [acc], acc, dtype=x.dtype, origin=origin)
+    b.library_calls[out] = LibraryCall("conv", (x, weight, bias), (
+        ("stride", list(stride)), ("padding", list(padding)), ("dilation", list(dilation))))
+    return out
 
 
 MAX_CLASS_REDUCTION = 32

@@ -16,7 +16,7 @@ import torch
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.attention import ATTENTION, ScoreChain, constant
 from kopt.phases.engineers.offline.fusion import Group, Partition
-from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, WINDOW_TAP, Node, Sym
+from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, WINDOW_TAP, LibraryCall, Node, Sym
 
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _FUNCS = {
@@ -57,6 +57,8 @@ class TorchRegion:
         self.size = size
         self.lines: list[str] = []
         self.local: dict[Node, str] = {}
+        self.calls: dict[Node, LibraryCall] = {}
+        """The ops written as their library call (`library_calls`): fresh results."""
 
     def operand(self, a: Any) -> str:
         if isinstance(a, Node):
@@ -270,12 +272,61 @@ class TorchRegion:
             return f"{x}.reshape({', '.join(self.size(s) for s in n.sym)})"
         raise EngineerError(f"no PyTorch form for layout op {n.op!r} in region {self.g.name}")
 
+    def library_calls(self) -> tuple[dict[Node, LibraryCall], set[Node]]:
+        """The group's ops that stand for one library call (`graph.LibraryCall`) and can be
+        written as that call, and the nodes of their lowering the call replaces: those of the
+        same origin that only it reads, computed in this group. A call is written only where
+        each operand is a forward variable or a value of this group outside its lowering."""
+        graph = getattr(getattr(self.part, "graph", None), "library_calls", None)
+        calls = {n: c for n in self.g.nodes if graph and (c := graph.get(n)) is not None}
+        if not calls:
+            return {}, set()
+        members, outputs = set(self.g.nodes), {id(o) for o in self.g.outputs}
+        users = self.part.graph.users()
+        usable: dict[Node, LibraryCall] = {}
+        absorbed: set[Node] = set()
+        for n, call in calls.items():
+            inner: set[Node] = set()
+            stack = list(n.inputs())
+            while stack:
+                a = stack.pop()
+                if a in members and a.origin == n.origin and a not in inner:
+                    inner.add(a)
+                    stack += a.inputs()
+            operands = [a for a in call.operands if isinstance(a, Node)]
+            if any(a in inner or not (a in self.var or a in members) for a in operands):
+                continue
+            if any(id(a) in outputs or any(u is not n and u not in inner for u in users[a])
+                   for a in inner):
+                continue
+            usable[n] = call
+            absorbed |= inner
+        return usable, absorbed
+
+    def library(self, call: LibraryCall) -> str:
+        """The library call's source over the operands' torch values."""
+        args = [self.operand(a) if isinstance(a, Node) else "None" for a in call.operands]
+        params = dict(call.params)
+        if call.op == "conv":
+            x, w, b = args
+            dims = call.operands[0].rank - 2
+            return (f"torch.nn.functional.conv{dims}d({x}, {w}, {b}, stride={params['stride']}, "
+                    f"padding={params['padding']}, dilation={params['dilation']}, "
+                    f"groups={w}.shape[0])")
+        if call.op == "batch_norm":
+            x, mean, var, weight, bias = args
+            return (f"torch.nn.functional.batch_norm({x}, {mean}, {var}, {weight}, {bias}, "
+                    f"False, 0.0, {params['eps']!r})")
+        raise EngineerError(f"internal: no PyTorch form for library call {call.op!r}")
+
     def write(self) -> list[str]:
         """The statements; they assign `v_<name>` for each of the group's outputs."""
+        calls, absorbed = self.library_calls()
+        self.calls = calls
         for n in self.g.nodes:
-            if n in self.local:
+            if n in self.local or n in absorbed:
                 continue
-            text = self.expr(n)
+            text = self.library(calls[n]) if n in calls else self.expr(n)
             name = f"t_{n.name}"
             self.lines.append(f"{name} = {text}  # {n.origin}: {n.op}")
             self.local[n] = name
@@ -296,7 +347,7 @@ class TorchRegion:
         case here needs otherwise, a gather (`select`, squeezed) or a constant (`full`)."""
         if o not in self.g.nodes:
             return True
-        if self.g.kind == "conv" and o is self.g.anchor:
+        if (self.g.kind == "conv" and o is self.g.anchor) or o in self.calls:
             return False
         return o.op in LAYOUT or o.op in ("identity", "cast", WINDOW_TAP, "select", "full")
 

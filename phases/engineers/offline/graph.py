@@ -157,6 +157,24 @@ class InputInfo:
     """For `constant` (and non-persistent buffers): the tensor to embed."""
 
 
+@dataclass(frozen=True)
+class LibraryCall:
+    """The one PyTorch call a lowered op stands for: a depthwise convolution lowered to window
+    taps is `conv2d`, an eval-mode batch norm lowered to its affine steps is `batch_norm`. A
+    region's PyTorch form (`fallback.TorchRegion`) makes that call instead of writing out each
+    step: 25 taps as PyTorch ops are 25 slices and 49 passes over the tensor, where cuDNN's
+    convolution is one (a depthwise 5x5 region of an MBConv block on an H200 had no PyTorch
+    form to fall back on, and the whole block ran 0.89x eager)."""
+
+    op: str
+    """`conv` or `batch_norm`."""
+    operands: tuple[Any, ...]
+    """Nodes (None where absent) in the call's argument order: (x, weight, bias) for `conv`,
+    (x, mean, var, weight, bias) for `batch_norm`."""
+    params: tuple[tuple[str, Any], ...] = ()
+    """Keyword arguments: stride, padding, dilation for `conv`; eps for `batch_norm`."""
+
+
 @dataclass
 class Graph:
     """The lowered graph in topological order."""
@@ -176,6 +194,8 @@ class Graph:
     state_writes: list[str] = field(default_factory=list)
     """Dotted paths of the plain tensor attributes forward replaces, in order: the last
     `len(state_writes)` entries of `outputs` are their new values (not forward's return)."""
+    library_calls: dict[Node, LibraryCall] = field(default_factory=dict)
+    """Lowered ops -> the library call each stands for (`LibraryCall`)."""
 
     def users(self) -> dict[Node, list[Node]]:
         users: dict[Node, list[Node]] = {n: [] for n in self.nodes}
@@ -278,6 +298,8 @@ class Builder:
         """Forward-argument input nodes -> the argument's name in forward."""
         self.state_keys: dict[Node, tuple[str, str]] = {}
         """Parameter and buffer input nodes -> (`param` | `buffer`, state_dict key)."""
+        self.library_calls: dict[Node, LibraryCall] = {}
+        """Lowered ops -> the library call each stands for (`Graph.library_calls`)."""
         self.arg_sizes: dict[str, list[tuple[int, ...]]] = {}
         """A forward argument's shape in each input set of the case (what sizes the candidate
         must run at besides the traced ones)."""
