@@ -144,3 +144,27 @@ def test_a_region_of_library_ops_falls_back_to_the_library_calls(tmp_path: Path,
     _forbid(module, "_launch_g0")
     _check_case(case, module, "smoke")
     _check_case(case, module, "main", seed=3)
+
+
+@pytest.mark.parametrize("pool", ["nn.MaxPool2d(3, stride=2, padding=1)", "nn.AvgPool2d(2)",
+                                  "nn.MaxPool2d(2, ceil_mode=True)",
+                                  "nn.AvgPool2d(3, stride=2, padding=1)"])
+def test_a_pooling_region_falls_back_to_the_pooling_call(tmp_path: Path, pool: str) -> None:
+    """A pooling lowered to taps is, in its region's PyTorch form, the pooling call itself
+    (one pass, as eager), not a padded slice per tap; switched to PyTorch it still matches."""
+    from tests.test_offline_fusion import _constructor_case
+
+    case = _constructor_case(
+        tmp_path, "pooled", "c", [f"self.pool = {pool}"],
+        ["return torch.relu(self.pool(x) * 2.0) + 1.0"],
+        "c: 3", [2, 3, 13, 11], "c: 2", [1, 2, 9, 10])
+    result = generate_candidate(case)
+    kind = "max_pool2d(" if "Max" in pool else "avg_pool2d("
+    forms = [part.split("else:", 1)[1] for part in result.source.split('if KOPT_REGIONS["')[1:]]
+    assert any(f"torch.nn.functional.{kind}" in f for f in forms), result.source[-3000:]
+    for region in regions(result.source):
+        module = _load_candidate(result.source, tmp_path, f"pool_{region.name}")
+        getattr(module, SWITCH)[region.name] = "torch"
+        _forbid(module, f"_launch_{region.name}")
+        _check_case(case, module, "smoke")
+        _check_case(case, module, "main", seed=3)

@@ -857,6 +857,11 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             else:
                 out = lower_tap_pool(b, x0(), pooling.window, pooling.stride, pooling.padding,
                                      pooling.dilation, kind, name, name, pooling.ceil)
+            b.library_calls[out] = LibraryCall(f"{kind}_pool", (x0(),), (
+                ("dims", _POOLS[packet]), ("kernel_size", pooling.window),
+                ("stride", pooling.stride), ("padding", pooling.padding),
+                ("dilation", pooling.dilation), ("ceil_mode", pooling.ceil),
+                ("count_include_pad", pooling.count_include_pad)))
             return (out, None) if packet.endswith("with_indices") else out
         return _fallback(b, fx, args, kwargs, shape, sym, dtype)
     if packet == "cat" and isinstance(args[0], (list, tuple)) and args[0] and \

@@ -317,6 +317,14 @@ class TorchRegion:
             x, mean, var, weight, bias = args
             return (f"torch.nn.functional.batch_norm({x}, {mean}, {var}, {weight}, {bias}, "
                     f"False, 0.0, {params['eps']!r})")
+        if call.op == "max_pool":
+            return (f"torch.nn.functional.max_pool{params['dims']}d({args[0]}, "
+                    f"{params['kernel_size']}, {params['stride']}, {params['padding']}, "
+                    f"{params['dilation']}, ceil_mode={params['ceil_mode']})")
+        if call.op == "avg_pool":
+            return (f"torch.nn.functional.avg_pool{params['dims']}d({args[0]}, "
+                    f"{params['kernel_size']}, {params['stride']}, {params['padding']}, "
+                    f"count_include_pad={params['count_include_pad']})")
         raise EngineerError(f"internal: no PyTorch form for library call {call.op!r}")
 
     def write(self) -> list[str]:

@@ -167,12 +167,13 @@ class LibraryCall:
     form to fall back on, and the whole block ran 0.89x eager)."""
 
     op: str
-    """`conv` or `batch_norm`."""
+    """`conv`, `batch_norm`, `max_pool` or `avg_pool`."""
     operands: tuple[Any, ...]
     """Nodes (None where absent) in the call's argument order: (x, weight, bias) for `conv`,
     (x, mean, var, weight, bias) for `batch_norm`."""
     params: tuple[tuple[str, Any], ...] = ()
-    """Keyword arguments: stride, padding, dilation for `conv`; eps for `batch_norm`."""
+    """Keyword arguments: stride, padding, dilation for `conv`; eps for `batch_norm`; the
+    pooled dims, window, stride, padding, dilation, ceil mode and padding count of a pool."""
 
 
 @dataclass
