@@ -13,7 +13,13 @@ import argparse
 import json
 from pathlib import Path
 
-from kopt.phases.suite import SuiteResult, row_from_dict, to_markdown, write_reports
+from kopt.phases.suite import (
+    SuiteResult,
+    environment,
+    row_from_dict,
+    to_markdown,
+    write_reports,
+)
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -37,7 +43,7 @@ def main() -> None:
     ordered = sorted(rows.values(), key=lambda r: (r.level, int(Path(r.file).stem.split("_")[0])
                                                    if Path(r.file).stem.split("_")[0].isdigit()
                                                    else 0, r.problem))
-    result = SuiteResult(ordered, args.device, args.seconds, "")
+    result = SuiteResult(ordered, args.device, args.seconds, "", environment(args.device))
     write_reports(result, Path(args.out))
     print(to_markdown(result))
 

@@ -613,10 +613,53 @@ class SuiteResult:
     device: str
     seconds: float
     workdir: str
+    environment: dict[str, str] = field(default_factory=dict)
+    """What the figures were measured with (`environment`): a table of speedups means
+    nothing without the GPU, the torch and Triton versions and the code that made them."""
 
     def summary(self) -> dict[str, Any]:
         return summarize(self.rows) | {"device": self.device, "seconds": round(self.seconds, 1),
-                                       "workdir": self.workdir}
+                                       "workdir": self.workdir, "environment": self.environment}
+
+
+def environment(device: str) -> dict[str, str]:
+    """The GPU (on cuda), the torch, Triton and Python versions, and kopt's commit where its
+    source is a git checkout (with `+changes` when the tree differs from it)."""
+    import platform
+    import subprocess
+
+    import torch
+
+    env = {"torch": torch.__version__, "python": platform.python_version()}
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = "not installed"
+    if device == "cuda" and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+        env["cuda"] = str(torch.version.cuda)
+    try:
+        def git(*args: str) -> str:
+            return subprocess.run(["git", "-C", str(_SOURCE_ROOT), *args], capture_output=True,
+                                  text=True, timeout=10, check=True).stdout.strip()
+
+        commit = git("rev-parse", "--short", "HEAD")
+        if commit:
+            env["kopt_commit"] = commit + ("+changes" if git("status", "--porcelain",
+                                                             "--untracked-files=no") else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return env
+
+
+def describe_environment(env: dict[str, str]) -> str:
+    """`NVIDIA H200, torch 2.11.0+cu130, Triton 3.6.0, kopt 1a2b3c4` (what is known)."""
+    parts = [env["gpu"]] if env.get("gpu") else []
+    parts += [f"{name} {env[key]}" for key, name in
+              (("torch", "torch"), ("triton", "Triton"), ("kopt_commit", "kopt")) if env.get(key)]
+    return ", ".join(parts)
 
 
 def geomean(values: Sequence[float]) -> float | None:
@@ -728,7 +771,8 @@ def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: i
         close_probe_standby()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
-    return SuiteResult(rows, device, time.perf_counter() - start, str(root) if keep else "")
+    return SuiteResult(rows, device, time.perf_counter() - start, str(root) if keep else "",
+                       environment(device))
 
 
 # -- reports --------------------------------------------------------------------------------------
@@ -752,7 +796,9 @@ def to_markdown(result: SuiteResult) -> str:
             f"| {_x(r.speedup_vs_eager)} | {_x(r.speedup_vs_compile)} | {r.outcome or '-'} "
             f"| {'-' if r.codegen_s is None else f'{r.codegen_s:.2f}'} | {r.total_s:.1f} | {detail} |")
     s = result.summary()
-    lines += ["", f"Device: {result.device}; {s['seconds']} s in all.", "",
+    measured = describe_environment(result.environment)
+    lines += ["", f"Device: {result.device}{f' ({measured})' if measured else ''}; "
+              f"{s['seconds']} s in all.", "",
               "| level | problems | verified | timed | geomean vs eager | geomean vs compile "
               "| slower than eager | keep PyTorch | result vs eager |",
               "|---|---|---|---|---|---|---|---|---|"]

@@ -947,3 +947,25 @@ def test_a_model_with_nothing_to_generate_is_kept_as_pytorch_not_a_failure(tmp_p
     md = to_markdown(SuiteResult([row], "cpu", 1.0, ""))
     assert "| level3_7_AttentionOnly | level3 | nothing to generate |" in md
     assert "1 problem(s) had nothing to generate" in md
+
+
+def test_a_report_says_what_its_figures_were_measured_with(tmp_path: Path) -> None:
+    """The GPU, torch and Triton versions and kopt's commit: in the JSON summary and on the
+    markdown's device line (BENCHMARKS.md rows need them; a bare speedup table is not
+    evidence)."""
+    import torch
+    import triton
+
+    from kopt.phases.suite import environment
+
+    env = environment("cpu")
+    assert env["torch"] == torch.__version__ and env["triton"] == triton.__version__
+    assert "gpu" not in env  # no GPU asked for
+    result = SuiteResult([_row("a", "level1", 2.0, 1.0)], "cuda", 3.0, "",
+                         {**env, "gpu": "NVIDIA H200", "kopt_commit": "1a2b3c4"})
+    md = to_markdown(result)
+    assert (f"Device: cuda (NVIDIA H200, torch {torch.__version__}, Triton {triton.__version__}, "
+            "kopt 1a2b3c4); 3.0 s in all.") in md
+    write_reports(result, tmp_path / "suite")
+    data = json.loads((tmp_path / "suite.json").read_text())
+    assert data["summary"]["environment"]["gpu"] == "NVIDIA H200"
