@@ -42,6 +42,23 @@ def test_few_long_rows_reduce_in_two_stages(tmp_path: Path, expr: str, shape: li
     assert not result.unfused, result.unfused
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_two_stage_reduction_over_short_trailing_dims_takes_them_together(
+        tmp_path: Path, keep: bool) -> None:
+    """A mean over (C, D, H, W) of (C, D, H, W) = (6, 5, 7, 30) with its last dim short: the
+    first stage reduces (D, H, W) = 1,050 elements a row (one row per (n, c)), not rows of 30
+    (a group norm's output averaged over every dim but the batch: 2 million rows of 30 on an
+    H200, 0.68x eager). The candidate still matches eager at every input set."""
+    body = [f"return (x * torch.sigmoid(y)).mean(dim=[1, 2, 3, 4], keepdim={keep})"]
+    result, _ = _generate(tmp_path, body, [[3, 6, 5, 7, 30], [1, 6, 1, 1, 1]])
+    first = next(line for line in result.source.splitlines() if "mean_part" in line
+                 and "float32" in line and "(3, 6, 1)" in line)
+    assert first, result.source
+    case = load_case_dir(_write_case(tmp_path, body, [[3, 6, 5, 7, 30], [1, 6, 1, 1, 1]],
+                                     "float32"))
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
 def test_two_stage_mean_follows_every_input_sets_sizes(tmp_path: Path) -> None:
     """The mean divides by the reduced count read at run time: the verifier's other leading
     sizes and strided views agree with eager."""
@@ -583,3 +600,17 @@ def test_a_long_k_product_is_split_and_summed(tmp_path: Path, body: list[str],
         want = torch.relu(want + 0.5)
     got = module.ModelNew()(x, y).double()
     assert ((got - want).norm() / want.norm()).item() < 1e-6
+
+
+def test_a_mean_over_several_dims_of_a_product_with_a_computed_per_channel_factor(
+        tmp_path: Path) -> None:
+    """`(x * sigmoid(y)).mean(dim=[2, 3])` with y per channel (a squeeze-excitation's gate):
+    flattening (H, W) moved a view onto `sigmoid(y)`, which is recomputed inside the
+    reduction's kernel, and the kernel writer had no form for a view there ('unsupported
+    constant [1, s27, 1] in a fused op': the problem got no candidate). A view that only drops
+    dims of size 1 is now read through; the candidate is one reduction kernel and matches."""
+    body = ["return (x * torch.sigmoid(y)).mean(dim=[2, 3])"]
+    result, _ = _generate(tmp_path, body, [[3, 6, 5, 7], [1, 6, 1, 1]])
+    assert [k["kind"] for k in result.kernels] == ["reduction"], result.kernels
+    case = load_case_dir(_write_case(tmp_path, body, [[3, 6, 5, 7], [1, 6, 1, 1]], "float32"))
+    _accepted_on_cpu(tmp_path, case, result.source)

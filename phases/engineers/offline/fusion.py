@@ -142,6 +142,13 @@ def _trivial_view(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
     return [s for s in src if s != 1] == [s for s in dst if s != 1]
 
 
+def _size_one_reshape(n: Node) -> bool:
+    """A view or flatten that only adds or drops dims of size 1 (`kernels.writer.trivial_back`
+    recomputes such a view in a kernel)."""
+    x = n.args[0] if n.args else None
+    return isinstance(x, Node) and _trivial_view(x.shape, n.shape)
+
+
 class _Partitioner:
     def __init__(self, graph: Graph, policy: FusionPolicy) -> None:
         self.graph = graph
@@ -685,6 +692,8 @@ def _inline_row_values(p: _Partitioner, graph: Graph, users: dict[Node, list[Nod
             continue
         if any(i.op != "input" and i not in p.gen and p.owner.get(i) is not g for m in g.nodes for i in m.inputs()):
             continue
+        if any(m.op in ("view", "flatten") and not _size_one_reshape(m) for m in g.nodes):
+            continue  # recomputed in a kernel, a view may only add or drop dims of size 1
         views = []  # unsqueeze/squeeze/permute/expand of the values, run in forward: recomputed too
         frontier = list(g.nodes)
         while frontier:

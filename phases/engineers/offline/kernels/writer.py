@@ -284,9 +284,11 @@ class _Writer:
             op = Operand(text, "tl.int64" if ct != "tl.float32" else None, None)
             if ct == "tl.float32":
                 op = Operand(f"({text}).to(tl.float32)" if d is not None else f"{text} * 1.0", "tl.float32")
-        elif n.op in ("unsqueeze", "squeeze", "permute", "expand"):
+        elif n.op in ("unsqueeze", "squeeze", "permute", "expand") or \
+                (n.op in ("view", "flatten") and trivial_back(n, dm) is not None):
             x = n.args[0]
-            op = self.generated(x, _back_layout(n, dm), scope)
+            back = _back_layout(n, dm) if n.op not in ("view", "flatten") else trivial_back(n, dm)
+            op = self.generated(x, back, scope)
             scope.values[key] = op
             return op
         else:
@@ -432,6 +434,23 @@ def _n_operands(n: Node) -> int:
 def _right_align(a: Node, dm: DimMap, rank: int) -> DimMap:
     off = rank - a.rank
     return tuple(None if a.shape[j] == 1 else dm[off + j] for j in range(a.rank))
+
+
+def trivial_back(n: Node, dm: DimMap) -> DimMap | None:
+    """The dim map of a view's input where the view only adds or drops dims of size 1 (its
+    other dims, in order, keep their sizes: `(1, 6, 1, 1)` as `(1, 6, 1)`, what flattening
+    the trailing dims of a reduction's input makes of a per-channel operand), else None."""
+    x = n.args[0] if n.args else None
+    if not isinstance(x, Node):
+        return None
+    outs = [i for i, size in enumerate(n.shape) if size != 1]
+    ins = [j for j, size in enumerate(x.shape) if size != 1]
+    if len(outs) != len(ins) or any(n.shape[i] != x.shape[j] for i, j in zip(outs, ins, strict=True)):
+        return None
+    back: list[int | None] = [None] * x.rank
+    for i, j in zip(outs, ins, strict=True):
+        back[j] = dm[i]
+    return tuple(back)
 
 
 def _back_layout(n: Node, dm: DimMap) -> DimMap:
