@@ -43,7 +43,7 @@ def main() -> None:
     ordered = sorted(rows.values(), key=lambda r: (r.level, int(Path(r.file).stem.split("_")[0])
                                                    if Path(r.file).stem.split("_")[0].isdigit()
                                                    else 0, r.problem))
-    result = SuiteResult(ordered, args.device, args.seconds, "", environment(args.device))
+    result = SuiteResult(ordered, args.device, args.seconds, "", environment())
     write_reports(result, Path(args.out))
     print(to_markdown(result))
 

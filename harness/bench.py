@@ -337,7 +337,7 @@ def _timed_row(name: str, label: str, verified: bool, resp: dict[str, Any], key:
             # with every element inside its own (within_elementwise). The verifier takes
             # both the same way, and settles them against the float64 truth; a stale or
             # wrong output misses element-wise bounds.
-            if not cmp.ok and not (cmp.within_norm(tol, ref) or cmp.within_elementwise()):
+            if not cmp.ok and not cmp.within_allowance(tol, ref):
                 refusals.append(f"output sample after timing is wrong: {cmp.to_text()[:300]}")
     t = result["timing"]
     median = float(t["median_ms"])

@@ -118,6 +118,12 @@ class Comparison:
         return all(not (t.mismatches or t.nan_inf_mismatches or t.nonfinite_where_ref_finite)
                    and (t.ok or t.norm_missed) for t in self.tensors)
 
+    def within_allowance(self, tol: dict[torch.dtype, Tolerance], refs: list[torch.Tensor]) -> bool:
+        """Not ok, but missed only in one of the two ways honest rounding does
+        (`within_norm` or `within_elementwise`): the verifier settles such outputs against
+        the float64 truth; every quick check before it lets them through."""
+        return not self.ok and (self.within_norm(tol, refs) or self.within_elementwise())
+
     def to_text(self) -> str:
         if self.problem:
             return self.problem

@@ -510,7 +510,7 @@ class _Judge:
                 self.finite_pairs[(id(o), id(r))] = (o, r)
         if cmp.ok:
             return cmp, None
-        if not (cmp.within_norm(tol, ref) or cmp.within_elementwise()):
+        if not cmp.within_allowance(tol, ref):
             return cmp, cmp.to_text()
         truth = self.truth.get(group)
         if truth is None:

@@ -613,7 +613,7 @@ class SuiteResult:
     device: str
     seconds: float
     workdir: str
-    environment: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
     """What the figures were measured with (`environment`): a table of speedups means
     nothing without the GPU, the torch and Triton versions and the code that made them."""
 
@@ -622,41 +622,34 @@ class SuiteResult:
                                        "workdir": self.workdir, "environment": self.environment}
 
 
-def environment(device: str) -> dict[str, str]:
-    """The GPU (on cuda), the torch, Triton and Python versions, and kopt's commit where its
-    source is a git checkout (with `+changes` when the tree differs from it)."""
-    import platform
+def environment() -> dict[str, Any]:
+    """This machine as every metrics file records it (`harness.environment`: Python, torch,
+    Triton, the GPU), and kopt's commit where its source is a git checkout (`+changes` when
+    tracked files differ from it)."""
     import subprocess
 
-    import torch
+    from kopt.harness.environment import describe_environment
 
-    env = {"torch": torch.__version__, "python": platform.python_version()}
+    env = describe_environment()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(_SOURCE_ROOT), *args], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+
     try:
-        import triton
-
-        env["triton"] = triton.__version__
-    except ImportError:
-        env["triton"] = "not installed"
-    if device == "cuda" and torch.cuda.is_available():
-        env["gpu"] = torch.cuda.get_device_name(0)
-        env["cuda"] = str(torch.version.cuda)
-    try:
-        def git(*args: str) -> str:
-            return subprocess.run(["git", "-C", str(_SOURCE_ROOT), *args], capture_output=True,
-                                  text=True, timeout=10, check=True).stdout.strip()
-
         commit = git("rev-parse", "--short", "HEAD")
         if commit:
-            env["kopt_commit"] = commit + ("+changes" if git("status", "--porcelain",
-                                                             "--untracked-files=no") else "")
+            dirty = git("status", "--porcelain", "--untracked-files=no")
+            env["kopt_commit"] = commit + ("+changes" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        pass
+        pass  # not a checkout, or no git: the installed version (`kopt`) stands
     return env
 
 
-def describe_environment(env: dict[str, str]) -> str:
+def environment_line(env: dict[str, Any]) -> str:
     """`NVIDIA H200, torch 2.11.0+cu130, Triton 3.6.0, kopt 1a2b3c4` (what is known)."""
-    parts = [env["gpu"]] if env.get("gpu") else []
+    gpu = env.get("gpu")
+    parts = [gpu["name"]] if isinstance(gpu, dict) and gpu.get("name") else []
     parts += [f"{name} {env[key]}" for key, name in
               (("torch", "torch"), ("triton", "Triton"), ("kopt_commit", "kopt")) if env.get(key)]
     return ", ".join(parts)
@@ -772,7 +765,7 @@ def run_suite(problems: Sequence[Problem], *, device: str | None = None, jobs: i
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     return SuiteResult(rows, device, time.perf_counter() - start, str(root) if keep else "",
-                       environment(device))
+                       environment())
 
 
 # -- reports --------------------------------------------------------------------------------------
@@ -796,7 +789,7 @@ def to_markdown(result: SuiteResult) -> str:
             f"| {_x(r.speedup_vs_eager)} | {_x(r.speedup_vs_compile)} | {r.outcome or '-'} "
             f"| {'-' if r.codegen_s is None else f'{r.codegen_s:.2f}'} | {r.total_s:.1f} | {detail} |")
     s = result.summary()
-    measured = describe_environment(result.environment)
+    measured = environment_line(result.environment)
     lines += ["", f"Device: {result.device}{f' ({measured})' if measured else ''}; "
               f"{s['seconds']} s in all.", "",
               "| level | problems | verified | timed | geomean vs eager | geomean vs compile "

@@ -958,14 +958,14 @@ def test_a_report_says_what_its_figures_were_measured_with(tmp_path: Path) -> No
 
     from kopt.phases.suite import environment
 
-    env = environment("cpu")
+    env = environment()
     assert env["torch"] == torch.__version__ and env["triton"] == triton.__version__
-    assert "gpu" not in env  # no GPU asked for
+    assert env["gpu"] is None  # this machine has none
     result = SuiteResult([_row("a", "level1", 2.0, 1.0)], "cuda", 3.0, "",
-                         {**env, "gpu": "NVIDIA H200", "kopt_commit": "1a2b3c4"})
+                         {**env, "gpu": {"name": "NVIDIA H200"}, "kopt_commit": "1a2b3c4"})
     md = to_markdown(result)
     assert (f"Device: cuda (NVIDIA H200, torch {torch.__version__}, Triton {triton.__version__}, "
             "kopt 1a2b3c4); 3.0 s in all.") in md
     write_reports(result, tmp_path / "suite")
     data = json.loads((tmp_path / "suite.json").read_text())
-    assert data["summary"]["environment"]["gpu"] == "NVIDIA H200"
+    assert data["summary"]["environment"]["gpu"]["name"] == "NVIDIA H200"

@@ -277,8 +277,8 @@ class TorchRegion:
         written as that call, and the nodes of their lowering the call replaces: those of the
         same origin that only it reads, computed in this group. A call is written only where
         each operand is a forward variable or a value of this group outside its lowering."""
-        graph = getattr(getattr(self.part, "graph", None), "library_calls", None)
-        calls = {n: c for n in self.g.nodes if graph and (c := graph.get(n)) is not None}
+        known = self.part.graph.library_calls if self.part is not None else {}
+        calls = {n: known[n] for n in self.g.nodes if n in known}
         if not calls:
             return {}, set()
         members, outputs = set(self.g.nodes), {id(o) for o in self.g.outputs}

@@ -285,10 +285,10 @@ class _Writer:
             if ct == "tl.float32":
                 op = Operand(f"({text}).to(tl.float32)" if d is not None else f"{text} * 1.0", "tl.float32")
         elif n.op in ("unsqueeze", "squeeze", "permute", "expand") or \
-                (n.op in ("view", "flatten") and trivial_back(n, dm) is not None):
-            x = n.args[0]
-            back = _back_layout(n, dm) if n.op not in ("view", "flatten") else trivial_back(n, dm)
-            op = self.generated(x, back, scope)
+                (n.op in ("view", "flatten") and (back := trivial_back(n, dm)) is not None):
+            if n.op not in ("view", "flatten"):
+                back = _back_layout(n, dm)
+            op = self.generated(n.args[0], back, scope)
             scope.values[key] = op
             return op
         else:
