@@ -79,6 +79,33 @@ def test_an_operand_broadcast_inside_the_flattened_dims_stays_before_the_view(tm
     assert len(result.kernels) == 2
 
 
+def test_an_instance_norm_and_what_reads_it_back_share_the_samples_layout(tmp_path: Path) -> None:
+    """KernelBench level-2 79's shape of forward: a convolution times a per-channel scale,
+    instance norm (which PyTorch runs on an (1, N*C, *S) view), clamp, the scale again and a
+    max over channels. The statistics are taken on the (N, C, *S) value itself, so the map
+    and the max after the view back are one kernel, and the cheap scale before the view is
+    computed again by the statistics kernel instead of written and read back: two kernels
+    (torch.compile's two), against eager on both sets."""
+    case = _conv3d_case(tmp_path, "inorm_max", [
+        "y = self.norm(self.conv(x) * self.scale)",
+        "return torch.max(torch.clamp(y, -1.0, 1.0) * self.scale, dim=1)[0]"],
+        extra=["self.norm = nn.InstanceNorm3d(c)"])
+    result = _generated(tmp_path, case, "inorm_max")
+    assert len(result.kernels) == 2, result.kernels
+    fused = [set(k["fuses"]) for k in result.kernels]
+    assert all("convolution_bias" in f for f in fused)  # the bias and the scale read in both
+    assert any("clamp" in f and any(m.startswith("max") for m in f) for f in fused), fused
+
+
+def test_a_transcendental_before_the_view_is_not_computed_twice(tmp_path: Path) -> None:
+    """Only cheap ops are copied into the statistics' kernel: a tanh before an instance norm
+    read twice is written once by its own kernel (or the bias's), as before."""
+    case = _conv3d_case(tmp_path, "inorm_tanh", [
+        "return self.norm(torch.tanh(self.conv(x)))"], extra=["self.norm = nn.InstanceNorm3d(c)"])
+    result = _generated(tmp_path, case, "inorm_tanh")
+    assert sum("tanh" in k["fuses"] for k in result.kernels) == 1, result.kernels
+
+
 def _conv2d_case(tmp: Path, name: str, pool: str):
     return _constructor_case(
         tmp, name, "c", ["self.conv = nn.Conv2d(3, c, 3)", "self.bias = nn.Parameter(torch.randn(c, 1, 1))"],
@@ -96,6 +123,25 @@ def test_a_pooling_computes_the_pointwise_chain_before_it_at_its_taps(tmp_path: 
     result = _generated(tmp_path, _conv2d_case(tmp_path, "tap_chain", pool), "tap_chain")
     (kernel,) = result.kernels
     assert {"convolution_bias", "tanh"} <= set(kernel["fuses"])
+
+
+def test_the_convolutions_a_concatenation_reads_add_their_bias_in_its_kernel(tmp_path: Path) -> None:
+    """A SqueezeNet fire module: two convolutions of one input, each through a ReLU, then
+    concatenated along the channels. cuDNN runs both without their bias (ATen would add each
+    in a pass of its own over the output) and the concatenation's kernel adds it as it copies
+    each part; the main and the smoke set (other channel counts) against eager."""
+    case = _constructor_case(
+        tmp_path, "fire", "c",
+        ["self.squeeze = nn.Conv2d(3, 4, 1)", "self.e1 = nn.Conv2d(4, c, 1)",
+         "self.e3 = nn.Conv2d(4, c + 1, 3, padding=1)"],
+        ["y = torch.relu(self.squeeze(x))",
+         "return torch.cat([torch.relu(self.e1(y)), torch.relu(self.e3(y))], 1)"],
+        "c: 6", [2, 3, 9, 10], "c: 5", [2, 3, 7, 6])
+    result = _generated(tmp_path, case, "fire")
+    calls = [line for line in result.source.splitlines() if "aten.convolution.default(" in line]
+    assert len(calls) == 3 and all(", None, [" in line for line in calls), calls
+    (cat,) = [k for k in result.kernels if any(f.startswith("cat") for f in k["fuses"])]
+    assert {"convolution_1_bias", "convolution_2_bias"} <= set(cat["fuses"]), cat["fuses"]
 
 
 def test_a_padded_pooling_leaves_the_chain_in_its_own_kernel(tmp_path: Path) -> None:
@@ -118,15 +164,16 @@ def test_a_convolutions_bias_is_added_at_the_taps_of_the_pooling_after_it(tmp_pa
 
 
 def test_a_convolution_only_a_concatenation_reads_stays_in_cudnn(tmp_path: Path) -> None:
-    # a cat's parts are clipped taps (0 outside the part): nothing moves into them, and the
-    # forward convolution beside the cat's kernel is cuDNN's (GoogleNet's inception branches:
-    # the implicit-GEMM template ran them at half cuDNN's speed, `_forward_convolutions_to_cudnn`)
+    # a cat's parts are clipped taps (0 outside the part): only the convolution's bias moves
+    # past one (as a part of its own, 0 outside), and the forward convolution beside the
+    # cat's kernel is cuDNN's (GoogleNet's inception branches: the implicit-GEMM template ran
+    # them at half cuDNN's speed, `_forward_convolutions_to_cudnn`)
     case = _constructor_case(tmp_path, "conv_cat", "c", ["self.conv = nn.Conv2d(3, c, 3, padding=1)"],
                              ["return torch.cat([self.conv(x), x], dim=1)"],
                              "c: 6", [2, 3, 7, 6], "c: 5", [2, 3, 5, 6])
     result = _generated(tmp_path, case, "conv_cat")
     assert [k["kind"] for k in result.kernels] == ["pointwise"]
-    assert "aten.convolution.default(x, p_p_conv_weight, p_p_conv_bias," in result.source
+    assert "aten.convolution.default(x, p_p_conv_weight, None," in result.source
 
 
 def test_a_global_average_pool_adds_the_convolutions_bias_as_it_loads(tmp_path: Path) -> None:

@@ -806,6 +806,10 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             n.kwargs = dict(kwargs)
             n.shape = tuple(len(vals) for _ in range(1)) if isinstance(vals, (list, tuple)) else shape
             return n
+        if op == "view" and isinstance(x0(), Node) and x0().op == "view" and \
+                isinstance(x0().args[0], Node) and x0().args[0].shape == tuple(shape) and \
+                tuple(x0().args[0].sym) == tuple(sym) and x0().args[0].dtype == dtype:
+            return x0().args[0]  # a view back to the shape its input viewed: that value itself
         n = node(op, args)
         n.target = target
         n.kwargs = dict(kwargs)
@@ -1172,9 +1176,37 @@ def _lower_batch_stats_norm(b: Builder, fx: torch.fx.Node, args: list[Any], kwar
         return b.op(f"{name}_{what}_c", "view", [v, [-1, *tail]], v, shape=(v.shape[0], *tail),
                     sym=(v.sym[0], *tail), origin=name)
 
+    src = _instance_source(x)
+    if src is not None:
+        # F.instance_norm's (1, N*C, *S) view of an (N, C, *S) value: the same statistics per
+        # (sample, channel) over S, taken on the value itself, so that the kernels on either
+        # side of the norm (a convolution's epilogue, a reduction over channels after the view
+        # back) share its domain; a weight repeated per sample is viewed as (N, C, 1, ...)
+        def per_sample_channel(v: Node | None, what: str) -> Node | None:
+            if v is None:
+                return None
+            return b.op(f"{name}_{what}_nc", "view", [v, [src.sym[0], -1, *tail]], v,
+                        shape=(*src.shape[:2], *tail), sym=(*src.sym[:2], *tail), origin=name)
+
+        out, _, _ = _normalize_over(b, src, list(range(2, src.rank)),
+                                    per_sample_channel(weight, "weight"),
+                                    per_sample_channel(bias, "bias"), eps, name)
+        return b.op(f"{name}_merged_view", "view", [out, [1, -1, *x.sym[2:]]], out, shape=x.shape,
+                    sym=x.sym, dtype=dtype, origin=name), None, None
     out, _, _ = _normalize_over(b, x, dims, per_channel(weight, "weight"),
                                 per_channel(bias, "bias"), eps, name)
     return out, None, None
+
+
+def _instance_source(x: Node) -> Node | None:
+    """The (N, C, *S) value that `x`, a (1, N * C, *S) view, views (instance norm's layout);
+    None for anything else."""
+    src = x.args[0] if x.op == "view" and x.args else None
+    if not isinstance(src, Node) or src.rank != x.rank or x.rank < 3 or x.shape[0] != 1 or \
+            src.shape[0] * src.shape[1] != x.shape[1] or src.shape[2:] != x.shape[2:] or \
+            tuple(src.sym[2:]) != tuple(x.sym[2:]):
+        return None
+    return src
 
 
 def _lower_eval_batch_norm(b: Builder, args: list[Any], name: str) -> tuple[Node, None, None]:

@@ -565,8 +565,10 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy, precision: str = "strict
                 not n.dtype.is_floating_point:
             continue
         grouped = [u for u in users[n] if grouped_view(n, u) and u not in outputs]
+        parts = [u for u in users[n] if _channel_part(u, n) and u not in outputs]
         if any(u.op not in POINTWISE and u.op not in REDUCTIONS and u not in grouped
-               and not exact_tap(u, n) and not (reshapes(u) and any(r.op in REDUCTIONS for r in users[u]))
+               and u not in parts and not exact_tap(u, n)
+               and not (reshapes(u) and any(r.op in REDUCTIONS for r in users[u]))
                for u in users[n]):
             continue  # (another view or a library call after it would only move ATen's pass)
         pointwise_users = all(u.op in POINTWISE for u in users[n])
@@ -576,13 +578,15 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy, precision: str = "strict
         add = Node(f"{n.name}_bias", "add", [n, bview], shape=n.shape, sym=n.sym, dtype=n.dtype,
                    origin=f"{n.origin}_bias")
         for u in users[n]:
-            if u not in grouped:
+            if u not in grouped and u not in parts:
                 u.args = substitute(u.args, {n: add})
                 u.kwargs = {k: substitute(v, {n: add}) for k, v in u.kwargs.items()}
         n.args = [x, w, None, *n.args[3:]]
-        if len(grouped) < len(users[n]):  # (read only through grouped views: no add, or it is
-            at = graph.nodes.index(n) + 1  # dead and its kernel has no output)
+        if len(grouped) + len(parts) < len(users[n]):  # (read only through grouped views or
+            at = graph.nodes.index(n) + 1  # parts: no add, or it is dead and its kernel has no output)
             graph.nodes[at:at] = [bview, add]
+        for u in parts:
+            _bias_after_channel_part(graph, users, n, b, u)
         for v in grouped:
             bias_after_grouped_view(graph, users, n, b, v)
         tensor_cores = n.dtype in (torch.bfloat16, torch.float16) or precision == "tf32"
@@ -590,6 +594,38 @@ def split_conv_bias(graph: Graph, policy: FusionPolicy, precision: str = "strict
             n.op = NHWC_CONV
             adds.append(add)
     return adds
+
+
+def _channel_part(t: Node, x: Node) -> bool:
+    """Whether `t` is a concatenation's part of `x` along the channels (dim 1): a tap that only
+    shifts dim 1 and fills 0 outside x (`graph.lower_cat`)."""
+    return t.op == WINDOW_TAP and bool(t.args) and t.args[0] is x and x.rank >= 3 and \
+        t.kwargs.get("fill") == 0.0 and not t.kwargs.get("ceil") and \
+        all(spec[0] == 1 and spec[1] == 1 and spec[2] == 1 and spec[4] == 0 and spec[5] == 1
+            for spec in t.kwargs["taps"])
+
+
+def _bias_after_channel_part(graph: Graph, users: dict[Node, list[Node]], conv: Node,
+                             bias: Node, part: Node) -> None:
+    """A convolution's bias added after its concatenation part (`part` reads the convolution
+    without it now): part(x + b) is part(x) + part(b) with b as (1, C, 1, ...), since the part
+    is a shift along the channels that fills 0 elsewhere. The concatenation's kernel adds it as
+    it copies (a SqueezeNet fire module's two expand convolutions: ATen's bias pass over each
+    output saved)."""
+    ones = [1] * (conv.rank - 2)
+    b4 = Node(f"{part.name}_bias_c", "view", [bias, [1, -1, *ones]], shape=(1, conv.shape[1], *ones),
+              sym=(1, conv.sym[1], *ones), dtype=bias.dtype, origin=f"{conv.origin}_bias")
+    tap = Node(f"{part.name}_bias_part", WINDOW_TAP, [b4], dict(part.kwargs),
+               shape=(1, part.shape[1], *ones), sym=(1, part.sym[1], *ones), dtype=bias.dtype,
+               origin=f"{conv.origin}_bias")
+    add = Node(f"{part.name}_biased", "add", [part, tap], shape=part.shape, sym=part.sym,
+               dtype=part.dtype, origin=f"{conv.origin}_bias")
+    for u in users[part]:
+        u.args = substitute(u.args, {part: add})
+        u.kwargs = {k: substitute(v, {part: add}) for k, v in u.kwargs.items()}
+    graph.outputs = [substitute(o, {part: add}) for o in graph.outputs]
+    at = graph.nodes.index(part) + 1
+    graph.nodes[at:at] = [b4, tap, add]
 
 
 def partition(graph: Graph, policy: FusionPolicy | None = None,

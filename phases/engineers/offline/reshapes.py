@@ -12,6 +12,10 @@ the same way: the dims the reshape merges or splits must be all full or all broa
 - `hoist`: a view read by a reduction takes the single-user pointwise ops before it along:
   `softmax(clamp(x + b).view(n, c, -1))` becomes `softmax(clamp(x.view(n, c, -1) + b'))`, so the
   reduction's prologue computes them.
+- `copy_into_rows`: where that cone is read elsewhere too, a cone of cheap ops (`CHEAP`) that
+  reads one full-size value is copied over the view instead: the reduction's prologue
+  computes it again and nobody writes it to read it back (a convolution times a per-channel
+  scale before an instance norm, read by its statistics and its map).
 - `sink`: a pointwise op on views of a row kernel's values (a reduction's, or what pointwise
   ops compute from one), whose other operands are the model's inputs or weights, moves before
   the views: `softmax(y).view(shape) * scale` becomes `(softmax(y) * scale').view(shape)`, so
@@ -110,6 +114,10 @@ class _Mover:
         self.users = graph.users()
         self.outputs = {id(o) for o in graph.outputs}
         self.names = {n.name for n in graph.nodes}
+        self.copying = False
+        """`hoist` copies the cone (see `copy_into_rows`) instead of moving it."""
+        self.leaves: list[Node] = []
+        """The full-size values the hoisted cone reads (views of them made), in order."""
 
     def _name(self, base: str) -> str:
         k = 1
@@ -153,7 +161,10 @@ class _Mover:
 
     # -- hoist --------------------------------------------------------------------------
     def _cone(self, p: Node, reader: Node) -> bool:
-        """Whether `p` moves with `reader`: pointwise, read by it alone, not returned."""
+        """Whether `p` moves with `reader`: pointwise, read by it alone, not returned (when
+        copying: any cheap op, whoever else reads it)."""
+        if self.copying:
+            return movable(p, self.pinned) and p.op in CHEAP
         return movable(p, self.pinned) and self.users[p] == [reader] and id(p) not in self.outputs
 
     def hoist(self, p: Node, v: Node, made: list[Node], replaced: list[Node]) -> Node | None:
@@ -181,9 +192,31 @@ class _Mover:
             else:
                 made.append(inner)
                 full[a] = inner
-        made.append(self._rebuilt(p, operands, full, v.shape, v.sym, made, p.name))
+                self.leaves.append(a)
+        name = self._name(p.name) if self.copying else p.name
+        made.append(self._rebuilt(p, operands, full, v.shape, v.sym, made, name))
         replaced.append(p)
         return made[-1]
+
+    def copy_into_rows(self, v: Node) -> list[Node] | None:
+        """The cheap pointwise cone before view `v`, which a reduction reads, copied over
+        views of what it reads (the original stays for its other readers), where that cone
+        reads one full-size value no wider than its own: the reduction's prologue computes
+        it again, and the value is not written to be read back (an instance norm's statistics
+        and its map both read a convolution's output times a per-channel scale: two passes
+        over the tensor instead of four). Returns the new nodes, the last one the value after
+        the view; None where the cone cannot be reshaped or reads more."""
+        p = v.args[0]
+        if not self._cone(p, v):
+            return None
+        made: list[Node] = []
+        self.leaves = []
+        new = self.hoist(p, v, made, [])
+        leaves = set(self.leaves)
+        if new is None or len(leaves) != 1 or \
+                next(iter(leaves)).dtype.itemsize > p.dtype.itemsize:
+            return None
+        return made
 
     # -- sink ---------------------------------------------------------------------------
     @staticmethod
@@ -256,6 +289,12 @@ class _Mover:
         return made
 
 
+CHEAP = frozenset({"add", "sub", "mul", "div", "neg", "abs", "relu", "clamp", "minimum",
+                   "maximum", "hardtanh", "where", "cast", "identity"})
+"""Pointwise ops cheap enough to compute twice (a copied cone): a few instructions, no
+transcendental."""
+
+
 def reshapes(v: Node) -> bool:
     """A view or flatten that merges or splits dims (not one that only adds or drops size-1
     dims, which a fusion group follows already)."""
@@ -305,6 +344,15 @@ def move_pointwise_across_views(graph: Graph, pinned: set[Node] | None = None) -
                 if new is not None:
                     replace_nodes(graph, {**{r: [] for r in replaced}, n: made}, {n: new})
                     moved += len(replaced)
+                    break
+            if reshapes(n) and any(u.op in _ROW_OPS for u in m.users[n]) and \
+                    n.args[0].op in POINTWISE and id(n.args[0]) not in m.outputs:
+                m.copying = True
+                made = m.copy_into_rows(n)
+                m.copying = False
+                if made is not None:
+                    replace_nodes(graph, {n: made}, {n: made[-1]})
+                    moved += 1
                     break
             views = m.sinkable(n)
             made = m.sink(n, views) if views is not None else None
