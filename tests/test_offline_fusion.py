@@ -216,6 +216,22 @@ def test_long_rows_layer_norm_reads_the_row_twice_not_three_times(tmp_path: Path
     assert looped.count("for start in range(0, n_cols, BLOCK_SIZE):") == 2  # statistics, then outputs
 
 
+def test_a_looped_variance_takes_one_reciprocal_a_step_and_narrower_blocks(tmp_path: Path) -> None:
+    """A row longer than a block keeps a Welford state per lane; only the loop's last block is
+    partial, so the step's count replaces a division per element, and such a kernel starts
+    from 2048-wide blocks (LOOP_VARIANCE_DEFAULT: measured on group norm statistics), a plain
+    long sum from 4096 (LOOP_DEFAULT). Against eager with a partial last block."""
+    result, module = _generate(tmp_path, ["return F.layer_norm(x, (16411,)) * 2.0"], [[2, 16411], [1]])
+    looped = result.source.split("else:  # a long row")[1].split("\ndef ")[0]
+    assert "* (1.0 / lane_" in looped and "/ tl.maximum(w" not in looped
+    (cfg,) = module.KOPT_CONFIG.values()
+    assert cfg["BLOCK_SIZE"] == 2048
+    (tmp_path / "sum").mkdir()
+    _, plain = _generate(tmp_path / "sum", ["return x.sum(1) * 2.0"], [[2, 16411], [1]])
+    (cfg,) = plain.KOPT_CONFIG.values()
+    assert cfg["BLOCK_SIZE"] == 4096
+
+
 def test_global_average_pool_follows_a_constructor_channel_count(tmp_path: Path) -> None:
     """Generated from the main set (as the pipeline does), verified on a smoke set whose
     constructor shrinks the channels: the merged reduction names no traced size (2026-11-25:

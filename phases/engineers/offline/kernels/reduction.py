@@ -331,16 +331,18 @@ class _ReductionWriter(_Writer):
               self.load(v.e, _identity(v.e.rank), scope)).as_type("tl.float32")
         e, tot, delta = (self.fresh("w") for _ in range(3))
         self.emit(f"# {v.total.origin}: sum of squared deviations, each lane's Welford step")
+        # The loop walks the row in order and only its last block is partial, so a lane's
+        # count at the step that reads it is the step's number: one reciprocal per step
+        # replaces a division per element.
+        step = f"lane_{v.total.name}_step"
+        inits.append(f"{step} = 0.0")
+        self.emit(f"{step} += 1.0")
         if self.tiled:
-            # Whole tiles (EVEN): every lane has seen every step, so its count is the step's
-            # and one reciprocal per step replaces a division per element. The statistics
-            # pass of a 65536x4096 float32 column standardisation on an H200: 0.2465 ms
-            # against 0.2600 (a division per element) and 0.3240 (masked, as below); torch.
-            # compile's 0.2626 (2026-11-29, benchmarks/column_stats_gpu.py).
-            step = f"lane_{v.total.name}_step"
-            inits.append(f"{step} = 0.0")
+            # Whole tiles (EVEN): no mask either. The statistics pass of a 65536x4096 float32
+            # column standardisation on an H200: 0.2465 ms against 0.2600 (a division per
+            # element) and 0.3240 (masked, division per element); torch.compile's 0.2626
+            # (2026-11-29, benchmarks/column_stats_gpu.py).
             self.emit("if EVEN:")
-            self.emit(f"    {step} += 1.0")
             self.emit(f"    {delta} = {ev} - {mean}")
             self.emit(f"    {mean} = {mean} + {delta} * (1.0 / {step})")
             self.emit(f"    {m2} = {m2} + {delta} * ({ev} - {mean})")
@@ -349,7 +351,7 @@ class _ReductionWriter(_Writer):
         self.emit(f"{e} = tl.where(cmask, {ev}, 0.0)")
         self.emit(f"{tot} = {n} + cmask.to(tl.float32)")
         self.emit(f"{delta} = {e} - {mean}")
-        self.emit(f"{mean} = {mean} + tl.where(cmask, {delta} / tl.maximum({tot}, 1.0), 0.0)")
+        self.emit(f"{mean} = {mean} + tl.where(cmask, {delta} * (1.0 / {step}), 0.0)")
         self.emit(f"{m2} = {m2} + tl.where(cmask, {delta} * ({e} - {mean}), 0.0)")
         self.emit(f"{n} = {tot}")
         if self.tiled:
@@ -817,12 +819,29 @@ def _one_pass_warps(n_cols: int) -> int:
     return max(4, min(16, _next_pow2(n_cols) // 1024))
 
 
+LOOP_VARIANCE_DEFAULT = {"BLOCK_SIZE": 2048, "num_warps": 8}
+"""Rows longer than one block whose kernel keeps an online variance (three Welford lanes
+beside the sum): group norm statistics of float32 rows, H200, 2026-12-02
+(benchmarks/online_var_gpu.py, one reciprocal per step): 1024 x 59400 0.098 ms with 2048 x 8
+against 0.197 (4096 x 8) and 0.124 (2048 x 4); 2048 x 63504 0.168 against 0.170 and 0.164."""
+
+
+def _keeps_variance(group: Group) -> bool:
+    """Whether a sum in `group` adds squared deviations (x - m) * (x - m): a variance."""
+    for n in group.nodes:
+        sq = n.args[0] if n.op == "sum" and n.args else None
+        if isinstance(sq, Node) and ((sq.op == "mul" and sq.args[0] is sq.args[1]) or sq.op == "square") \
+                and isinstance(sq.args[0], Node) and sq.args[0].op == "sub":
+            return True
+    return False
+
+
 def _reduction_default(group: Group) -> dict[str, int]:
     """The launch default at the traced row width: the whole row in one block, or
-    LOOP_DEFAULT for longer rows."""
+    LOOP_DEFAULT (LOOP_VARIANCE_DEFAULT with a variance) for longer rows."""
     n_cols = _row_width(group)
     if n_cols > ROW_BLOCK:
-        return dict(LOOP_DEFAULT)
+        return dict(LOOP_VARIANCE_DEFAULT if _keeps_variance(group) else LOOP_DEFAULT)
     return {"BLOCK_SIZE": ROW_BLOCK, "num_warps": _one_pass_warps(n_cols)}
 
 
