@@ -17,11 +17,10 @@ largest relative error of the variance against float64. Prints a table last.
 
 from __future__ import annotations
 
-import statistics
-
 import torch
 import triton
 import triton.language as tl
+from conv_layout_gpu import ms  # beside this script: CUDA events, median after warm-ups
 
 
 @triton.jit
@@ -72,20 +71,6 @@ def _stats(x_ptr, b_ptr, var_ptr, n_cols, MODE: tl.constexpr, BLOCK: tl.constexp
     tl.store(var_ptr + row, var)
 
 
-def _ms(fn) -> float:  # type: ignore[no-untyped-def]
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(50):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
-
-
 def main() -> None:
     print(torch.cuda.get_device_name(0), "torch", torch.__version__, "triton", triton.__version__)
     rows = []
@@ -101,10 +86,10 @@ def main() -> None:
                 def run() -> None:
                     _stats[(n_rows,)](x, b, out, n_cols, MODE=mode, BLOCK=block, num_warps=warps)
 
-                ms = _ms(run)
+                t = ms(run)
                 err = ((out.double() - truth).abs() / truth).max().item()
-                rows.append((f"{n_rows}x{n_cols}", name, block, warps, ms,
-                             x.numel() * 4 / ms / 1e9, err))
+                rows.append((f"{n_rows}x{n_cols}", name, block, warps, t,
+                             x.numel() * 4 / t / 1e9, err))
     print(f"{'shape':<12} {'step':<8} {'block':>6} {'warps':>5} {'ms':>8} {'TB/s':>6} {'max rel err':>12}")
     for r in rows:
         print(f"{r[0]:<12} {r[1]:<8} {r[2]:>6} {r[3]:>5} {r[4]:8.4f} {r[5]:6.2f} {r[6]:12.2e}")
