@@ -614,3 +614,45 @@ def test_a_mean_over_several_dims_of_a_product_with_a_computed_per_channel_facto
     assert [k["kind"] for k in result.kernels] == ["reduction"], result.kernels
     case = load_case_dir(_write_case(tmp_path, body, [[3, 6, 5, 7], [1, 6, 1, 1]], "float32"))
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+# -- indexing: embeddings, index_select, x[:, idx] (graph.TAKE) ---------------------------
+
+@pytest.mark.parametrize("body", [
+    ["return torch.roll(x, 3, dims=1) * y"],  # index_select at (arange + shift) % n
+    ["idx = (y[0].abs() * 36).long().clamp(max=36)", "return x[:, idx] * 2.0"],  # computed indices
+    ["idx = -1 - (y[0].abs() * 36).long().clamp(max=36)", "return x[:, idx] + 1.0"],  # from the end
+])
+def test_indexing_is_a_load_at_the_indices(tmp_path: Path, body: list[str]) -> None:
+    result, _ = _generate(tmp_path, body, [[5, 37], [5, 37]])
+    assert result.kernels and not any("index" in u["op"] for u in result.unfused), result.unfused
+    assert "# index" in result.source and ": take" in result.source
+
+
+def test_an_embedding_and_its_norm_are_one_kernel_that_follows_the_width(tmp_path: Path) -> None:
+    """Token and position embeddings summed and normalised: the table's rows loaded at the ids
+    and at the positions (computed from coordinates) in the kernel that adds them, on a smoke
+    set whose constructor has another width."""
+    case = _constructor_case(
+        tmp_path, "emb", "c", ["self.emb = nn.Embedding(50, c)", "self.norm = nn.LayerNorm(c)"],
+        ["ids = (x[:, :, 0].abs() * 49).long().clamp(max=49)", "pos = torch.arange(ids.shape[1], device=x.device)",
+         "return self.norm(self.emb(ids) + self.emb(pos))"],
+        "c: 8", [2, 7, 3], "c: 6", [3, 5, 3])
+    result = generate_candidate(case)
+    assert not result.unfused, result.unfused
+    (emb,) = [k for k in result.kernels if "embedding" in k["fuses"]]
+    assert "add" in " ".join(emb["fuses"]), result.kernels  # both lookups and their sum
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_reflect_padded_convolution_follows_its_channel_count(tmp_path: Path) -> None:
+    """`F.pad(mode="reflect")` is exported as indexing at reflected positions: loads at those
+    indices, sized by the input at run time (the smoke set's constructor has other channels)."""
+    case = _constructor_case(
+        tmp_path, "reflect", "c", ["self.conv = nn.Conv2d(c, c, 3)"],
+        ["x = torch.nn.functional.pad(x, (1, 1, 1, 1), mode='reflect')",
+         "return torch.nn.functional.silu(self.conv(x))"],
+        "c: 6", [2, 6, 9, 10], "c: 4", [2, 4, 7, 6])
+    result = generate_candidate(case)
+    assert not any("index" in u["op"] for u in result.unfused), result.unfused
+    _accepted_on_cpu(tmp_path, case, result.source)

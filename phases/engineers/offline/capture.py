@@ -44,6 +44,7 @@ from kopt.phases.engineers.offline.graph import (
     InputInfo,
     LibraryCall,
     Node,
+    TAKE,
     Sym,
     group_norm_map,
     lower_cat,
@@ -681,7 +682,7 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         shape, sym, dtype = _meta(fx)
         return b.add(Node(name, "split_item" if src.op == "layout_fallback" else "getitem",
                           [src, i], {}, shape, sym, dtype, origin=name))
-    if target in (operator.mul, operator.add, operator.sub, operator.floordiv, operator.neg,
+    if target in (operator.mul, operator.add, operator.sub, operator.floordiv, operator.mod, operator.neg,
                   torch.sym_max, torch.sym_min) or "sym_size" in str(target) or \
             "sym_numel" in str(target) or "sym_stride" in str(target):
         return None  # shape arithmetic: read through `_arg` as a Sym
@@ -880,6 +881,11 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             return b.add(Node(name, scan.op, [inner], {"dim": scan.kwargs["dim"]}, shape, sym,
                               dtype, origin=name))
         return lower_cat(b, list(args[0]), dim, shape, dtype, name, name)
+    if packet in ("embedding", "index_select", "index"):
+        taken = _lower_take(b, packet, args, shape, sym, dtype, name)
+        if taken is not None:
+            return taken
+        return _fallback(b, fx, args, kwargs, shape, sym, dtype)
     if packet == "gather":
         x, d, idx = args[0], norm_dim(args[1], args[0].rank), args[2]
         if isinstance(idx, Node) and idx.rank == x.rank and idx.shape[d] == 1 and \
@@ -1341,6 +1347,42 @@ def _pooling(packet: str, x: Node, args: list[Any], kwargs: dict[str, Any]) -> _
 def _only_values_used(fx: torch.fx.Node) -> bool:
     """True when every user of a (values, indices) reduction reads element 0 (the values)."""
     return all(u.target is operator.getitem and u.args[1] == 0 for u in fx.users)
+
+
+def _lower_take(b: Builder, packet: str, args: list[Any], shape: tuple[int, ...],
+                sym: tuple[Any, ...], dtype: torch.dtype, name: str) -> Node | None:
+    """An embedding, `index_select` or `x[..., idx, ...]` with index tensors on adjacent dims as
+    a `take` (graph.TAKE); None for what it cannot express (a boolean mask, index tensors on
+    dims apart, an output of another shape), which stays in PyTorch."""
+    if packet == "embedding":
+        x, idxs, d = args[0], [args[1]], 0
+    elif packet == "index_select":
+        x, idxs = args[0], [args[2]]
+        d = norm_dim(args[1], x.rank) if isinstance(x, Node) else 0
+    else:
+        x, spec = args[0], list(args[1]) if isinstance(args[1], (list, tuple)) else []
+        at = [j for j, v in enumerate(spec) if v is not None]
+        if not at or at != list(range(at[0], at[-1] + 1)):
+            return None
+        x, idxs, d = x, [spec[j] for j in at], at[0]
+    if not isinstance(x, Node) or not all(isinstance(i, Node) and not i.dtype.is_floating_point
+                                         and i.dtype != torch.bool for i in idxs):
+        return None
+    k = len(idxs)
+    if packet == "index_select" and idxs[0].rank != 1 or d + k > x.rank:
+        return None
+    rb = max(i.rank for i in idxs)
+    if len(shape) != x.rank - k + rb or tuple(shape[:d]) != x.shape[:d] or \
+            tuple(shape[d + rb:]) != x.shape[d + k:]:
+        return None
+    # sizes read off the operands at run time (a channel count the constructor sets included)
+    sizes = [b.runtime_size(x, j) for j in range(d)]
+    for u in range(rb):
+        src = next(((t, t.rank - rb + u) for t in idxs if t.rank - rb + u >= 0 and t.shape[t.rank - rb + u] != 1),
+                   None)
+        sizes.append(b.runtime_size(*src) if src is not None else 1)
+    sizes += [b.runtime_size(x, j) for j in range(d + k, x.rank)]
+    return b.add(Node(name, TAKE, [x, *idxs], {"dim": d}, shape, tuple(sizes), dtype, origin=name))
 
 
 def _fallback(b: Builder, fx: torch.fx.Node, args: list[Any], kwargs: dict[str, Any],

@@ -16,7 +16,7 @@ import torch
 from kopt.harness.errors import EngineerError
 from kopt.phases.engineers.offline.attention import ATTENTION, ScoreChain, constant
 from kopt.phases.engineers.offline.fusion import Group, Partition
-from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, WINDOW_TAP, LibraryCall, Node, Sym
+from kopt.phases.engineers.offline.graph import LAYOUT, MATMUL, TAKE, WINDOW_TAP, LibraryCall, Node, Sym
 
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _FUNCS = {
@@ -171,6 +171,9 @@ class TorchRegion:
             return f"torch.{op}({a}, {b}).to({_compute(n.dtype)})"
         if op in LAYOUT:
             return self.layout(n, args[0])
+        if op == TAKE:  # advanced indexing: index tensors on adjacent dims from `dim`
+            picks = ", ".join([":"] * n.kwargs["dim"] + [f"{a}.long()" for a in args[1:]])
+            return f"{args[0]}[{picks}]"
         if op == WINDOW_TAP:
             x = n.args[0]
             if x in self.part.generated and x.op == "full":  # a part of constants: a tensor here

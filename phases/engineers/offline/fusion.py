@@ -41,6 +41,7 @@ from kopt.phases.engineers.offline.graph import (
     POINTWISE,
     REDUCTIONS,
     SCANS,
+    TAKE,
     WINDOW_TAP,
     Graph,
     Node,
@@ -318,6 +319,9 @@ class _Partitioner:
         read of the values)."""
         if h.kind != "pointwise" or target.kind in ("matmul", "attention"):
             return False
+        if any(m.op in (TAKE, WINDOW_TAP) and self.owner.get(m.args[0]) in (target, h)
+               for m in (*target.nodes, *h.nodes)):
+            return False  # a value loaded at other coordinates than its own: never computed here
         if h.domain == target.domain and h.domain_sym == target.domain_sym:
             align = list(range(len(h.domain)))
         else:
@@ -366,6 +370,10 @@ class _Partitioner:
 
     def place(self, n: Node) -> None:
         if n.op == "input" or n in self.gen:
+            return
+        if n.op == TAKE:  # loads x at the indices' values: x is loaded, never computed here
+            g = self._new("pointwise", n, n.shape, n.sym)
+            self._add(g, n, tuple(range(n.rank)))
             return
         if n.op == WINDOW_TAP:  # reads x's neighbours: x is loaded, never computed here
             g = self.owner.get(n.args[0])

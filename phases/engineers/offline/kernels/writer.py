@@ -22,6 +22,7 @@ from kopt.phases.engineers.offline.graph import (
     LAYOUT,
     MATMUL,
     REDUCTIONS,
+    TAKE,
     WINDOW_TAP,
     Node,
     Sym,
@@ -259,6 +260,45 @@ class _Writer:
             self.emit(f"{var} = {var}.to({ct})")
         return Operand(var, ct)
 
+    def take(self, n: Node, dm: DimMap, scope: _Scope) -> Operand:
+        """x at the index tensors' values along dims d..d+k-1 (graph.TAKE), its other dims at
+        the coordinates; a negative index counts from the end, one outside x reads 0."""
+        x, idxs, d = n.args[0], n.args[1:], n.kwargs["dim"]
+        k, rb = len(idxs), n.rank - x.rank + len(n.args) - 1
+        i = self.input_index[x]
+        terms, inside = [], []
+        for j in range(d):
+            if dm[j] is not None:
+                terms.append(f"{self.coord(dm[j])} * x{i}_s{j}")
+        for q, t in enumerate(idxs):
+            off = d + rb - t.rank  # right-aligned among the broadcast dims
+            tdm = tuple(None if t.shape[u] == 1 else dm[off + u] for u in range(t.rank))
+            if self.part_owner(t) is self.g:
+                op = self.value(t, scope)
+            elif t in self.part.generated:
+                op = self.generated(t, tdm, scope)
+            else:
+                op = self.load(t, tdm, scope)
+            size = x.sym[d + q]
+            text = literal(size) if isinstance(size, int) else self.scalar_param(Sym(size, x.shape[d + q]))
+            idx = self.fresh("t")
+            self.emit(f"{idx} = {op.text}.to(tl.int64)")
+            self.emit(f"{idx} = tl.where({idx} < 0, {idx} + {text}, {idx})")
+            inside.append(f"({idx} >= 0) & ({idx} < {text})")
+            terms.append(f"{idx} * x{i}_s{d + q}")
+        for j in range(d + k, x.rank):
+            e = dm[j - k + rb]
+            if e is not None and x.shape[j] != 1:
+                terms.append(f"{self.coord(e)} * x{i}_s{j}")
+        mask = self.load_mask(dm)
+        m = " & ".join(([mask] if mask else []) + inside)
+        var = self.fresh("x")
+        self.emit(f"{var} = tl.load(x{i}_ptr + {' + '.join(terms) or '0'}, mask={m}, other=0)  # {n.origin}: take")
+        ct = compute_type(x.dtype)
+        if TL_TYPES[x.dtype] != ct:
+            self.emit(f"{var} = {var}.to({ct})")
+        return Operand(var, ct)
+
     def generated(self, n: Node, dm: DimMap, scope: _Scope) -> Operand:
         """A shape-only value recomputed from coordinates."""
         key = ("gen", n, dm)
@@ -357,6 +397,8 @@ class _Writer:
             raise EngineerError(f"internal: reduction {n.name} read before its pass")
         elif n.op == WINDOW_TAP:
             op = self.tap(n, dm, scope)
+        elif n.op == TAKE:
+            op = self.take(n, dm, scope)
         elif n.op in GENERATORS:  # a constant or a range materialised (a PyTorch op reads it)
             op = self.generated(n, dm, scope)
             dims = [d for d in dm if d is not None]
