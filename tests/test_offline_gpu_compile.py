@@ -118,6 +118,10 @@ def test_kernels_compile_with_sizes_of_one(tmp_path: Path, can_compile: None) ->
         (["q = x.view(x.shape[0], x.shape[1], 2, 4).transpose(1, 2)",
           "q = q * 2.0 + torch.cat((-q[..., 2:], q[..., :2]), dim=-1)",
           "return F.scaled_dot_product_attention(q, q, q)"], [2, 3, 8]),
+        # loads at indices (graph.TAKE): computed from coordinates, loaded, a gather
+        (["return torch.roll(x, 3, dims=1) * 2.0"], [5, 37]),
+        (["idx = (x[0].abs() * 4).long().clamp(max=4)", "return x[:, idx] + 1.0"], [5, 5]),
+        (["idx = (x.abs() * 4).long().clamp(max=4)[:, :3]", "return torch.gather(x, 1, idx) * 2.0"], [5, 5]),
     ]
     files = []
     for i, (body, shape) in enumerate(bodies):

@@ -892,6 +892,12 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
                 all(idx.shape[i] == x.shape[i] for i in range(x.rank) if i != d):
             return b.add(Node(name, "select", [x, idx], {"dim": d, "keepdim": True}, shape, sym,
                               dtype, origin=name))
+        if isinstance(idx, Node) and isinstance(x, Node) and idx.rank == x.rank and \
+                not idx.dtype.is_floating_point and idx.dtype != torch.bool and tuple(shape) == idx.shape:
+            # out[c] = x[c with c_d = idx[c]]: a take at idx's own coordinates
+            sizes = tuple(b.runtime_size(idx, j) for j in range(idx.rank))
+            return b.add(Node(name, TAKE, [x, idx], {"dim": d, "gather": True}, shape, sizes, dtype,
+                              origin=name))
         return _fallback(b, fx, args, kwargs, shape, sym, dtype)
     if packet == "mm" and (slices := split_k_slices(b, args[0], args[1])):
         return lower_split_k(b, args[0], args[1], slices, name, name)

@@ -171,6 +171,8 @@ class TorchRegion:
             return f"torch.{op}({a}, {b}).to({_compute(n.dtype)})"
         if op in LAYOUT:
             return self.layout(n, args[0])
+        if op == TAKE and n.kwargs.get("gather"):
+            return f"torch.gather({args[0]}, {n.kwargs['dim']}, {args[1]}.long())"
         if op == TAKE:  # advanced indexing: index tensors on adjacent dims from `dim`
             picks = ", ".join([":"] * n.kwargs["dim"] + [f"{a}.long()" for a in args[1:]])
             return f"{args[0]}[{picks}]"

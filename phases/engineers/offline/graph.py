@@ -50,8 +50,9 @@ TAKE = "take"
 """Rows of x picked by index tensors: args [x, i_0, ..., i_{k-1}], `dim` d; the i_j index x's
 dims d..d+k-1 and broadcast together to B, so out = x.shape[:d] + B + x.shape[d+k:] and
 out[a, b, c] = x[a, i_0[b], ..., i_{k-1}[b], c] (negative indices count from the end): an
-embedding, `index_select`, `x[:, idx]`. A masked load of x at the indices' values (x is loaded,
-never computed in the same kernel)."""
+embedding, `index_select`, `x[:, idx]`. With `gather` (torch.gather along d, one index tensor
+of x's rank): out.shape = i_0.shape and out[c] = x[c with c_d = i_0[c]]. A masked load of x at
+the indices' values (x is loaded, never computed in the same kernel)."""
 GENERATORS = {"arange", "full"}
 LAYOUT = {"view", "flatten", "unsqueeze", "squeeze", "permute", "expand", "slice", "select_index",
           "split_item", "as_strided", "layout_fallback"}

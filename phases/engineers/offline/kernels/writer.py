@@ -264,14 +264,15 @@ class _Writer:
         """x at the index tensors' values along dims d..d+k-1 (graph.TAKE), its other dims at
         the coordinates; a negative index counts from the end, one outside x reads 0."""
         x, idxs, d = n.args[0], n.args[1:], n.kwargs["dim"]
-        k, rb = len(idxs), n.rank - x.rank + len(n.args) - 1
+        gather = bool(n.kwargs.get("gather"))  # the index at out's own coordinates, x's rank
+        k, rb = (1, 1) if gather else (len(idxs), n.rank - x.rank + len(n.args) - 1)
         i = self.input_index[x]
         terms, inside = [], []
         for j in range(d):
             if dm[j] is not None:
                 terms.append(f"{self.coord(dm[j])} * x{i}_s{j}")
         for q, t in enumerate(idxs):
-            off = d + rb - t.rank  # right-aligned among the broadcast dims
+            off = 0 if gather else d + rb - t.rank  # right-aligned among the broadcast dims
             tdm = tuple(None if t.shape[u] == 1 else dm[off + u] for u in range(t.rank))
             if self.part_owner(t) is self.g:
                 op = self.value(t, scope)
@@ -282,7 +283,7 @@ class _Writer:
             size = x.sym[d + q]
             text = literal(size) if isinstance(size, int) else self.scalar_param(Sym(size, x.shape[d + q]))
             idx = self.fresh("t")
-            self.emit(f"{idx} = {op.text}.to(tl.int64)")
+            self.emit(f"{idx} = tl.cast({op.text}, tl.int64)")
             self.emit(f"{idx} = tl.where({idx} < 0, {idx} + {text}, {idx})")
             inside.append(f"({idx} >= 0) & ({idx} < {text})")
             terms.append(f"{idx} * x{i}_s{d + q}")
