@@ -659,3 +659,15 @@ def test_a_reflect_padded_convolution_follows_its_channel_count(tmp_path: Path) 
     result = generate_candidate(case)
     assert not any("index" in u["op"] for u in result.unfused), result.unfused
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_view_of_a_range_that_pytorch_reads_is_stored_from_coordinates(tmp_path: Path) -> None:
+    """A length mask from `arange(t)[None, :] >= lengths[:, None]` before a masked softmax: the
+    view of the range is written for a PyTorch step by a kernel of its own, which computes it
+    from the coordinates (codegen failed here with a KeyError on the range, 2026-12-02)."""
+    body = ["lengths = (y[:, 0].abs() * 36).long() + 1",
+            "pos = torch.arange(x.shape[-1], device=x.device)",
+            "mask = pos[None, :] >= lengths[:, None]",
+            "return torch.softmax(x.masked_fill(mask, float('-inf')), dim=-1)"]
+    result, _ = _generate(tmp_path, body, [[5, 37], [5, 37]])
+    assert any("softmax" in " ".join(k["fuses"]) for k in result.kernels), result.kernels

@@ -390,7 +390,11 @@ class _Writer:
         if got is not None:
             return got
         dm = self.g.dmaps[n]
-        if n.op in LAYOUT:
+        if n.op in LAYOUT and n.args[0] not in self.g.dmaps and n.args[0] in self.part.generated:
+            # a view of a shape-only value (`arange(t)[None, :]`) stored for PyTorch to read:
+            # recomputed from the coordinates, as its readers inside kernels do
+            op = self.generated(n, dm, scope)
+        elif n.op in LAYOUT:
             op = self.value(n.args[0], scope)
         elif n.op in MATMUL:
             op = Operand("acc", "tl.float32")
