@@ -39,12 +39,12 @@ from kopt.phases.engineers.offline.graph import (
     MAX_CAT_PARTS,
     MAX_POOL_TAPS,
     MAX_WINDOW_TAPS,
+    TAKE,
     Builder,
     Graph,
     InputInfo,
     LibraryCall,
     Node,
-    TAKE,
     Sym,
     group_norm_map,
     lower_cat,
@@ -682,8 +682,8 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         shape, sym, dtype = _meta(fx)
         return b.add(Node(name, "split_item" if src.op == "layout_fallback" else "getitem",
                           [src, i], {}, shape, sym, dtype, origin=name))
-    if target in (operator.mul, operator.add, operator.sub, operator.floordiv, operator.mod, operator.neg,
-                  torch.sym_max, torch.sym_min) or "sym_size" in str(target) or \
+    if target in (operator.mul, operator.add, operator.sub, operator.floordiv, operator.mod,
+                  operator.neg, torch.sym_max, torch.sym_min) or "sym_size" in str(target) or \
             "sym_numel" in str(target) or "sym_stride" in str(target):
         return None  # shape arithmetic: read through `_arg` as a Sym
     if not isinstance(target, torch._ops.OpOverload):
@@ -1370,7 +1370,7 @@ def _lower_take(b: Builder, packet: str, args: list[Any], shape: tuple[int, ...]
         at = [j for j, v in enumerate(spec) if v is not None]
         if not at or at != list(range(at[0], at[-1] + 1)):
             return None
-        x, idxs, d = x, [spec[j] for j in at], at[0]
+        idxs, d = [spec[j] for j in at], at[0]
     if not isinstance(x, Node) or not all(isinstance(i, Node) and not i.dtype.is_floating_point
                                          and i.dtype != torch.bool for i in idxs):
         return None
@@ -1383,9 +1383,8 @@ def _lower_take(b: Builder, packet: str, args: list[Any], shape: tuple[int, ...]
         return None
     # sizes read off the operands at run time (a channel count the constructor sets included)
     sizes = [b.runtime_size(x, j) for j in range(d)]
-    for u in range(rb):
-        src = next(((t, t.rank - rb + u) for t in idxs if t.rank - rb + u >= 0 and t.shape[t.rank - rb + u] != 1),
-                   None)
+    for u in range(rb):  # a broadcast dim: the first index tensor that is full along it
+        src = next(((t, j) for t in idxs if (j := t.rank - rb + u) >= 0 and t.shape[j] != 1), None)
         sizes.append(b.runtime_size(*src) if src is not None else 1)
     sizes += [b.runtime_size(x, j) for j in range(d + k, x.rank)]
     return b.add(Node(name, TAKE, [x, *idxs], {"dim": d}, shape, tuple(sizes), dtype, origin=name))

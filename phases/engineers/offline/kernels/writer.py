@@ -294,7 +294,8 @@ class _Writer:
         mask = self.load_mask(dm)
         m = " & ".join(([mask] if mask else []) + inside)
         var = self.fresh("x")
-        self.emit(f"{var} = tl.load(x{i}_ptr + {' + '.join(terms) or '0'}, mask={m}, other=0)  # {n.origin}: take")
+        offset = " + ".join(terms) or "0"
+        self.emit(f"{var} = tl.load(x{i}_ptr + {offset}, mask={m}, other=0)  # {n.origin}: take")
         ct = compute_type(x.dtype)
         if TL_TYPES[x.dtype] != ct:
             self.emit(f"{var} = {var}.to({ct})")
