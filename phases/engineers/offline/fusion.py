@@ -631,7 +631,6 @@ def _bias_after_channel_part(graph: Graph, users: dict[Node, list[Node]], conv: 
     for u in users[part]:
         u.args = substitute(u.args, {part: add})
         u.kwargs = {k: substitute(v, {part: add}) for k, v in u.kwargs.items()}
-    graph.outputs = [substitute(o, {part: add}) for o in graph.outputs]
     at = graph.nodes.index(part) + 1
     graph.nodes[at:at] = [b4, tap, add]
 

@@ -207,11 +207,14 @@ class _Mover:
         over the tensor instead of four). Returns the new nodes, the last one the value after
         the view; None where the cone cannot be reshaped or reads more."""
         p = v.args[0]
-        if not self._cone(p, v):
-            return None
-        made: list[Node] = []
-        self.leaves = []
-        new = self.hoist(p, v, made, [])
+        self.copying, self.leaves = True, []
+        try:
+            if not self._cone(p, v) or id(p) in self.outputs:
+                return None
+            made: list[Node] = []
+            new = self.hoist(p, v, made, [])
+        finally:
+            self.copying = False
         leaves = set(self.leaves)
         if new is None or len(leaves) != 1 or \
                 next(iter(leaves)).dtype.itemsize > p.dtype.itemsize:
@@ -345,11 +348,8 @@ def move_pointwise_across_views(graph: Graph, pinned: set[Node] | None = None) -
                     replace_nodes(graph, {**{r: [] for r in replaced}, n: made}, {n: new})
                     moved += len(replaced)
                     break
-            if reshapes(n) and any(u.op in _ROW_OPS for u in m.users[n]) and \
-                    n.args[0].op in POINTWISE and id(n.args[0]) not in m.outputs:
-                m.copying = True
+            if reshapes(n) and any(u.op in _ROW_OPS for u in m.users[n]):
                 made = m.copy_into_rows(n)
-                m.copying = False
                 if made is not None:
                     replace_nodes(graph, {n: made}, {n: made[-1]})
                     moved += 1

@@ -300,12 +300,8 @@ class _ReductionWriter(_Writer):
         dm = self.g.dmaps
         if ss.op != "sum" or compute_type(ss.dtype) != "tl.float32":
             return None
-        sq = ss.args[0]
-        if not isinstance(sq, Node) or sq not in dm or not (
-                (sq.op == "mul" and sq.args[0] is sq.args[1]) or sq.op == "square"):
-            return None
-        dev = sq.args[0]
-        if not isinstance(dev, Node) or dev not in dm or dev.op != "sub":
+        dev = _squared_deviation(ss)
+        if dev is None or ss.args[0] not in dm or dev not in dm:
             return None
         e, m = dev.args[0], dev.args[1]
         if not isinstance(e, Node) or not isinstance(m, Node) or m not in dm or m.op != "div" or \
@@ -826,14 +822,20 @@ beside the sum): group norm statistics of float32 rows, H200, 2026-12-02
 against 0.197 (4096 x 8) and 0.124 (2048 x 4); 2048 x 63504 0.168 against 0.170 and 0.164."""
 
 
+def _squared_deviation(ss: Node) -> Node | None:
+    """The deviation `x - m` when `ss` sums its square ((x - m) * (x - m) or square(x - m)): a
+    variance's sum; else None."""
+    sq = ss.args[0] if ss.op == "sum" and ss.args else None
+    if not isinstance(sq, Node) or not (
+            (sq.op == "mul" and sq.args[0] is sq.args[1]) or sq.op == "square"):
+        return None
+    dev = sq.args[0]
+    return dev if isinstance(dev, Node) and dev.op == "sub" else None
+
+
 def _keeps_variance(group: Group) -> bool:
-    """Whether a sum in `group` adds squared deviations (x - m) * (x - m): a variance."""
-    for n in group.nodes:
-        sq = n.args[0] if n.op == "sum" and n.args else None
-        if isinstance(sq, Node) and ((sq.op == "mul" and sq.args[0] is sq.args[1]) or sq.op == "square") \
-                and isinstance(sq.args[0], Node) and sq.args[0].op == "sub":
-            return True
-    return False
+    """Whether a sum in `group` adds squared deviations: a variance."""
+    return any(_squared_deviation(n) is not None for n in group.nodes)
 
 
 def _reduction_default(group: Group) -> dict[str, int]:

@@ -265,7 +265,8 @@ class _Writer:
         the coordinates; a negative index counts from the end, one outside x reads 0."""
         x, idxs, d = n.args[0], n.args[1:], n.kwargs["dim"]
         gather = bool(n.kwargs.get("gather"))  # the index at out's own coordinates, x's rank
-        k, rb = (1, 1) if gather else (len(idxs), n.rank - x.rank + len(n.args) - 1)
+        k = 1 if gather else len(idxs)
+        rb = 1 if gather else n.rank - x.rank + k  # the rank the index tensors broadcast to
         i = self.input_index[x]
         terms, inside = [], []
         for j in range(d):
