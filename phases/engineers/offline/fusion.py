@@ -133,9 +133,10 @@ def shape_only(graph: Graph) -> set[Node]:
     for n in graph.nodes:
         if n.op in GENERATORS:
             gen.add(n)
-        elif n.op in POINTWISE | {"unsqueeze", "squeeze", "permute", "expand"} and n.inputs() and \
+        elif (n.op in POINTWISE | {"unsqueeze", "squeeze", "permute", "expand"}
+              or n.op in ("view", "flatten") and _size_one_reshape(n)) and n.inputs() and \
                 all(i in gen for i in n.inputs()):
-            gen.add(n)
+            gen.add(n)  # (a view that adds or drops size-1 dims: bilinear resampling's weights)
     return gen
 
 
@@ -447,7 +448,7 @@ class _Partitioner:
         ok = g is not None and g.kind in ("pointwise", "reduction") and self._acyclic(n, g)
         if ok and g.kind == "pointwise":
             ok = self.policy.reduction_prologue and g.dmaps[x] == tuple(range(len(g.domain))) \
-                and x.shape == g.domain and all(dm == tuple(range(len(g.domain))) for dm in g.dmaps.values())
+                and x.shape == g.domain and all(_broadcast_map(dm) for dm in g.dmaps.values())
             if ok:
                 sibling = self._row_sibling(g, d)
                 if sibling is not None and self._merge(sibling, g, n):
@@ -504,6 +505,15 @@ class _Partitioner:
         if n.kwargs.get("keepdim"):
             return dmx[:d] + (None,) + dmx[d + 1:]
         return dmx[:d] + dmx[d + 1:]
+
+
+def _broadcast_map(dm: DimMap) -> bool:
+    """Whether a node with dim map `dm` is the group's domain or a broadcast of it (its dims
+    the domain's in order, a size-1 dim where it has none): computed at the row loop's
+    coordinates like a full-size value (a position embedding added to a token embedding
+    before a layer norm)."""
+    dims = [d for d in dm if d is not None]
+    return dims == sorted(set(dims))
 
 
 def _filled(n: Node) -> bool:

@@ -100,23 +100,33 @@ def _combines_taps(p: Node) -> bool:
     convolution): computed at another pooling's taps, it would load the product of the two
     windows per element (level-2 72's average of an average: 64 strided loads an element,
     1.41 ms on the H100 against 1.17 ms for compile's two kernels, 2026-11-28)."""
-    seen: dict[int, int] = {}
+    seen: dict[int, set[tuple[Any, ...]]] = {}
     stack, visited = [p], 0
     while stack and visited < 512:
         n = stack.pop()
         visited += 1
         for a in n.inputs():
             if a.op == "slice" or a.op == WINDOW_TAP:
-                root = a.args[0]
+                root, where = a, []
                 while root.op == "slice" or root.op == WINDOW_TAP:  # a window's taps nest per dim
+                    where.append(_tap_position(root))
                     root = root.args[0]
-                src = id(root)
-                seen[src] = seen.get(src, 0) + 1
-                if seen[src] > 1:
+                # the same tap read by several operands (`where(x > 0, x, a * x)` moved to a
+                # tap) is one position of the window, not two
+                at = seen.setdefault(id(root), set())
+                at.add(tuple(where))
+                if len(at) > 1:
                     return True
             elif a.op in POINTWISE:
                 stack.append(a)
     return False
+
+
+def _tap_position(t: Node) -> tuple[Any, ...]:
+    """Where tap `t` reads its operand (its op and every argument but the operand)."""
+    if t.op == "slice":
+        return ("slice", *(repr(a) for a in t.args[1:]))
+    return (WINDOW_TAP, repr(t.kwargs["taps"]))
 
 
 def compute_at_taps(graph: Graph, pinned: set[Node] | None = None) -> int:
