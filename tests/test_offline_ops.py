@@ -645,6 +645,8 @@ def test_an_embedding_and_its_norm_are_one_kernel_that_follows_the_width(tmp_pat
     assert not result.unfused, result.unfused
     (emb,) = [k for k in result.kernels if "embedding" in k["fuses"]]
     assert "add" in " ".join(emb["fuses"]), result.kernels  # both lookups and their sum
+    # the position rows broadcast over the batch: the norm's row loop takes them too
+    assert "layer_norm" in " ".join(emb["fuses"]), result.kernels
     _accepted_on_cpu(tmp_path, case, result.source)
 
 
@@ -659,6 +661,108 @@ def test_a_reflect_padded_convolution_follows_its_channel_count(tmp_path: Path) 
     result = generate_candidate(case)
     assert not any("index" in u["op"] for u in result.unfused), result.unfused
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+@pytest.mark.parametrize("body", [
+    ["return torch.roll(x, (1, -2), dims=(1, 2)) * y"],  # two adjacent dims
+    ["return torch.sigmoid(torch.roll(x, (2, 3), dims=(0, 2)))"],  # a dim between them, read in place
+    ["return F.pad(x, (1, 1, 2, 2), mode='reflect') + 1.0"],  # reflected rows and columns
+])
+def test_a_take_of_a_take_is_one_load(tmp_path: Path, body: list[str]) -> None:
+    """A roll over two dims or a reflection pad exports one take per dim; the second reads the
+    first at moved coordinates. Composed (an index tensor per dim, an arange where neither
+    moves), one kernel loads x once: the first take's value is not written to be read back
+    (a two-dim roll ran at 39% of the floor on an H200, two kernels)."""
+    result, _ = _generate(tmp_path, body, [[4, 6, 7], [4, 6, 7]])
+    assert len(result.kernels) == 1, result.kernels
+    assert len(re.findall(r"tl\.load\(.*: take", result.source)) == 1, "two takes, one composes them"
+
+
+@pytest.mark.parametrize("body", [
+    ["return F.relu(F.interpolate(x, scale_factor=2, mode='nearest') + y)"],
+    ["return F.interpolate(x, size=(7, 11), mode='nearest') * 2.0"],  # a scale that is not whole
+    ["return torch.tanh(F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=False))"],
+])
+def test_resampling_is_loads_at_computed_positions(tmp_path: Path, body: list[str]) -> None:
+    """Nearest and bilinear upsampling (kept whole by core ATen) decompose into index arithmetic
+    and takes: generated, none left to PyTorch, accepted (smoke draws and strided inputs)."""
+    shapes = [[2, 3, 4, 5], [2, 3, 8, 10]]
+    result, _ = _generate(tmp_path, body, shapes)
+    assert not any("upsample" in u["op"] for u in result.unfused), result.unfused
+    assert len(result.kernels) == 1, result.kernels
+    case = load_case_dir(_write_case(tmp_path, body, shapes, "float32"))
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+@pytest.mark.parametrize(("body", "shape"), [
+    (["return x.unfold(2, 3, 2) * 2.0"], [2, 3, 9, 4]),  # overlapping windows
+    (["p = x.unfold(2, 2, 2).unfold(3, 2, 2)",  # patches of a ViT written with unfold
+      "return p.permute(0, 2, 3, 1, 4, 5).reshape(x.shape[0], -1, 12) + 1.0"], [2, 3, 4, 6]),
+])
+def test_an_unfolded_window_is_a_take_whatever_the_input_layout(tmp_path: Path, body: list[str],
+                                                                shape: list[int]) -> None:
+    """`Tensor.unfold` as a load at `o * step + t` (its decomposition, an `as_strided` with the
+    traced strides, read a strided input wrongly): generated and accepted, strided inputs
+    included."""
+    result, _ = _generate(tmp_path, body, [shape, [1]])
+    assert not any("unfold" in u["op"] or "as_strided" in u["op"] for u in result.unfused), result.unfused
+    case = load_case_dir(_write_case(tmp_path, body, [shape, [1]], "float32"))
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+@pytest.mark.parametrize("body", [
+    ["return F.avg_pool2d(torch.where(x > 0, x, 0.25 * x), 2)"],  # a PReLU before a tiling pool
+    ["return F.adaptive_avg_pool2d(torch.relu(x), 3)"],  # whole windows: an average pool
+])
+def test_a_pointwise_op_before_a_tiling_pool_is_computed_at_its_taps(tmp_path: Path,
+                                                                    body: list[str]) -> None:
+    """`where(x > 0, x, a * x)` reads x three times; moved to a pooling's tap it reads the same
+    tap three times, which is one window position, not three: the op moves into the pooling's
+    kernel (it was a kernel per tap, five in all)."""
+    shapes = [[2, 3, 6, 6], [1]]
+    result, _ = _generate(tmp_path, body, shapes)
+    assert len(result.kernels) == 1 and not result.unfused, (result.kernels, result.unfused)
+
+
+@pytest.mark.parametrize("body", [
+    ["return F.pad(torch.relu(x), (1, 2, 0, 3), value=0.5) * 2.0"],
+    ["return F.pad(x, (-1, 2), value=-1.0) + y.sum()"],  # a negative pad crops
+    ["return F.avg_pool2d(F.pad(x * x, (0, 0, 2, 2)), (5, 1), stride=1)"],  # a channel window (LRN)
+])
+def test_a_constant_pad_is_a_masked_load(tmp_path: Path, body: list[str]) -> None:
+    """`constant_pad_nd` is a one-element window tap (the value outside x), and a pooling over
+    it folds the pad into its own padding: no pad copies the tensor in PyTorch."""
+    shapes = [[2, 5, 6, 4], [1]]
+    result, _ = _generate(tmp_path, body, shapes)
+    assert not any("pad" in u["op"] for u in result.unfused), result.unfused
+    assert "constant_pad_nd" not in result.source.split("class ModelNew")[1].split("KOPT_REGIONS")[0]
+    # each region's PyTorch form (what the accelerator times against) pads the same way
+    case = load_case_dir(_write_case(tmp_path, body, shapes, "float32"))
+    module = _load_candidate(result.source, tmp_path, "torch_form")
+    for region in module.KOPT_REGIONS:
+        module.KOPT_REGIONS[region] = "torch"
+    _check_case(case, module, "main", seed=5)
+
+
+def test_a_gated_pixel_shuffle_is_one_kernel(tmp_path: Path) -> None:
+    """GLU then pixel shuffle: the split view is moved above the gate (a split of a channel
+    slice is a view), the permuted copy computes the gate, and the decomposition's second copy
+    of that fresh contiguous value is dropped: one kernel, where there were three."""
+    body = ["return F.pixel_shuffle(F.glu(x, dim=1), 2)"]
+    result, _ = _generate(tmp_path, body, [[2, 16, 3, 5], [1]])
+    assert len(result.kernels) == 1, result.kernels
+
+
+def test_a_copy_of_an_input_is_still_a_copy(tmp_path: Path) -> None:
+    """The dropped copy is only ever of a value computed here: `x.view(...).clone()` must not
+    return a view of the caller's tensor."""
+    body = ["return x.view(x.shape[0], -1).clone()"]
+    result, module = _generate(tmp_path, body, [[2, 3, 4], [1]])
+    import torch
+
+    x = torch.randn(2, 3, 4)
+    out = module.ModelNew()(x, torch.zeros(1))
+    assert out.data_ptr() != x.data_ptr()
 
 
 def test_a_view_of_a_range_that_pytorch_reads_is_stored_from_coordinates(tmp_path: Path) -> None:

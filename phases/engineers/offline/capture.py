@@ -40,6 +40,7 @@ from kopt.phases.engineers.offline.graph import (
     MAX_POOL_TAPS,
     MAX_WINDOW_TAPS,
     TAKE,
+    WINDOW_TAP,
     Builder,
     Graph,
     InputInfo,
@@ -53,6 +54,7 @@ from kopt.phases.engineers.offline.graph import (
     lower_logsumexp,
     lower_mean,
     lower_reduction,
+    lower_pad,
     lower_softmax,
     lower_tap_pool,
     lower_var,
@@ -486,9 +488,28 @@ LIBRARY_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attent
                "lstm", "gru", "rnn_tanh", "rnn_relu")
 
 
+# Ops core ATen keeps whole that decompose into what the engine lowers: resampling becomes
+# index arithmetic and takes, an adaptive pool with whole windows an average pool.
+# (`Tensor.unfold` decomposes to an `as_strided` with the traced strides, wrong for an input
+# laid out otherwise: `_lower_unfold` takes its windows instead.)
+EXTRA_DECOMPOSED = ("upsample_nearest1d.vec", "upsample_nearest2d.vec", "upsample_nearest3d.vec",
+                    "upsample_linear1d.vec", "upsample_linear1d.default",
+                    "upsample_bilinear2d.vec", "upsample_bilinear2d.default",
+                    "upsample_trilinear3d.vec", "upsample_trilinear3d.default",
+                    "_adaptive_avg_pool2d.default")
+
+
 def _decomposition_table() -> Any:
-    """torch.export's core-ATen table without the library calls of `LIBRARY_OPS`."""
+    """torch.export's core-ATen table without the library calls of `LIBRARY_OPS`, with
+    `EXTRA_DECOMPOSED`."""
+    from torch._decomp import decomposition_table
+
     table = torch.export.default_decompositions()
+    for name in EXTRA_DECOMPOSED:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        if op is not None and op in decomposition_table:
+            table[op] = decomposition_table[op]
     for op in list(table.keys()):
         if op.overloadpacket.__name__ in LIBRARY_OPS:
             table.pop(op)
@@ -683,7 +704,8 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         return b.add(Node(name, "split_item" if src.op == "layout_fallback" else "getitem",
                           [src, i], {}, shape, sym, dtype, origin=name))
     if target in (operator.mul, operator.add, operator.sub, operator.floordiv, operator.mod,
-                  operator.neg, torch.sym_max, torch.sym_min) or "sym_size" in str(target) or \
+                  operator.truediv, operator.neg, torch.sym_max, torch.sym_min,
+                  torch.sym_float) or "sym_size" in str(target) or \
             "sym_numel" in str(target) or "sym_stride" in str(target):
         return None  # shape arithmetic: read through `_arg` as a Sym
     if not isinstance(target, torch._ops.OpOverload):
@@ -853,11 +875,17 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         if window is not None:
             return lower_depthwise_convolution(b, x0(), args[1], args[2], window, list(args[3]),
                                                list(args[4]), list(args[5]), name, name)
+    if packet == "constant_pad_nd" and isinstance(x0(), Node):
+        padded = lower_pad(b, x0(), list(args[1]) if isinstance(args[1], (list, tuple)) else [],
+                           args[2] if len(args) > 2 else kwargs.get("value", 0), name, name)
+        if padded is not None:
+            return padded
     if packet in _POOLS:
         pooling = _pooling(packet, x0(), args, kwargs)
         if pooling is not None and (not packet.startswith("max") or _only_values_used(fx)):
             kind = "max" if packet.startswith("max") else "avg"
-            if pooling.tiles and math.prod(pooling.window) <= MAX_WINDOW_TAPS:
+            if pooling.tiles and math.prod(pooling.window) <= MAX_WINDOW_TAPS and \
+                    not (x0().op == WINDOW_TAP and x0().kwargs.get("pad")):
                 out = lower_window_pool(b, x0(), pooling.window, kind, name, name)
             else:
                 out = lower_tap_pool(b, x0(), pooling.window, pooling.stride, pooling.padding,
@@ -881,6 +909,10 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             return b.add(Node(name, scan.op, [inner], {"dim": scan.kwargs["dim"]}, shape, sym,
                               dtype, origin=name))
         return lower_cat(b, list(args[0]), dim, shape, dtype, name, name)
+    if packet == "unfold" and isinstance(x0(), Node) and len(args) == 4:
+        unfolded = _lower_unfold(b, x0(), args[1], args[2], args[3], shape, name)
+        if unfolded is not None:
+            return unfolded
     if packet in ("embedding", "index_select", "index"):
         taken = _lower_take(b, packet, args, shape, sym, dtype, name)
         if taken is not None:
@@ -1387,7 +1419,106 @@ def _lower_take(b: Builder, packet: str, args: list[Any], shape: tuple[int, ...]
         src = next(((t, j) for t in idxs if (j := t.rank - rb + u) >= 0 and t.shape[j] != 1), None)
         sizes.append(b.runtime_size(*src) if src is not None else 1)
     sizes += [b.runtime_size(x, j) for j in range(d + k, x.rank)]
+    composed = _compose_takes(b, x, idxs, d, shape, tuple(sizes), dtype, name)
+    if composed is not None:
+        return composed
     return b.add(Node(name, TAKE, [x, *idxs], {"dim": d}, shape, tuple(sizes), dtype, origin=name))
+
+
+def _lower_unfold(b: Builder, x: Node, dim: int, size: int, step: int, shape: tuple[int, ...],
+                  name: str) -> Node | None:
+    """`x.unfold(dim, size, step)` (windows of `size` every `step` along dim, the window's
+    offset a new last dim) as a take of x along dim at `o * step + t`, then a permute that
+    moves t last: x's own strides are read at run time, whatever its layout."""
+    from torch.utils._sympy.functions import FloorDiv
+
+    if not (type(size) is int and type(step) is int and size >= 1 and step >= 1):
+        return None
+    d = norm_dim(dim, max(x.rank, 1))
+    if x.rank == 0 or len(shape) != x.rank + 1 or x.shape[d] < size:
+        return None
+    length = b.runtime_size(x, d)
+    count = (length - size) // step + 1 if isinstance(length, int) else FloorDiv(length - size, step) + 1
+    n = (x.shape[d] - size) // step + 1
+    o = b.add(Node(f"{name}_o", "arange", [0, step], {}, (n,), (count,), torch.int64, origin=name))
+    o = b.add(Node(f"{name}_ou", "unsqueeze", [o, 1], {}, (n, 1), (count, 1), torch.int64, origin=name))
+    t = b.add(Node(f"{name}_t", "arange", [0, 1], {}, (size,), (size,), torch.int64, origin=name))
+    t = b.add(Node(f"{name}_tu", "unsqueeze", [t, 0], {}, (1, size), (1, size), torch.int64, origin=name))
+    idx = b.add(Node(f"{name}_idx", "add", [o, t], {}, (n, size), (count, size), torch.int64,
+                     origin=name))
+    sizes = [b.runtime_size(x, j) for j in range(x.rank)]
+    tshape = (*x.shape[:d], n, size, *x.shape[d + 1:])
+    tsym = (*sizes[:d], count, size, *sizes[d + 1:])
+    taken = b.add(Node(f"{name}_take", TAKE, [x, idx], {"dim": d}, tshape, tsym, x.dtype, origin=name))
+    perm = [j for j in range(x.rank + 1) if j != d + 1] + [d + 1]
+    return b.add(Node(name, "permute", [taken, perm], {}, tuple(tshape[j] for j in perm),
+                      tuple(tsym[j] for j in perm), x.dtype, origin=name))
+
+
+def _separable_dims(t: Node) -> tuple[int, int, list[Node]] | None:
+    """(first dim, count, index tensors) of a take that keeps x's rank and whose every index
+    tensor varies along its own dim only (`x[:, i]`, `x[:, i[:, None], j[None, :]]`): the
+    takes a roll or a reflection pad exports to, one per dim."""
+    if t.op != TAKE or t.kwargs.get("gather"):
+        return None
+    x, idxs, d = t.args[0], list(t.args[1:]), t.kwargs["dim"]
+    k = len(idxs)
+    if t.rank != x.rank:
+        return None
+    for q, i in enumerate(idxs):
+        off = k - i.rank
+        if off < 0 or any(i.shape[u] != 1 for u in range(i.rank) if off + u != q):
+            return None
+    return d, k, idxs
+
+
+def _compose_takes(b: Builder, x: Node, idxs: list[Node], d: int, shape: tuple[int, ...],
+                   sizes: tuple[Any, ...], dtype: torch.dtype, name: str) -> Node | None:
+    """`take(take(y, I, dims a..), J, dim d)` as one take of y along the dims of both (an index
+    tensor per dim, each varying along its own dim, an arange for a dim between them that
+    neither moves): the second take's kernel loads y once instead of a kernel writing the
+    first take's value for the second to read (`torch.roll` over two dims, a reflection pad,
+    a nearest upsampling: one pass instead of two)."""
+    inner = _separable_dims(x)
+    if inner is None or len(idxs) != 1 or idxs[0].rank != 1 or len(shape) != x.rank:
+        return None
+    a, k, inner_idxs = inner
+    if a <= d < a + k:
+        return None  # the same dim taken twice: an index of an index, not built
+    y = x.args[0]
+    lo, hi = min(a, d), max(a + k - 1, d)
+    span = hi - lo + 1
+
+    def placed(t: Node, at: int, tag: str) -> Node:
+        """Index tensor t (one non-1 dim) as a rank-`span` tensor varying along `at` only."""
+        full = next((u for u in range(t.rank) if t.shape[u] != 1), None)
+        v = t
+        if t.rank > 1:
+            drop = [u for u in range(t.rank) if u != full] if full is not None else list(range(1, t.rank))
+            one = (t.shape[full],) if full is not None else (1,)
+            osym = (t.sym[full],) if full is not None else (1,)
+            v = b.add(Node(f"{name}_{tag}_sq", "squeeze", [t, drop], {}, one, osym, t.dtype,
+                           origin=name))
+        for u in range(span - 1):
+            pos = 0 if u < at else 1
+            shp = v.shape[:pos] + (1,) + v.shape[pos:] if pos == 0 else v.shape + (1,)
+            sy = v.sym[:pos] + (1,) + v.sym[pos:] if pos == 0 else v.sym + (1,)
+            v = b.add(Node(f"{name}_{tag}_u{u}", "unsqueeze", [v, 0 if pos == 0 else v.rank], {},
+                           shp, sy, t.dtype, origin=name))
+        return v
+
+    parts: list[Node] = []
+    for j in range(lo, hi + 1):
+        if j == d:
+            parts.append(placed(idxs[0], j - lo, "o"))
+        elif a <= j < a + k:
+            parts.append(placed(inner_idxs[j - a], j - lo, f"i{j - a}"))
+        else:  # a dim between the two that neither take moves: read in place
+            n = b.runtime_size(y, j)
+            r = b.add(Node(f"{name}_r{j}", "arange", [0, 1], {}, (y.shape[j],), (n,), torch.int64,
+                           origin=name))
+            parts.append(placed(r, j - lo, f"r{j}"))
+    return b.add(Node(name, TAKE, [y, *parts], {"dim": lo}, shape, sizes, dtype, origin=name))
 
 
 def _fallback(b: Builder, fx: torch.fx.Node, args: list[Any], kwargs: dict[str, Any],

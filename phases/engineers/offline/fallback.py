@@ -233,31 +233,37 @@ class TorchRegion:
     def tap(self, n: Node, x: str) -> str:
         """x padded with the fill, then a strided slice per pooled dim."""
         x_rank = n.args[0].rank
-        if n.kwargs.get("clip") and not n.kwargs.get("ceil"):  # a concatenation's part, zero-padded
-            (d, _stride, _dilation, offset, _t, _window, _size), = n.kwargs["taps"]
-            before = self.operand(offset) if isinstance(offset, Sym) else str(offset)
-            after = f"{self.operand(Sym(n.sym[d], n.shape[d])) if not isinstance(n.sym[d], int) else n.sym[d]} - {before} - {x}.shape[{d}]"
-            return f"torch.nn.functional.pad({x}, {[0, 0] * (x_rank - 1 - d)} + [{before}, {after}])"
         taps = sorted(n.kwargs["taps"])
-        pads: list[int] = []
-        for d in range(x_rank - 1, taps[0][0] - 1, -1):
-            p = next((t[3] for t in taps if t[0] == d), 0)
-            pads += [p, p]
-        index = ["slice(None)"] * x_rank
-        if n.kwargs.get("ceil"):  # room for the last window's overhang, then the output's size
-            pads = []
+        fill = 'float("-inf")' if n.kwargs["fill"] == float("-inf") else repr(n.kwargs["fill"])
+
+        def size(d: int) -> str:  # the output's size along d
+            return str(n.sym[d]) if isinstance(n.sym[d], int) else self.operand(Sym(n.sym[d], n.shape[d]))
+
+        if n.kwargs.get("clip") and not n.kwargs.get("ceil") and all(t[5] == 1 for t in taps):
+            # a concatenation's part or a constant pad: x at o - offset, the fill outside
+            pads: list[str] = []
             for d in range(x_rank - 1, taps[0][0] - 1, -1):
                 t = next((t for t in taps if t[0] == d), None)
-                pads += [t[3], t[3] + t[2] * (t[5] - 1)] if t else [0, 0]
-        for d, stride, dilation, padding, t, window, _size in taps:
-            start = t * dilation
-            count = f"(({x}.shape[{d}] + {2 * padding - dilation * (window - 1) - 1}) // {stride} + 1)"
-            if n.kwargs.get("ceil"):
-                count = (str(n.sym[d]) if isinstance(n.sym[d], int)
-                         else self.operand(Sym(n.sym[d], n.shape[d])))
-            index[d] = f"slice({start}, {start} + {stride} * ({count} - 1) + 1, {stride})"
-        fill = 'float("-inf")' if n.kwargs["fill"] == float("-inf") else repr(n.kwargs["fill"])
-        padded = f"torch.nn.functional.pad({x}, {pads}, value={fill})" if any(pads) else x
+                if t is None:
+                    pads += ["0", "0"]
+                    continue
+                before = self.operand(t[3]) if isinstance(t[3], Sym) else str(t[3])
+                pads += [before, f"{size(d)} - ({before}) - {x}.shape[{d}]"]
+            return f"torch.nn.functional.pad({x}, [{', '.join(pads)}], value={fill})"
+        pads: list[str] = []
+        index = ["slice(None)"] * x_rank
+        for d in range(x_rank - 1, taps[0][0] - 1, -1):
+            t = next((t for t in taps if t[0] == d), None)
+            if t is None:
+                pads += ["0", "0"]
+                continue
+            _d, stride, dilation, padding, tap, _window, _size = t
+            start = tap * dilation
+            # room for the last window's reach, whatever the output's size says (ceil mode's
+            # overhang, a constant pad's own end folded into the padding)
+            pads += [str(padding), f"max(0, {start} + {stride} * ({size(d)} - 1) + 1 - {padding} - {x}.shape[{d}])"]
+            index[d] = f"slice({start}, {start} + {stride} * ({size(d)} - 1) + 1, {stride})"
+        padded = f"torch.nn.functional.pad({x}, [{', '.join(pads)}], value={fill})"
         return f"{padded}[{', '.join(index)}]"
 
     def layout(self, n: Node, x: str) -> str:

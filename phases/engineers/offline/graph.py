@@ -658,15 +658,48 @@ def lower_tap_pool(b: Builder, x: Node, window: list[int], stride: list[int], pa
         shape[d] = pooled_size(x.shape[d], k, stride[i], padding[i], dilation[i], ceil)
         sym[d] = pooled_size(sizes[i], k, stride[i], padding[i], dilation[i], ceil)
     fill = float("-inf") if kind == "max" else 0.0
+    src, pads = x, {}
+    if x.op == WINDOW_TAP and x.kwargs.get("pad") and not ceil and \
+            (x.kwargs["fill"] == fill or not any(padding)):
+        # a pooling of a constant pad: the pad's offsets join the pooling's padding and the
+        # pad's value fills outside its input (inside the padded value the pooling's own mask
+        # never fails where the pad's does not): one kernel reads the unpadded input
+        src, fill = x.args[0], x.kwargs["fill"]
+        pads = {spec[0]: (spec[3], spec[6]) for spec in x.kwargs["taps"]}
     tapped: list[Node] = []
     for j, taps in enumerate(itertools.product(*(range(k) for k in window))):
-        spec = [(first + i, stride[i], dilation[i], padding[i], t, window[i], sizes[i])
-                for i, t in enumerate(taps)]
-        v = b.add(Node(f"{name}_tap{j}", WINDOW_TAP, [x],
-                       {"taps": spec, "fill": fill, **({"clip": True, "ceil": True} if ceil else {})},
+        spec = [(first + i, stride[i], dilation[i], padding[i] + pads.get(first + i, (0, 0))[0], t,
+                 window[i], pads.get(first + i, (0, sizes[i]))[1]) for i, t in enumerate(taps)]
+        spec += [(d, 1, 1, lo, 0, 1, size) for d, (lo, size) in pads.items() if d < first]
+        # (a pad's end folded in is masked like ceil mode's overhang: `clip`)
+        v = b.add(Node(f"{name}_tap{j}", WINDOW_TAP, [src],
+                       {"taps": spec, "fill": fill, **({"clip": True, "ceil": True} if ceil else {}),
+                        **({"clip": True} if pads else {})},
                        tuple(shape), tuple(sym), x.dtype, origin=origin))
         tapped.append(v)
     return _pool_of_taps(b, tapped, kind, x, math.prod(window), name, origin)
+
+
+def lower_pad(b: Builder, x: Node, pad: list[int], value: float, name: str, origin: str) -> Node | None:
+    """`constant_pad_nd(x, pad, value)` as one `window_tap` of a one-element window: x at
+    o - before along each padded dim, `value` outside x (a negative pad crops). None for a
+    pad that is not a list of ints or a value no kernel can write (nan, +inf)."""
+    if not all(type(p) is int for p in pad) or len(pad) % 2 or len(pad) // 2 > x.rank or \
+            not isinstance(value, (int, float)) or value != value or value == float("inf"):
+        return None
+    shape, sym = list(x.shape), [b.runtime_size(x, d) for d in range(x.rank)]
+    spec = []
+    for i in range(len(pad) // 2):
+        d, lo, hi = x.rank - 1 - i, pad[2 * i], pad[2 * i + 1]
+        if lo == 0 and hi == 0:
+            continue
+        spec.append((d, 1, 1, lo, 0, 1, sym[d]))
+        shape[d], sym[d] = shape[d] + lo + hi, sym[d] + lo + hi
+    if any(s <= 0 for s in shape):
+        return None
+    spec.sort()
+    return b.add(Node(name, WINDOW_TAP, [x], {"taps": spec, "fill": float(value), "pad": True, "clip": True},
+                      tuple(shape), tuple(sym), x.dtype, origin=origin))
 
 
 MAX_CAT_PARTS = 8
@@ -811,6 +844,25 @@ def fold_flipped_scans(graph: Graph) -> None:
     graph.nodes = [n for n in graph.nodes if n not in gone]
 
 
+_SAME_LAYOUT_VIEWS = ("view", "flatten", "unsqueeze", "squeeze")
+"""Views whose result is contiguous where their input is."""
+
+
+def _needless_copy(n: Node) -> bool:
+    """A copy (`clone`, `contiguous`) of a reshape of a value computed here: that value is a
+    fresh contiguous tensor nothing else can change, so the copy's kernel, a write and a read
+    of the whole tensor, would only copy it again (pixel shuffle's decomposition clones its
+    contiguous result; the value may be a copy itself). A copy of a model input or of a
+    library call's value stays: the result must not alias them."""
+    if n.op != "identity" or not n.args or not isinstance(n.args[0], Node) or \
+            n.args[0].dtype != n.dtype or n.args[0].shape != n.shape:
+        return False
+    y = n.args[0]
+    while y.op in _SAME_LAYOUT_VIEWS and y.args and isinstance(y.args[0], Node):
+        y = y.args[0]
+    return y is not n.args[0] and (y.op in POINTWISE or y.op in REDUCTIONS)
+
+
 PURE_FALLBACKS = ("aten.convolution",)
 """Library calls with no effect but their result: dropped by `simplify` when nothing reads it."""
 
@@ -832,6 +884,9 @@ def simplify(graph: Graph) -> None:
     for n in graph.nodes:
         n.args = substitute(n.args, canon)
         n.kwargs = {k: substitute(v, canon) for k, v in n.kwargs.items()}
+        if _needless_copy(n):
+            canon[n] = n.args[0]
+            continue
         if n.op not in REDUCTIONS:
             continue  # pointwise values are cheap to recompute; sharing one can tie kernels together
         key = (n.op, _key(n.args, canon), _key(sorted(n.kwargs.items()), canon), n.dtype, n.shape,

@@ -76,6 +76,14 @@ def dim_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[range, 
     return out
 
 
+def splits_only(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    """Whether the reshape `src` -> `dst` only splits dims (never merges two of src's non-1
+    dims): a view of any strided tensor, a slice's or a permutation's included (a dim of
+    stride s split into (a, b) has strides (b * s, s))."""
+    groups = dim_groups(src, dst)
+    return groups is not None and all(sum(1 for k in si if src[k] != 1) <= 1 for si, _ in groups)
+
+
 def reshaped_broadcast(operand: tuple[int, ...], src: tuple[int, ...],
                        dst: tuple[int, ...]) -> tuple[int, ...] | None:
     """The shape (rank of `dst`) that a broadcast `operand` of `src` has after the reshape
@@ -187,8 +195,9 @@ class _Mover:
                 if moved is None:
                     return None
                 full[a] = moved
-            elif a.op == WINDOW_TAP or (a.op in LAYOUT and a.op not in _VIEWS):
-                return None  # a strided or shifted view: reshaping it would copy it
+            elif a.op == WINDOW_TAP or (a.op in LAYOUT and a.op not in _VIEWS
+                                        and not splits_only(a.shape, v.shape)):
+                return None  # a strided or shifted view: merging its dims would copy it
             else:
                 made.append(inner)
                 full[a] = inner
@@ -339,8 +348,9 @@ def move_pointwise_across_views(graph: Graph, pinned: set[Node] | None = None) -
     for _ in range(256):  # each round moves one cone: a bound, never reached in practice
         m = _Mover(graph, pinned or set())
         for n in graph.nodes:
-            if reshapes(n) and \
-                    any(u.op in _ROW_OPS for u in m.users[n]) and m._cone(n.args[0], n):
+            if reshapes(n) and m._cone(n.args[0], n) and \
+                    any(u.op in _ROW_OPS or (u.op == "permute" and splits_only(n.args[0].shape, n.shape))
+                        for u in m.users[n]):
                 made: list[Node] = []
                 replaced: list[Node] = []
                 new = m.hoist(n.args[0], n, made, replaced)
