@@ -699,13 +699,14 @@ def test_resampling_is_loads_at_computed_positions(tmp_path: Path, body: list[st
     (["p = x.unfold(2, 2, 2).unfold(3, 2, 2)",  # patches of a ViT written with unfold
       "return p.permute(0, 2, 3, 1, 4, 5).reshape(x.shape[0], -1, 12) + 1.0"], [2, 3, 4, 6]),
 ])
-def test_an_unfolded_window_is_a_take_whatever_the_input_layout(tmp_path: Path, body: list[str],
-                                                                shape: list[int]) -> None:
-    """`Tensor.unfold` as a load at `o * step + t` (its decomposition, an `as_strided` with the
-    traced strides, read a strided input wrongly): generated and accepted, strided inputs
-    included."""
+def test_an_unfolded_window_is_a_view_the_kernel_reads(tmp_path: Path, body: list[str],
+                                                       shape: list[int]) -> None:
+    """`Tensor.unfold` stays a view (its decomposition, an `as_strided` with the traced
+    strides, would read a strided input wrongly): the kernel after it loads through the view's
+    strides, and the verifier counts it as a view, not as PyTorch computing (it was rejected
+    as a fallback touching 67% of the elements). Accepted, strided inputs included."""
     result, _ = _generate(tmp_path, body, [shape, [1]])
-    assert not any("unfold" in u["op"] or "as_strided" in u["op"] for u in result.unfused), result.unfused
+    assert len(result.kernels) == 1, result.kernels
     case = load_case_dir(_write_case(tmp_path, body, [shape, [1]], "float32"))
     _accepted_on_cpu(tmp_path, case, result.source)
 

@@ -36,6 +36,7 @@ NON_COMPUTE_OPS = frozenset({
     "is_nonzero", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "stride",
     "numel", "dim", "size", "arange", "scalar_tensor", "_to_dense", "record_stream",
     "narrow", "view_as", "expand_as", "flatten", "unflatten", "movedim", "_reshape_alias",
+    "unfold",  # Tensor.unfold: a view of windows (F.unfold, which copies, is `im2col`)
     # queries that answer a Python bool from metadata (an LSTM asks cuDNN's first)
     "cudnn_is_acceptable", "is_same_size", "is_floating_point", "is_complex",
     "_has_compatible_shallow_copy_type", "_use_cudnn_rnn_flatten_weight",

@@ -490,8 +490,8 @@ LIBRARY_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attent
 
 # Ops core ATen keeps whole that decompose into what the engine lowers: resampling becomes
 # index arithmetic and takes, an adaptive pool with whole windows an average pool.
-# (`Tensor.unfold` decomposes to an `as_strided` with the traced strides, wrong for an input
-# laid out otherwise: `_lower_unfold` takes its windows instead.)
+# (Not `Tensor.unfold`: its decomposition is an `as_strided` with the traced strides, wrong for
+# an input laid out otherwise; kept, it is a view the reading kernel loads through.)
 EXTRA_DECOMPOSED = ("upsample_nearest1d.vec", "upsample_nearest2d.vec", "upsample_nearest3d.vec",
                     "upsample_linear1d.vec", "upsample_linear1d.default",
                     "upsample_bilinear2d.vec", "upsample_bilinear2d.default",
@@ -909,10 +909,6 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             return b.add(Node(name, scan.op, [inner], {"dim": scan.kwargs["dim"]}, shape, sym,
                               dtype, origin=name))
         return lower_cat(b, list(args[0]), dim, shape, dtype, name, name)
-    if packet == "unfold" and isinstance(x0(), Node) and len(args) == 4:
-        unfolded = _lower_unfold(b, x0(), args[1], args[2], args[3], shape, name)
-        if unfolded is not None:
-            return unfolded
     if packet in ("embedding", "index_select", "index"):
         taken = _lower_take(b, packet, args, shape, sym, dtype, name)
         if taken is not None:
@@ -1423,36 +1419,6 @@ def _lower_take(b: Builder, packet: str, args: list[Any], shape: tuple[int, ...]
     if composed is not None:
         return composed
     return b.add(Node(name, TAKE, [x, *idxs], {"dim": d}, shape, tuple(sizes), dtype, origin=name))
-
-
-def _lower_unfold(b: Builder, x: Node, dim: int, size: int, step: int, shape: tuple[int, ...],
-                  name: str) -> Node | None:
-    """`x.unfold(dim, size, step)` (windows of `size` every `step` along dim, the window's
-    offset a new last dim) as a take of x along dim at `o * step + t`, then a permute that
-    moves t last: x's own strides are read at run time, whatever its layout."""
-    from torch.utils._sympy.functions import FloorDiv
-
-    if not (type(size) is int and type(step) is int and size >= 1 and step >= 1):
-        return None
-    d = norm_dim(dim, max(x.rank, 1))
-    if x.rank == 0 or len(shape) != x.rank + 1 or x.shape[d] < size:
-        return None
-    length = b.runtime_size(x, d)
-    count = (length - size) // step + 1 if isinstance(length, int) else FloorDiv(length - size, step) + 1
-    n = (x.shape[d] - size) // step + 1
-    o = b.add(Node(f"{name}_o", "arange", [0, step], {}, (n,), (count,), torch.int64, origin=name))
-    o = b.add(Node(f"{name}_ou", "unsqueeze", [o, 1], {}, (n, 1), (count, 1), torch.int64, origin=name))
-    t = b.add(Node(f"{name}_t", "arange", [0, 1], {}, (size,), (size,), torch.int64, origin=name))
-    t = b.add(Node(f"{name}_tu", "unsqueeze", [t, 0], {}, (1, size), (1, size), torch.int64, origin=name))
-    idx = b.add(Node(f"{name}_idx", "add", [o, t], {}, (n, size), (count, size), torch.int64,
-                     origin=name))
-    sizes = [b.runtime_size(x, j) for j in range(x.rank)]
-    tshape = (*x.shape[:d], n, size, *x.shape[d + 1:])
-    tsym = (*sizes[:d], count, size, *sizes[d + 1:])
-    taken = b.add(Node(f"{name}_take", TAKE, [x, idx], {"dim": d}, tshape, tsym, x.dtype, origin=name))
-    perm = [j for j in range(x.rank + 1) if j != d + 1] + [d + 1]
-    return b.add(Node(name, "permute", [taken, perm], {}, tuple(tshape[j] for j in perm),
-                      tuple(tsym[j] for j in perm), x.dtype, origin=name))
 
 
 def _separable_dims(t: Node) -> tuple[int, int, list[Node]] | None:

@@ -254,13 +254,15 @@ class _Mover:
 
     @staticmethod
     def _after_rows(x: Node) -> bool:
-        """Whether `x` is a reduction's value or computed from one by pointwise ops (a softmax's
-        division, a norm's map): a row kernel's epilogue, which a moved op can join."""
+        """Whether `x` is a reduction's value or a permuted copy, or computed from one by
+        pointwise ops (a softmax's division, a norm's map): a kernel's epilogue, which a moved
+        op can join (patches unfolded, permuted and flattened, then scaled)."""
         stack, seen = [x], set()
         while stack and len(seen) < 64:
             n = stack.pop()
-            if n.op in REDUCTIONS:
-                return True
+            if n.op in REDUCTIONS or n.op == "identity" and n.args and isinstance(n.args[0], Node) \
+                    and n.args[0].op == "permute":
+                return True  # (a permuted copy's kernel takes its epilogue the same way)
             if n.op in POINTWISE and id(n) not in seen:
                 seen.add(id(n))
                 stack.extend(n.inputs())
