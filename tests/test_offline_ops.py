@@ -754,16 +754,20 @@ def test_a_gated_pixel_shuffle_is_one_kernel(tmp_path: Path) -> None:
     assert len(result.kernels) == 1, result.kernels
 
 
-def test_a_copy_of_an_input_is_still_a_copy(tmp_path: Path) -> None:
-    """The dropped copy is only ever of a value computed here: `x.view(...).clone()` must not
-    return a view of the caller's tensor."""
-    body = ["return x.view(x.shape[0], -1).clone()"]
-    result, module = _generate(tmp_path, body, [[2, 3, 4], [1]])
+def test_a_copy_of_an_input_or_of_a_returned_value_is_still_a_copy(tmp_path: Path) -> None:
+    """The dropped copy is only ever of a value computed here that forward does not return:
+    `x.view(...).clone()` must not return a view of the caller's tensor, and `(y, y.view(-1)
+    .clone())` must not return two tensors that share memory."""
     import torch
 
+    _, module = _generate(tmp_path, ["return x.view(x.shape[0], -1).clone()"], [[2, 3, 4], [1]])
     x = torch.randn(2, 3, 4)
     out = module.ModelNew()(x, torch.zeros(1))
     assert out.data_ptr() != x.data_ptr()
+    _, module = _generate(tmp_path / "two", ["z = torch.sigmoid(x)", "return z, z.view(-1).clone()"],
+                          [[2, 3, 4], [1]])
+    a, b = module.ModelNew()(x, torch.zeros(1))
+    assert a.data_ptr() != b.data_ptr()
 
 
 def test_a_view_of_a_range_that_pytorch_reads_is_stored_from_coordinates(tmp_path: Path) -> None:

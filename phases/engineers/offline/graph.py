@@ -848,19 +848,29 @@ _SAME_LAYOUT_VIEWS = ("view", "flatten", "unsqueeze", "squeeze")
 """Views whose result is contiguous where their input is."""
 
 
-def _needless_copy(n: Node) -> bool:
+def _needless_copy(n: Node, outputs: set[int]) -> bool:
     """A copy (`clone`, `contiguous`) of a reshape of a value computed here: that value is a
     fresh contiguous tensor nothing else can change, so the copy's kernel, a write and a read
     of the whole tensor, would only copy it again (pixel shuffle's decomposition clones its
-    contiguous result; the value may be a copy itself). A copy of a model input or of a
-    library call's value stays: the result must not alias them."""
+    contiguous result; the value may be a copy itself). A copy of a model input, of a view
+    of one or of a library call's value stays (the result must not alias them), and so does
+    one of a value forward also returns (two outputs would share memory)."""
     if n.op != "identity" or not n.args or not isinstance(n.args[0], Node) or \
-            n.args[0].dtype != n.dtype or n.args[0].shape != n.shape:
+            n.args[0].dtype != n.dtype:
         return False
     y = n.args[0]
     while y.op in _SAME_LAYOUT_VIEWS and y.args and isinstance(y.args[0], Node):
+        if id(y) in outputs:
+            return False
         y = y.args[0]
-    return y is not n.args[0] and (y.op in POINTWISE or y.op in REDUCTIONS)
+    if y is n.args[0] or id(y) in outputs or not (y.op in POINTWISE or y.op in REDUCTIONS):
+        return False
+    if y.op == "identity":  # a copy may be laid out as its source already (`copy_of`): a view
+        src = y.args[0] if y.args else None
+        while isinstance(src, Node) and src.op in LAYOUT | {"layout_fallback"}:
+            src = src.args[0] if src.args else None
+        return isinstance(src, Node) and src.op not in ("input", "layout_fallback", "fallback")
+    return True
 
 
 PURE_FALLBACKS = ("aten.convolution",)
@@ -881,10 +891,11 @@ def simplify(graph: Graph) -> None:
     of `PURE_FALLBACKS` (a convolution a rewrite replaced ran in cuDNN for nothing)."""
     canon: dict[Node, Node] = {}
     seen: dict[Any, Node] = {}
+    returned = {id(o) for o in graph.outputs if isinstance(o, Node)}
     for n in graph.nodes:
         n.args = substitute(n.args, canon)
         n.kwargs = {k: substitute(v, canon) for k, v in n.kwargs.items()}
-        if _needless_copy(n):
+        if _needless_copy(n, returned):
             canon[n] = n.args[0]
             continue
         if n.op not in REDUCTIONS:

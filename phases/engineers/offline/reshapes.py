@@ -11,7 +11,8 @@ the same way: the dims the reshape merges or splits must be all full or all broa
 
 - `hoist`: a view read by a reduction takes the single-user pointwise ops before it along:
   `softmax(clamp(x + b).view(n, c, -1))` becomes `softmax(clamp(x.view(n, c, -1) + b'))`, so the
-  reduction's prologue computes them.
+  reduction's prologue computes them. So does a view that only splits dims and that a permute
+  reads (pixel shuffle's): the permuted copy computes them.
 - `copy_into_rows`: where that cone is read elsewhere too, a cone of cheap ops (`CHEAP`) that
   reads one full-size value is copied over the view instead: the reduction's prologue
   computes it again and nobody writes it to read it back (a convolution times a per-channel
