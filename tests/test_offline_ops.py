@@ -678,6 +678,18 @@ def test_a_take_of_a_take_is_one_load(tmp_path: Path, body: list[str]) -> None:
     assert len(re.findall(r"tl\.load\(.*: take", result.source)) == 1, "two takes, one composes them"
 
 
+def test_a_rolls_index_arithmetic_is_in_the_index_type(tmp_path: Path) -> None:
+    """`(c + shift) % n` adds a size to a coordinate: done in int64 (a size cast up), each
+    element paid an emulated 64-bit division. In a flat kernel the sizes join in the index
+    type (int32 unless INDEX_64), whose threshold leaves room for a coordinate plus a size."""
+    body = ["return torch.roll(x, (1, -2), dims=(1, 2)) * y"]
+    result, _ = _generate(tmp_path, body, [[4, 6, 7], [4, 6, 7]])
+    kernel = result.source.split("@triton.jit")[1]
+    mods = re.findall(r"% \((sym\d+) \+ izero\)", kernel)
+    assert len(mods) == 2 and "tl.int64)  # fmod" not in kernel, kernel
+    assert ">= 2**30" in result.source  # INDEX_64 from 2**30: a coordinate plus a size fits
+
+
 @pytest.mark.parametrize("body", [
     ["return F.relu(F.interpolate(x, scale_factor=2, mode='nearest') + y)"],
     ["return F.interpolate(x, size=(7, 11), mode='nearest') * 2.0"],  # a scale that is not whole

@@ -62,6 +62,8 @@ def memory_walk(group: Group) -> Walk | None:
 
 
 class _PointwiseWriter(_Writer):
+    narrow_index = True
+
     def coord(self, k: int) -> str:
         self.coords_needed.add(k)
         return f"c{k}"
@@ -97,6 +99,7 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
             "    pid = tl.program_id(0).to(tl.int64)",
             "else:  # 32-bit: the coordinate divisions below stay cheap (int64 division is emulated)",
             "    pid = tl.program_id(0)",
+            "izero = pid * 0  # 0 in the index type (sizes in index arithmetic: `scalar`)",
             "offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
             "mask = offs < n_elements"]
     if walk is not None and group.walk is not None:
@@ -116,6 +119,7 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
                 "    c0 = tl.program_id(2).to(tl.int64)",
                 "else:",
                 "    c0 = tl.program_id(2)",
+                "izero = c0 * 0",
                 "hw = tl.program_id(0) * BLOCK_HW + tl.arange(0, BLOCK_HW)[:, None]",
                 "c1 = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]",
                 "mask = (hw < D2 * D3) & (c1 < D1)",

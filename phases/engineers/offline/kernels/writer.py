@@ -88,6 +88,13 @@ class _Scope:
         return None
 
 
+BOUNDED_INT_OPS = frozenset({"add", "sub", "fmod", "remainder", "minimum", "maximum", "clamp",
+                             "where", "eq", "ne", "lt", "le", "gt", "ge", "truediv_trunc",
+                             "truediv_floor"})
+"""Integer ops of shape arithmetic whose result stays within a coordinate plus a size (no
+product): computed in the index type where the kernel allows (`_Writer.narrow_index`)."""
+
+
 class _Writer:
     """Emits the body of one kernel: loads, expressions, reductions and stores."""
 
@@ -353,10 +360,20 @@ class _Writer:
         self.scalar_args.append((name, code))
         return name
 
-    def scalar(self, s: Sym) -> Operand:
+    narrow_index = False
+    """Whether sizes join index arithmetic in the kernel's index type (`izero`: int32 unless
+    INDEX_64): a flat kernel, whose INDEX_64 leaves room for a coordinate plus a size."""
+
+    def scalar(self, s: Sym, consumer: Node | None = None) -> Operand:
         name = self.scalar_param(s)
         if isinstance(s.hint, float):  # a scale the constructor sets (`constructor_sizes`)
             return Operand(f"tl.cast({name}, tl.float32)", "tl.float32")
+        if self.narrow_index and consumer is not None and consumer.op in BOUNDED_INT_OPS and \
+                consumer in self.part.generated and not consumer.dtype.is_floating_point:
+            # a roll's `(c + shift) % n`: int64 division is emulated, dozens of instructions
+            # an element (a roll over two dims ran at 49% of the floor on an H200)
+            self.used_index_zero = True
+            return Operand(f"({name} + izero)", "tl.int64")
         return Operand(f"tl.cast({name}, tl.int64)", "tl.int64")  # 1 arrives as a constant
 
     def operand(self, a: Any, dm: DimMap, consumer: Node, scope: _Scope) -> Operand:
@@ -368,7 +385,7 @@ class _Writer:
                 return self.generated(a, adm, scope)
             return self.load(a, self.load_dmap(a, adm), scope)
         if isinstance(a, Sym):
-            return self.scalar(a)
+            return self.scalar(a, consumer)
         # Run-time int arguments go through tl.cast, never `.to`: Triton passes an int argument
         # that is 1 at a call as a constant, which has no `.to` (KernelBench level-2 44 on the
         # H100: a mean over a dim of size 1 failed to compile, "'int' object has no attribute 'to'").
@@ -725,7 +742,9 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
             lines += [f'    cfg = _launch_config("{name}", "pointwise", n_elements)',
                       '    grid = (_cdiv(n_elements, cfg["BLOCK_SIZE"]),)']
             blocks, block = 'BLOCK_SIZE=cfg["BLOCK_SIZE"]', 'cfg["BLOCK_SIZE"]'
-        consts = f'{blocks}, INDEX_64=max([n_elements + {block}{spans}]) >= 2**31{flags}'
+        # (sizes added in the index type: every value stays under twice the largest extent)
+        limit = "2**30" if getattr(w, "used_index_zero", False) else "2**31"
+        consts = f'{blocks}, INDEX_64=max([n_elements + {block}{spans}]) >= {limit}{flags}'
     elif kind == "tiled_reduction":  # (BLOCK_C contiguous columns of one outer index) per program
         rd = group.rdim
         lines += [f"    n_cols = D[{rd}]  # the reduced extent",
