@@ -1446,7 +1446,7 @@ def _compose_takes(b: Builder, x: Node, idxs: list[Node], d: int, shape: tuple[i
     first take's value for the second to read (`torch.roll` over two dims, a reflection pad,
     a nearest upsampling: one pass instead of two)."""
     inner = _separable_dims(x)
-    if inner is None or len(idxs) != 1 or idxs[0].rank != 1 or len(shape) != x.rank:
+    if inner is None or len(idxs) != 1 or idxs[0].rank != 1:  # (then out has x's rank)
         return None
     a, k, inner_idxs = inner
     if a <= d < a + k:

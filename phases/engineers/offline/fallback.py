@@ -231,7 +231,8 @@ class TorchRegion:
                 f"padding={padding}, dilation={dilation}, groups={groups})")
 
     def tap(self, n: Node, x: str) -> str:
-        """x padded with the fill, then a strided slice per pooled dim."""
+        """x padded with the fill, then a strided slice per pooled dim (a shift alone, a
+        concatenation's part or a constant pad, is the padding itself)."""
         x_rank = n.args[0].rank
         taps = sorted(n.kwargs["taps"])
         fill = 'float("-inf")' if n.kwargs["fill"] == float("-inf") else repr(n.kwargs["fill"])
@@ -239,17 +240,8 @@ class TorchRegion:
         def size(d: int) -> str:  # the output's size along d
             return str(n.sym[d]) if isinstance(n.sym[d], int) else self.operand(Sym(n.sym[d], n.shape[d]))
 
-        if n.kwargs.get("clip") and not n.kwargs.get("ceil") and all(t[5] == 1 for t in taps):
-            # a concatenation's part or a constant pad: x at o - offset, the fill outside
-            pads: list[str] = []
-            for d in range(x_rank - 1, taps[0][0] - 1, -1):
-                t = next((t for t in taps if t[0] == d), None)
-                if t is None:
-                    pads += ["0", "0"]
-                    continue
-                before = self.operand(t[3]) if isinstance(t[3], Sym) else str(t[3])
-                pads += [before, f"{size(d)} - ({before}) - {x}.shape[{d}]"]
-            return f"torch.nn.functional.pad({x}, [{', '.join(pads)}], value={fill})"
+        # a concatenation's part or a constant pad: x at o - offset, the fill outside (no slice)
+        shift = n.kwargs.get("clip") and not n.kwargs.get("ceil") and all(t[5] == 1 for t in taps)
         pads: list[str] = []
         index = ["slice(None)"] * x_rank
         for d in range(x_rank - 1, taps[0][0] - 1, -1):
@@ -258,12 +250,18 @@ class TorchRegion:
                 pads += ["0", "0"]
                 continue
             _d, stride, dilation, padding, tap, _window, _size = t
+            before = self.operand(padding) if isinstance(padding, Sym) else str(padding)
+            if shift:
+                pads += [before, f"{size(d)} - ({before}) - {x}.shape[{d}]"]
+                continue
             start = tap * dilation
             # room for the last window's reach, whatever the output's size says (ceil mode's
             # overhang, a constant pad's own end folded into the padding)
-            pads += [str(padding), f"max(0, {start} + {stride} * ({size(d)} - 1) + 1 - {padding} - {x}.shape[{d}])"]
+            pads += [before, f"max(0, {start} + {stride} * ({size(d)} - 1) + 1 - {before} - {x}.shape[{d}])"]
             index[d] = f"slice({start}, {start} + {stride} * ({size(d)} - 1) + 1, {stride})"
         padded = f"torch.nn.functional.pad({x}, [{', '.join(pads)}], value={fill})"
+        if shift:
+            return padded
         return f"{padded}[{', '.join(index)}]"
 
     def layout(self, n: Node, x: str) -> str:

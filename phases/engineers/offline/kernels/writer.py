@@ -111,6 +111,9 @@ class _Writer:
         """(kernel param, forward expression) for run-time scalars."""
         self.input_index = {n: i for i, n in enumerate(group.inputs)}
         self.dim_sources: dict[int, tuple[int, int]] = {}
+        self.used_index_zero = False
+        """Whether a size joined index arithmetic in the index type (`scalar`): the launcher
+        then takes 64-bit index maths from 2**30."""
         self.contig_flags: list[int] = []
         self.inner_flags: list[int] = []
         """Inputs with an `X<i>_INNER` constexpr (`_laid_from` at launch): their offset over a
@@ -743,7 +746,7 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
                       '    grid = (_cdiv(n_elements, cfg["BLOCK_SIZE"]),)']
             blocks, block = 'BLOCK_SIZE=cfg["BLOCK_SIZE"]', 'cfg["BLOCK_SIZE"]'
         # (sizes added in the index type: every value stays under twice the largest extent)
-        limit = "2**30" if getattr(w, "used_index_zero", False) else "2**31"
+        limit = "2**30" if w.used_index_zero else "2**31"
         consts = f'{blocks}, INDEX_64=max([n_elements + {block}{spans}]) >= {limit}{flags}'
     elif kind == "tiled_reduction":  # (BLOCK_C contiguous columns of one outer index) per program
         rd = group.rdim
