@@ -53,8 +53,8 @@ from kopt.phases.engineers.offline.graph import (
     lower_layer_norm,
     lower_logsumexp,
     lower_mean,
-    lower_reduction,
     lower_pad,
+    lower_reduction,
     lower_softmax,
     lower_tap_pool,
     lower_var,
@@ -496,7 +496,7 @@ EXTRA_DECOMPOSED = ("upsample_nearest1d.vec", "upsample_nearest2d.vec", "upsampl
                     "upsample_linear1d.vec", "upsample_linear1d.default",
                     "upsample_bilinear2d.vec", "upsample_bilinear2d.default",
                     "upsample_trilinear3d.vec", "upsample_trilinear3d.default",
-                    "_adaptive_avg_pool2d.default")
+                    "_adaptive_avg_pool2d.default", "grid_sampler_2d.default")
 
 
 def _decomposition_table() -> Any:
@@ -704,7 +704,7 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         return b.add(Node(name, "split_item" if src.op == "layout_fallback" else "getitem",
                           [src, i], {}, shape, sym, dtype, origin=name))
     if target in (operator.mul, operator.add, operator.sub, operator.floordiv, operator.mod,
-                  operator.truediv, operator.neg, torch.sym_max, torch.sym_min,
+                  operator.truediv, operator.neg, operator.pow, torch.sym_max, torch.sym_min,
                   torch.sym_float) or "sym_size" in str(target) or \
             "sym_numel" in str(target) or "sym_stride" in str(target):
         return None  # shape arithmetic: read through `_arg` as a Sym
@@ -718,6 +718,10 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
     args = [_arg(a, env) for a in fx.args]
     kwargs = {k: _arg(v, env) for k, v in fx.kwargs.items()}
     shape, sym, dtype = _meta(fx)
+    if _untyped(fx) and not packet.startswith("_assert"):
+        # complex values (an FFT's spectrum) have no Triton type: every op that makes or reads
+        # one runs in PyTorch, and the kernels take the real values around them
+        return _fallback(b, fx, args, kwargs, shape, sym, dtype)
 
     def node(op: str, a: list[Any], **kw: Any) -> Node:
         return b.add(Node(name, op, a, kw, shape, sym, dtype, origin=name))
@@ -1485,6 +1489,13 @@ def _compose_takes(b: Builder, x: Node, idxs: list[Node], d: int, shape: tuple[i
                            origin=name))
             parts.append(placed(r, j - lo, f"r{j}"))
     return b.add(Node(name, TAKE, [y, *parts], {"dim": lo}, shape, sizes, dtype, origin=name))
+
+
+def _untyped(fx: torch.fx.Node) -> bool:
+    """Whether the call makes or reads a tensor of a dtype no kernel computes in (complex)."""
+    vals = [_val(fx), *(_val(a) for a in fx.all_input_nodes)]
+    flat = [t for v in vals for t in (v if isinstance(v, (list, tuple)) else [v])]
+    return any(isinstance(t, torch.Tensor) and t.dtype.is_complex for t in flat)
 
 
 def _fallback(b: Builder, fx: torch.fx.Node, args: list[Any], kwargs: dict[str, Any],

@@ -873,6 +873,19 @@ def _needless_copy(n: Node, outputs: set[int]) -> bool:
     return True
 
 
+def _whole_slice(n: Node) -> bool:
+    """A slice that keeps every element of its dim (`pos[None, :]`: start 0, step 1, end the
+    size or past it, as export writes `:`): its input itself. Kept, it is a view that no
+    kernel recomputes, so a range it slices was stored for PyTorch to read (ALiBi's distance
+    bias: 5 kernels where one does)."""
+    if n.op != "slice" or len(n.args) < 2 or not isinstance(n.args[0], Node):
+        return False
+    x = n.args[0]
+    start = n.args[2] if len(n.args) > 2 else 0
+    step = n.args[4] if len(n.args) > 4 else 1
+    return start in (0, None) and step == 1 and n.shape == x.shape and n.sym == x.sym
+
+
 PURE_FALLBACKS = ("aten.convolution",)
 """Library calls with no effect but their result: dropped by `simplify` when nothing reads it."""
 
@@ -895,7 +908,7 @@ def simplify(graph: Graph) -> None:
     for n in graph.nodes:
         n.args = substitute(n.args, canon)
         n.kwargs = {k: substitute(v, canon) for k, v in n.kwargs.items()}
-        if _needless_copy(n, returned):
+        if _needless_copy(n, returned) or _whole_slice(n):
             canon[n] = n.args[0]
             continue
         if n.op not in REDUCTIONS:
