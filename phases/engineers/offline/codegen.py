@@ -42,7 +42,32 @@ from kopt.phases.engineers.offline.layout import Constructor
 from kopt.phases.engineers.offline.pointwise import HELPERS
 from kopt.phases.engineers.offline.recurrent import recurrent_kind, recurrent_launches
 
-_PRINTER = PythonPrinter()
+
+class _SizePrinter(PythonPrinter):
+    """Python source of a size: torch's printer, with floor and ceiling of a ratio as integer
+    division (a constructor's `channels // groups` fitted as `floor(128/kopt_groups)`), and a
+    negative power as a true division, which torch's printer refuses."""
+
+    def _print_floor(self, expr: Any) -> str:
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        if den == 1:
+            return super()._print_floor(expr)
+        return f"(({self._print(num)}) // ({self._print(den)}))"
+
+    def _print_ceiling(self, expr: Any) -> str:
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        if den == 1:
+            return super()._print_ceiling(expr)
+        return f"(-((-({self._print(num)})) // ({self._print(den)})))"
+
+    def _print_Pow(self, expr: Any) -> str:
+        base, exp = expr.args
+        if exp.is_number and exp < 0:
+            return f"(1 / ({self._print(sympy.Pow(base, -exp))}))"
+        return super()._print_Pow(expr)
+
+
+_PRINTER = _SizePrinter()
 INTERPRETER_TILE = 32768
 """Elements a pointwise block or a row reduction's (ROWS, BLOCK_SIZE) tile may grow to in the CPU
 interpreter (the generated `_widen_for_interpreter`): a LLaMA block's smoke forward went from
@@ -324,10 +349,12 @@ class ForwardWriter:
         if -1 not in target and not concrete:
             # a size computed with a traced constant (`16*s77`: instance norm's (1, N*C, H, W)
             # with C from the constructor) becomes -1: reshape computes it at run time
-            baked = [j for j, v in enumerate(target) if isinstance(v, Sym) and
-                     not getattr(v.expr, "is_Symbol", True)]
+            # (a rewrite's view holds its sizes as bare expressions: a grouped view's
+            # `floor(128/kopt_groups)` channels per group, 128 the traced channels)
+            baked = [j for j, v in enumerate(target) if not getattr(_size_expr(v), "is_Symbol", True)
+                     and not getattr(_size_expr(v), "is_number", False)]
             if len(baked) > 1:  # (N*C, H - 2, W - 2) after a convolution: the scaled one
-                baked = [j for j in baked if _scaled(target[j].expr)]
+                baked = [j for j in baked if _scaled(_size_expr(target[j]))]
             if len(baked) == 1:
                 target[baked[0]] = -1
         if -1 not in target and concrete:
@@ -452,6 +479,13 @@ class ForwardWriter:
         self.lines.append(f"    {launch}")
         self.lines.append("else:  # the same region in PyTorch (the accelerator times both, keeps the faster)")
         self.lines += [f"    {line}" for line in torch_lines]
+
+
+def _size_expr(v: Any) -> Any:
+    """A view size's sympy expression (a Sym's, or a bare one); None for a plain int."""
+    if isinstance(v, Sym):
+        return v.expr
+    return v if isinstance(v, sympy.Basic) else None
 
 
 def _scaled(expr: Any) -> bool:
