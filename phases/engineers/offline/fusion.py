@@ -399,6 +399,13 @@ class _Partitioner:
                 raise AssertionError(f"{n.name}: a mean/var division left its reduction's kernel")
             g = self._new("pointwise", n, n.shape, n.sym)
             self._add(g, n, tuple(range(n.rank)))
+            if self.policy.pointwise:
+                # a producer over fewer elements that broadcasts into n (ALiBi's per-head
+                # distance bias added to the scores) is recomputed here, as `_join_merged`
+                # does when two producers meet: no launch, no write and read of its values
+                for h in producers:
+                    if h.domain != g.domain:
+                        self._merge(g, h, n)
         elif n.op in REDUCTIONS:
             self._place_reduction(n)
         elif n.op in ARG_REDUCTIONS:  # its own kernel, like a scan; the row's index is stored
@@ -664,8 +671,17 @@ def partition(graph: Graph, policy: FusionPolicy | None = None,
     users = graph.users()
     outputs = {o for o in graph.outputs if isinstance(o, Node)}
     # Shape-only nodes that something outside the kernels needs get a kernel of their own.
+    # So does one that a pad or take shifts (a tap loads its source from memory), unless it is
+    # one constant everywhere (a concatenation's part of zeros: the tap writes the literal).
     for n in graph.nodes:
-        if n in p.gen and (n in outputs or any(u not in p.gen and u not in p.owner for u in users[n])):
+        if n in p.gen and (n in outputs or any(u not in p.gen and u not in p.owner for u in users[n])
+                           or not _filled(n) and any(u.op in (WINDOW_TAP, TAKE) and u.args[0] is n
+                                                     for u in users[n])):
+            if n.op in LAYOUT and n.args and p.owner.get(n.args[0]) is not None:
+                # a view of a range already stored (`pos[None, :]` beside `pos`): PyTorch's
+                # view of that tensor, read from memory by the kernels too
+                p.gen.discard(n)
+                continue
             g = p._new("pointwise", n, n.shape, n.sym)
             p._add(g, n, tuple(range(n.rank)))
             g.nodes = [n]
