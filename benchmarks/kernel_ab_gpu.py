@@ -6,7 +6,9 @@ library calls' total) side by side.
 
 RULE: `walk` (a kernel laid out like a permuted view walks that view's memory order),
 `static` (sizes fixed in the program passed as constexprs), `siblings` (products of one
-activation as one product over their weights side by side), `dynamic` (sizes a symbolic export
+activation as one product over their weights side by side), `magic` (a flat kernel's per-element
+division of its index by a run-time size as a multiply-high by the size's magic number),
+`dynamic` (sizes a symbolic export
 leaves to run time: every kernel's domain sizes and element count made constexprs by a source
 edit, a measurement of what run-time sizes cost, not a generator rule). CASE: a bundled case or case
 directory; FILE.py: a KernelBench problem (imported as `kopt import-kernelbench` does). Each
@@ -53,10 +55,21 @@ def without(rule: str) -> Iterator[None]:
             yield
         finally:
             sibling_products.fuse_sibling_products = saved
+    elif rule == "magic":
+        saved_decompose = pointwise._decompose_direct
+
+        def plain(*args: object, **kwargs: object) -> list[str]:
+            return saved_decompose(*args[:6], None)
+
+        pointwise._decompose_direct = plain
+        try:
+            yield
+        finally:
+            pointwise._decompose_direct = saved_decompose
     elif rule == "dynamic":  # a source edit after generation (edit_source)
         yield
     else:
-        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings or dynamic")
+        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings, magic or dynamic")
 
 
 def edit_source(rule: str, source: str) -> str:
@@ -96,7 +109,7 @@ def main() -> int:
     from kopt.phases.engineers.offline import generate_candidate
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "dynamic"])
+    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "magic", "dynamic"])
     ap.add_argument("cases", nargs="+")
     opts = ap.parse_args()
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}")
