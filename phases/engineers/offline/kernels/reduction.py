@@ -85,11 +85,23 @@ def _positive_constant(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < float(v) < float("inf")
 
 
+TILED_MIN_INNER = 16
+"""A tile's narrowest BLOCK_C: a reduction whose contiguous extent after the reduced dim is
+smaller, and whose (reduced x contiguous) block of one outer index fits ROW_TILE, is a row
+reduction instead (each program ROWS short strided rows, which together cover contiguous
+memory): as tiles, a batched (N*4096, 3) @ (3, 2) product (`F.affine_grid`) ran 8192 programs
+of 16 x 16 lanes with 6 in use, 155 s of the CPU interpreter for a 2-sample smoke forward."""
+
+
 def is_tiled(group: Group) -> bool:
     """A reduction over a dim that is not the innermost (`x.mean(0)`, dim 1 of (B, R, C)):
-    its kernel walks 2-D tiles (see `_ReductionWriter.tiled`)."""
+    its kernel walks 2-D tiles (see `_ReductionWriter.tiled`), unless its rows are short and
+    narrow (`TILED_MIN_INNER`)."""
     rd = group.rdim
-    if rd is None or rd == len(group.domain) - 1 or math.prod(group.domain[rd + 1:]) <= 1:
+    if rd is None or rd == len(group.domain) - 1:
+        return False
+    inner = math.prod(group.domain[rd + 1:])
+    if inner <= 1 or inner < TILED_MIN_INNER and group.domain[rd] * inner <= ROW_TILE:
         return False
     return not any(n.op == "select" for n in group.nodes)
 
