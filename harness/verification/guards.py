@@ -40,6 +40,8 @@ NON_COMPUTE_OPS = frozenset({
     # queries that answer a Python bool from metadata (an LSTM asks cuDNN's first)
     "cudnn_is_acceptable", "is_same_size", "is_floating_point", "is_complex",
     "_has_compatible_shallow_copy_type", "_use_cudnn_rnn_flatten_weight",
+    # a complex tensor seen as (..., 2) reals and back: views of one storage
+    "view_as_complex", "view_as_real",
 })
 
 LIBRARY_FAMILIES: dict[str, frozenset[str]] = {
@@ -62,8 +64,13 @@ LIBRARY_FAMILIES: dict[str, frozenset[str]] = {
     "recurrent": frozenset({
         "lstm", "gru", "rnn_tanh", "rnn_relu", "_cudnn_rnn", "miopen_rnn", "mkldnn_rnn_layer",
         "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"}),
+    # cuFFT's (pocketfft's, MKL's) transforms: torch.fft's functions and the ops they call
+    "fft": frozenset({
+        "_fft_r2c", "_fft_c2r", "_fft_c2c", "fft_fft", "fft_ifft", "fft_rfft", "fft_irfft",
+        "fft_fft2", "fft_ifft2", "fft_rfft2", "fft_irfft2", "fft_fftn", "fft_ifftn",
+        "fft_rfftn", "fft_irfftn", "fft_hfft", "fft_ihfft", "stft", "istft"}),
 }
-"""Library calls (GEMM, convolution, attention, recurrent layers): a candidate may keep a
+"""Library calls (GEMM, convolution, attention, recurrent layers, FFTs): a candidate may keep a
 family the baseline calls (the offline engineer generates the graph between them; `linear`
 may become `mm` plus a fused bias); they are not a fallback."""
 LIBRARY_OPS = frozenset().union(*LIBRARY_FAMILIES.values())
