@@ -51,7 +51,7 @@ from kopt.phases.engineers.offline.graph import (
 )
 from kopt.phases.engineers.offline.grouped_views import bias_after_grouped_view, grouped_view
 from kopt.phases.engineers.offline.recurrent import recurrent_kind
-from kopt.phases.engineers.offline.reshapes import move_pointwise_across_views, reshapes
+from kopt.phases.engineers.offline.reshapes import CHEAP, move_pointwise_across_views, reshapes
 from kopt.phases.engineers.offline.window_prologues import compute_at_taps, exact_tap
 
 DimMap = tuple[int | None, ...]
@@ -402,9 +402,11 @@ class _Partitioner:
             if self.policy.pointwise:
                 # a producer over fewer elements that broadcasts into n (ALiBi's per-head
                 # distance bias added to the scores) is recomputed here, as `_join_merged`
-                # does when two producers meet: no launch, no write and read of its values
+                # does when two producers meet: no launch, no write and read of its values.
+                # Only a cheap one (`CHEAP`): CBAM's sigmoid gate over (N, 1, H, W) recomputed
+                # for each of 256 channels would be an exp and a division per element of x
                 for h in producers:
-                    if h.domain != g.domain:
+                    if h.domain != g.domain and all(m.op in CHEAP or m.op in LAYOUT for m in h.nodes):
                         self._merge(g, h, n)
         elif n.op in REDUCTIONS:
             self._place_reduction(n)
