@@ -6,20 +6,20 @@ library calls' total) side by side.
 
 RULE: `walk` (a kernel laid out like a permuted view walks that view's memory order),
 `static` (sizes fixed in the program passed as constexprs), `siblings` (products of one
-activation as one product over their weights side by side), `magic` (a flat kernel's per-element
-division of its index by a run-time size as a multiply-high by the size's magic number),
-`dynamic` (sizes a symbolic export
+activation as one product over their weights side by side), `dynamic` (sizes a symbolic export
 leaves to run time: every kernel's domain sizes and element count made constexprs by a source
 edit, a measurement of what run-time sizes cost, not a generator rule). CASE: a bundled case or case
 directory; FILE.py: a KernelBench problem (imported as `kopt import-kernelbench` does). Each
 forward launched op by op (no CUDA graph), 20 forwards profiled (torch.profiler); the whole
-forward's device time is the sum over its kernels. Markdown table last.
+forward's device time is the sum over its kernels; the two variants alternate for `--rounds`
+rounds and each kernel's median is reported. Markdown table last.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -55,21 +55,10 @@ def without(rule: str) -> Iterator[None]:
             yield
         finally:
             sibling_products.fuse_sibling_products = saved
-    elif rule == "magic":
-        saved_decompose = pointwise._decompose_direct
-
-        def plain(*args: object, **kwargs: object) -> list[str]:
-            return saved_decompose(*args[:6], None)
-
-        pointwise._decompose_direct = plain
-        try:
-            yield
-        finally:
-            pointwise._decompose_direct = saved_decompose
     elif rule == "dynamic":  # a source edit after generation (edit_source)
         yield
     else:
-        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings, magic or dynamic")
+        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings or dynamic")
 
 
 def edit_source(rule: str, source: str) -> str:
@@ -109,7 +98,8 @@ def main() -> int:
     from kopt.phases.engineers.offline import generate_candidate
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "magic", "dynamic"])
+    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "dynamic"])
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per variant (median)")
     ap.add_argument("cases", nargs="+")
     opts = ap.parse_args()
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}")
@@ -124,19 +114,28 @@ def main() -> int:
         set_precision(case.manifest.precision)
         ref = build_model(case, "main", device="cuda")
         args = agent_provide_inputs(case, "main", 0, device="cuda").args
-        figures = {}
+        models = {}
         for label in ("as generated", f"without {opts.without}"):
             with contextlib.nullcontext() if label == "as generated" else without(opts.without):
                 source = generate_candidate(case).source
             if label != "as generated":
                 source = edit_source(opts.without, source)
-            mod = import_source(source, f"cand_{case.name}_{len(figures)}", work)
+            mod = import_source(source, f"cand_{case.name}_{len(models)}", work)
             mod.KOPT_GRAPH = False
             model = build_model(case, "main", cls=mod.ModelNew, device="cuda")
             model.load_state_dict(ref.state_dict())
             with torch.no_grad():
                 model(*args)
-                figures[label] = kernel_times(lambda model=model, args=args: model(*args))
+            models[label] = model
+        # the two variants alternate, ABAB..., and each kernel's median over the rounds is
+        # kept, so neither variant alone meets the GPU's state after the other's codegen
+        samples: dict[str, list[dict[str, float]]] = {label: [] for label in models}
+        with torch.no_grad():
+            for _ in range(opts.rounds):
+                for label, model in models.items():
+                    samples[label].append(kernel_times(lambda model=model, args=args: model(*args)))
+        figures = {label: {k: statistics.median(r.get(k, 0.0) for r in runs)
+                           for k in set().union(*runs)} for label, runs in samples.items()}
         a, b = figures.values()
         for name in sorted(set(a) | set(b)):
             rows.append((case.name, name, a.get(name, float("nan")), b.get(name, float("nan"))))

@@ -2,16 +2,12 @@
 block's group norm sized by its constructor, ALiBi's distance bias, a spatial transformer's
 sampler, a spectral filter, attention written with einsum): each failed codegen outright
 on 2026-12-02 before the change its test names. Each runs against eager in the Triton
-interpreter on odd sizes; the run-time division by magic numbers is checked on its own over
-the whole 31-bit range.
+interpreter on odd sizes.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-import pytest
 
 from kopt.harness.case import load_case_dir
 from tests.test_offline import _write_case
@@ -92,67 +88,3 @@ def test_a_power_of_a_size_is_shape_arithmetic(tmp_path: Path) -> None:
             "s = torch.einsum('bqhd,bkhd->bhqk', q, q) * (d // 2) ** -0.5",
             "return s.softmax(dim=-1) + y"]
     _generate(tmp_path, body, [[2, 5, 6], [1]])
-
-
-def test_coordinates_divide_by_run_time_sizes_through_magic_numbers(tmp_path: Path) -> None:
-    """A pointwise kernel over a domain whose inner dims are shorter than a block divides each
-    element's flat index by run-time sizes: with the 32-bit index, a multiply-high by the
-    size's magic number (`_fdiv`), the launcher computing `_magic` of each. The candidate
-    matches eager at odd sizes."""
-    body = ["return torch.tanh(F.interpolate(x, scale_factor=2, mode='bilinear')) + y"]
-    shapes = [[2, 3, 5, 7], [1, 3, 1, 14]]
-    result, _ = _generate(tmp_path, body, shapes)
-    assert "_fdiv(offs" in result.source and "*_magic(D[" in result.source, result.source
-    case = load_case_dir(_write_case(tmp_path, body, shapes, "float32"))
-    _accepted_on_cpu(tmp_path, case, result.source)
-
-
-def test_magic_division_is_exact_over_the_31_bit_range(tmp_path: Path) -> None:
-    """`_fdiv(n, *_magic(d)) == n // d` for every divisor class (1, powers of two, odd,
-    near 2**31) and numerators at the range's edges, in the Triton interpreter."""
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-    import importlib.util
-
-    import torch
-    import triton
-
-    from kopt.phases.engineers.offline.pointwise import HELPERS
-
-    # A module as a candidate's is written: the helpers' own source, then a kernel using them.
-    module = tmp_path / "magic_division.py"
-    module.write_text(
-        "import triton\nimport triton.language as tl\n\n"
-        + HELPERS["_magic"] + "\n\n" + HELPERS["_fdiv"] + "\n\n"
-        + "@triton.jit\n"
-        "def divide(x_ptr, q_ptr, n, m, sh, BLOCK: tl.constexpr):\n"
-        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
-        "    x = tl.load(x_ptr + offs, mask=offs < n, other=0)\n"
-        "    tl.store(q_ptr + offs, _fdiv(x, m, sh), mask=offs < n)\n"
-    )
-    spec = importlib.util.spec_from_file_location("magic_division", module)
-    assert spec is not None and spec.loader is not None
-    scope = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(scope)
-    divide = scope.divide
-
-    g = torch.Generator().manual_seed(0)
-    edges = torch.tensor([0, 1, 2, 3, 2**30 - 1, 2**30, 2**31 - 2, 2**31 - 1], dtype=torch.int32)
-    x = torch.cat([edges, torch.randint(0, 2**31 - 1, (3000,), generator=g, dtype=torch.int32)])
-    for d in [1, 2, 3, 7, 28, 128, 784, 1000, 2**20 + 1, 2**30, 2**31 - 1, 12345677]:
-        q = torch.empty_like(x)
-        m, sh = scope._magic(d)
-        assert 2**31 <= m < 2**32
-        divide[(triton.cdiv(x.numel(), 1024),)](x, q, x.numel(), m, sh, BLOCK=1024)
-        assert torch.equal(q, x // d), d
-
-
-@pytest.mark.parametrize("static", [True, False])
-def test_constexpr_sizes_keep_plain_division(tmp_path: Path, static: bool) -> None:
-    """A size the traced program fixes (a constexpr) divides as a constant (the compiler's
-    own multiply and shift): no magic number for it."""
-    from kopt.phases.engineers.offline.kernels.writer import _decompose_direct
-
-    magics: list[tuple[str, str]] = []
-    lines = _decompose_direct("offs", [1, 2], 3, "c", None, {"D1", "D2"} if static else set(), magics)
-    assert bool(magics) is not static, (lines, magics)
-    assert any("_fdiv" in line for line in lines) is not static

@@ -43,19 +43,6 @@ def _tiled_split(programs, n_cols, block):
     while s < 64 and programs * s * 2 <= SPLIT_PROGRAMS and n_cols >= block * SPLIT_MIN_TILES * s * 2:
         s *= 2
     return s''',
-    "_magic": '''def _magic(d):
-    """(m, l) with n // d == umulhi(2 * n, m) >> l for every 0 <= n < 2**31 (d >= 1): m is
-    ceil(2**(31 + l) / d) for l = ceil(log2(d)), under 2**32 (Granlund and Montgomery)."""
-    l = (d - 1).bit_length()
-    return -(-(1 << (31 + l)) // d), l
-''',
-    "_fdiv": '''@triton.jit
-def _fdiv(n, m, l):
-    # n // d for 0 <= n < 2**31 (int32), (m, l) = _magic(d): a multiply-high and a shift,
-    # where an integer division by a run-time d is about twenty instructions
-    u = (n * 2).to(tl.uint32, bitcast=True)
-    return (tl.umulhi(u, m.to(tl.uint32)) >> l.to(tl.uint32)).to(tl.int32, bitcast=True)
-''',
     "_dense_walk": '''def _dense_walk(x, shape, walk):
     """Whether x has the domain's shape and lies dense in memory in the kernel's walk order
     (dims outermost first): its element at the walk's flat index i is x's i-th element."""

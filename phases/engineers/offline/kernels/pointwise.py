@@ -20,7 +20,6 @@ from kopt.phases.engineers.offline.kernels.writer import (
     _identity,
     _Scope,
     _Writer,
-    static_sizes,
 )
 
 
@@ -111,10 +110,7 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
         head.append(f"# the flat index walks the domain in {walk.like.name}'s memory order, dims "
                     f"{walk.order} outermost first (the output is laid out so)")
     head += _decompose_direct("offs", sorted(w.coords_needed), r, "c",
-                              None if walk is None else list(walk.order), static_sizes(group),
-                              None if group.nhwc else w.magics)
-    if w.magics:
-        w.helpers.update(("_magic", "_fdiv"))
+                              None if walk is None else list(walk.order))
     if group.nhwc:
         # a channels_last convolution's epilogue: a (BLOCK_HW, BLOCK_C) tile per program reads
         # the NHWC input along channels and writes the NCHW output along hw (a fused transpose;
@@ -139,7 +135,6 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
                               {"BLOCK_HW": 32, "BLOCK_C": 64, "num_warps": 4},
                               extra_constexpr=["INDEX_64"], blocks=["BLOCK_HW", "BLOCK_C"])
     return _finish_simple(w, group, part, name, "pointwise", head, body,
-                          ["n_elements"] + [f"D{k}" for k in range(r)]
-                          + [f"{stem}_{p}" for stem, _ in w.magics for p in "ml"],
+                          ["n_elements"] + [f"D{k}" for k in range(r)],
                           {"BLOCK_SIZE": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8]},
                           {"BLOCK_SIZE": 1024, "num_warps": 4}, extra_constexpr=["INDEX_64"])

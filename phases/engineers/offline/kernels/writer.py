@@ -112,9 +112,6 @@ class _Writer:
         self.input_index = {n: i for i, n in enumerate(group.inputs)}
         self.dim_sources: dict[int, tuple[int, int]] = {}
         self.used_index_zero = False
-        self.magics: list[tuple[str, str]] = []
-        """Run-time divisors of the coordinates' per-element divisions (`_decompose_direct`):
-        (parameter stem, host expression); the launcher passes `*_magic(expr)` for each."""
         """Whether a size joined index arithmetic in the index type (`scalar`): the launcher
         then takes 64-bit index maths from 2**30."""
         self.contig_flags: list[int] = []
@@ -594,8 +591,7 @@ def _decompose(flat: str, needed: list[int], rank: int, prefix: str, skip: int |
 
 
 def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str,
-                      order: list[int] | None = None, static: set[str] | None = None,
-                      magics: list[tuple[str, str]] | None = None) -> list[str]:
+                      order: list[int] | None = None) -> list[str]:
     """Each coordinate in `needed` straight from a flat index (`pid * BLOCK_SIZE + lane`) over
     the domain's dims in `order`, outermost first (default: row-major, 0 to rank - 1; a walk
     in another input's memory order passes that order), with no division per element where the
@@ -611,29 +607,7 @@ def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str,
     operand of a 3-D convolution's epilogue cost three divisions and a remainder per element,
     which made a memory-bound epilogue compute-bound (KernelBench level-2 48 on the H100:
     0.430 ms against torch.compile's 0.294 ms, whose divisors are compile-time constants).
-    The spans are 64-bit with the 64-bit index (a span can pass 2**31 when the tensor does).
-
-    A division or remainder per element by a run-time size (not in `static`, the constexpr
-    sizes) is, with the 32-bit index, a multiply-high and a shift by the size's magic number
-    (`_fdiv`; the launcher computes each with `_magic`): each such divisor appends its
-    (parameter stem, host expression over the launcher's `D`) to `magics`. A bilinear
-    upsampling's kernel took 0.0405 ms with its sizes read at run time and 0.0307 ms with them
-    compiled in as constants (H200, 2026-12-02, `benchmarks/kernel_ab_gpu.py --without
-    dynamic`), a nearest upsampling's 0.340 against 0.282."""
-    static = static or set()
-
-    def fast(expr: str, divisor: str, host: str, what: str) -> str:
-        """`expr // divisor` (what == "div") or `expr % divisor` ("mod") per element."""
-        plain = f"{expr} // ({divisor})" if what == "div" else f"{expr} % ({divisor})"
-        if magics is None or all(d in static for d in divisor.split(" * ")):
-            return plain
-        stem = next((st for st, h in magics if h == host), None)
-        if stem is None:
-            stem = f"mg{len(magics)}"
-            magics.append((stem, host))
-        q = f"_fdiv({expr}, {stem}_m, {stem}_l)"
-        return q if what == "div" else f"({expr} - {q} * ({divisor}))"
-
+    The spans are 64-bit with the 64-bit index (a span can pass 2**31 when the tensor does)."""
     lines: list[str] = []
     if needed:
         lines += ["base = pid * BLOCK_SIZE  # the block's first flat index (offs = base + lane)",
@@ -647,12 +621,8 @@ def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str,
             lines += [f"if D{k} >= BLOCK_SIZE:  # rows of a block's width or more: at most one wrap",
                       f"    {c} = base - (base // D{k}) * D{k} + lane",
                       f"    {c} = tl.where({c} >= D{k}, {c} - D{k}, {c})",
-                      "else:"]
-            if magics is None or f"D{k}" in static:
-                lines.append(f"    {c} = {flat} % D{k}")
-            else:
-                lines += ["    if INDEX_64:", f"        {c} = {flat} % D{k}", "    else:",
-                          f"        {c} = {fast(flat, f'D{k}', f'D[{k}]', 'mod')}"]
+                      "else:",
+                      f"    {c} = {flat} % D{k}"]
             continue
         wide = " * ".join([f"tl.cast({after[0]}, tl.int64)", *after[1:]])
         lines += ["if INDEX_64:", f"    span{k} = {wide}", "else:",
@@ -661,16 +631,8 @@ def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str,
         a, b = (q0, q1) if outermost else (f"{q0} % D{k}", f"{q1} % D{k}")
         lines += [f"if span{k} >= BLOCK_SIZE:  # one value, or two across one wrap, per block",
                   f"    {c} = tl.where(base - (base // span{k}) * span{k} + lane >= span{k}, {b}, {a})",
-                  "else:"]
-        plain = f"    {c} = ({flat} // span{k})" + ("" if outermost else f" % D{k}")
-        host = " * ".join(f"D[{j}]" for j in order[order.index(k) + 1:])
-        if magics is None or all(d in static for d in after + ([] if outermost else [f"D{k}"])):
-            lines.append(plain)
-            continue
-        q = fast(flat, " * ".join(after), host, "div")
-        if not outermost:
-            q = fast(f"({q})", f"D{k}", f"D[{k}]", "mod")
-        lines += ["    if INDEX_64:", "    " + plain, "    else:", f"        {c} = {q}"]
+                  "else:",
+                  f"    {c} = ({flat} // span{k})" + ("" if outermost else f" % D{k}")]
     return lines
 
 
@@ -765,7 +727,7 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
     ret = f"    return {outs}{',' if len(group.outputs) == 1 else ''}"
     if kind == "pointwise":
         lines += ["    n_elements = math.prod(D)", "    if n_elements == 0:", "    " + ret]
-        size_args = "n_elements, *D" + "".join(f", *_magic({host})" for _, host in w.magics)
+        size_args = "n_elements, *D"
         walk = w.walk
         if walk is None:
             flags = "".join(f", X{i}_CONTIG=x{i}.is_contiguous() and tuple(x{i}.shape) == D"
