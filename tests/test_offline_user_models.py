@@ -82,9 +82,12 @@ def test_complex_values_stay_in_pytorch_around_generated_kernels(tmp_path: Path)
 
 def test_a_power_of_a_size_is_shape_arithmetic(tmp_path: Path) -> None:
     """`(d // h) ** -0.5` of the input's width: Python's pow over sizes in the exported
-    graph (codegen failed: an unsupported call), a float the kernel reads."""
+    graph (codegen failed: an unsupported call), a float the kernel reads; accepted."""
     body = ["b, n, d = x.shape",
             "q = x.reshape(b, n, 2, d // 2)",
             "s = torch.einsum('bqhd,bkhd->bhqk', q, q) * (d // 2) ** -0.5",
             "return s.softmax(dim=-1) + y"]
-    _generate(tmp_path, body, [[2, 5, 6], [1]])
+    shapes = [[2, 5, 6], [1]]
+    result, _ = _generate(tmp_path, body, shapes)
+    case = load_case_dir(_write_case(tmp_path, body, shapes, "float32"))
+    _accepted_on_cpu(tmp_path, case, result.source)

@@ -54,11 +54,10 @@ class _SizePrinter(PythonPrinter):
             return super()._print_floor(expr)
         return f"(({self._print(num)}) // ({self._print(den)}))"
 
-    def _print_ceiling(self, expr: Any) -> str:
-        num, den = sympy.fraction(sympy.together(expr.args[0]))
-        if den == 1:
+    def _print_ceiling(self, expr: Any) -> str:  # ceil(a / b) == -floor(-a / b)
+        if sympy.fraction(sympy.together(expr.args[0]))[1] == 1:
             return super()._print_ceiling(expr)
-        return f"(-((-({self._print(num)})) // ({self._print(den)})))"
+        return f"(-{self._print_floor(sympy.floor(-expr.args[0], evaluate=False))})"
 
     def _print_Pow(self, expr: Any) -> str:
         base, exp = expr.args
@@ -351,8 +350,8 @@ class ForwardWriter:
             # with C from the constructor) becomes -1: reshape computes it at run time
             # (a rewrite's view holds its sizes as bare expressions: a grouped view's
             # `floor(128/kopt_groups)` channels per group, 128 the traced channels)
-            baked = [j for j, v in enumerate(target) if not getattr(_size_expr(v), "is_Symbol", True)
-                     and not getattr(_size_expr(v), "is_number", False)]
+            baked = [j for j, v in enumerate(target) if (e := _size_expr(v)) is not None
+                     and not e.is_Symbol and not e.is_number]
             if len(baked) > 1:  # (N*C, H - 2, W - 2) after a convolution: the scaled one
                 baked = [j for j in baked if _scaled(_size_expr(target[j]))]
             if len(baked) == 1:
