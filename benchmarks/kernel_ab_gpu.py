@@ -6,7 +6,9 @@ library calls' total) side by side.
 
 RULE: `walk` (a kernel laid out like a permuted view walks that view's memory order),
 `static` (sizes fixed in the program passed as constexprs), `siblings` (products of one
-activation as one product over their weights side by side), `dynamic` (sizes a symbolic export
+activation as one product over their weights side by side), `tileflat` (a tiled reduction reads
+and writes two or more contiguous dims after its reduced one at the tile's column index, not at
+coordinates divided out of it), `dynamic` (sizes a symbolic export
 leaves to run time: every kernel's domain sizes and element count made constexprs by a source
 edit, a measurement of what run-time sizes cost, not a generator rule). CASE: a bundled case or case
 directory; FILE.py: a KernelBench problem (imported as `kopt import-kernelbench` does). Each
@@ -55,10 +57,20 @@ def without(rule: str) -> Iterator[None]:
             yield
         finally:
             sibling_products.fuse_sibling_products = saved
+    elif rule == "tileflat":
+        from kopt.phases.engineers.offline.kernels import reduction
+
+        cls = reduction._ReductionWriter
+        saved_flat = cls.flat_inner
+        cls.flat_inner = lambda self: False
+        try:
+            yield
+        finally:
+            cls.flat_inner = saved_flat
     elif rule == "dynamic":  # a source edit after generation (edit_source)
         yield
     else:
-        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings or dynamic")
+        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings, tileflat or dynamic")
 
 
 def edit_source(rule: str, source: str) -> str:
@@ -98,7 +110,7 @@ def main() -> int:
     from kopt.phases.engineers.offline import generate_candidate
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "dynamic"])
+    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "tileflat", "dynamic"])
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per variant (median)")
     ap.add_argument("cases", nargs="+")
     opts = ap.parse_args()

@@ -73,3 +73,34 @@ def test_a_broadcast_operand_reads_its_inner_dims_at_the_flat_index(workspace: P
     assert re.search(r"(if|elif) X\d_INNER <= 1:", source), source
     assert "X0_INNER <= 0" not in source and "X1_INNER <= 0" not in source  # X<i>_CONTIG's
     _run(case, source, workspace, "bcast_add", [(1, 3, 5, 7), (2, 3, 5, 7)])
+
+
+def test_a_middle_dim_reduction_reads_and_writes_its_inner_dims_at_the_tile_column(
+        workspace: Path) -> None:
+    """A tiled reduction over dim 1 of (N, C, H, W): with H and W laid out as the domain's,
+    loads and the (contiguous) outputs use the tile's column index `ci` instead of H and W
+    coordinates divided out of it. Contiguous, outer-strided (`INNER` only) and transposed
+    (coordinates) inputs, a reduced extent read in one pass and one that loops (split in two
+    in the interpreter), all against the model."""
+    for c in (24, 600):
+        name = f"channel_stats_{c}"
+        case = _case(workspace, name, "return torch.softmax(a, 1) * b, a.mean(1), a.amax(1, keepdim=True)",
+                     [[2, c, 5, 7], [2, c, 5, 7]])
+        source = generate_candidate(case).source
+        assert "tiled_reduction" in source, source
+        assert "if X0_CONTIG:" in source and "X0_INNER <= 2:" in source, source
+        assert "(outer * n_cols + cr) * n_inner + ci" in source
+        assert "X0_INNER=_laid_from(x0, D)" in source
+        assert re.search(r"tl\.store\(y\d_ptr \+ outer \* n_inner \+ ci,", source), source  # a row output
+        module = _load_candidate(source, workspace, name)
+        namespace: dict = {}
+        exec(compile(case.model_file.read_text(), "model.py", "exec"), namespace)
+        ref, new = namespace["Model"](), module.ModelNew()
+        gen = torch.Generator().manual_seed(0)
+        a, b = (torch.randn(2, c, 5, 7, generator=gen) for _ in range(2))
+        with torch.no_grad():
+            want = ref(a, b)
+            wide = torch.randn(4, c, 5, 7, generator=gen)
+            wide[::2] = a
+            for x in (a, wide[::2], _strided(a), a.contiguous(memory_format=torch.channels_last)):
+                torch.testing.assert_close(new(x, b), want)

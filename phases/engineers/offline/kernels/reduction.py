@@ -185,6 +185,43 @@ class _ReductionWriter(_Writer):
         self.coords_needed.add(k)
         return f"c{k}"
 
+    # -- a tiled reduction's flat offsets: two or more contiguous dims after the reduced one
+    # read as `ci` (no coordinates divided out of it per element; Triton then sees BLOCK_C
+    # contiguous addresses and vectorises the loads). With one such dim its coordinate is `ci`
+    # already, and the outer coordinates are one division per program.
+    def flat_inner(self) -> bool:
+        return self.tiled and len(self.g.domain) - self.g.rdim - 1 >= 2
+
+    def flat_offset(self, dm: DimMap) -> str | None:
+        if not self.flat_inner() or dm != tuple(range(len(self.g.domain))):
+            return None
+        return f"(outer * n_cols + {self.col}) * n_inner + ci"
+
+    def store_flat(self, n: Node, dm: DimMap) -> str | None:
+        """A full-size output at the flat index; a row output (the reduced dim dropped, or
+        kept as size 1) over every other dim of the domain in order at `outer * n_inner + ci`."""
+        if not self.flat_inner():
+            return None
+        rd, r = self.g.rdim, len(self.g.domain)
+        if [d for d in dm if d is not None] == [k for k in range(r) if k != rd] and \
+                all(n.shape[j] == 1 for j, d in enumerate(dm) if d is None):
+            return "outer * n_inner + ci"
+        return super().store_flat(n, dm)
+
+    def _inner_offsets(self, i: int, x: Node, per_dim: list[tuple[int | None, str | None]],
+                       first: int = 0) -> list[tuple[str, str]]:
+        """Under `X<i>_INNER <= rdim + 1`: x's offset over the dims after the reduced one (two
+        or more, laid out as the domain's) is `ci`."""
+        rd, r = self.g.rdim, len(self.g.domain)
+        k = rd + 1
+        if not self.flat_inner() or x.rank != r or k < first or \
+                any(per_dim[j][0] != j for j in range(k, r)):
+            return []
+        if i not in self.inner_flags:
+            self.inner_flags.append(i)
+        terms = [t for j, (_d, t) in enumerate(per_dim) if j < k and t is not None]
+        return [(f"X{i}_INNER <= {k}:  # laid out as the domain after the reduced dim", " + ".join(terms + ["ci"]))]
+
     def load_mask(self, dm: DimMap) -> str | None:
         if self.g.rdim in dm:
             return self.col_mask
@@ -613,6 +650,8 @@ def reduction_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     looped = _split_phases(w, finals, stats, w.lines) if w.split else stats + w.lines
     r = len(group.domain)
     sizes = ["n_cols"] + [f"D{k}" for k in range(r) if k != group.rdim]
+    if w.inner_flags:
+        w.helpers.add("_laid_from")
     if w.tiled:
         head = tile_head(group, w.coords_needed, even=True)
         if w.split:

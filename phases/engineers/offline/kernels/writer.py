@@ -139,6 +139,11 @@ class _Writer:
     def flat_offset(self, dm: DimMap) -> str | None:
         return None
 
+    def store_flat(self, n: Node, dm: DimMap) -> str | None:
+        """A contiguous output's offset from the template's flat index (no coordinates), or
+        None where it stores at its coordinates."""
+        return self.flat_offset(dm) if dm == tuple(range(len(self.g.domain))) else None
+
     def inner_flat(self, k: int) -> str | None:
         """The flat index's part over domain dims k.. (their coordinates times the domain's
         row-major spans), or None where the template has no flat index to take it from."""
@@ -454,11 +459,9 @@ class _Writer:
         dm = self.g.dmaps[n]
         # an output laid out like a permuted input, or any output of a kernel that walks
         # another layout's memory order (`walk`), stores at its own strides
-        flat = self.flat_offset(dm) if n.rank == len(self.g.domain) and n not in self.g.laid_like \
-            and self.walk is None else None
+        flat = self.store_flat(n, dm) if n not in self.g.laid_like and self.walk is None else None
         terms = [f"{self.coord(d)} * y{o}_s{j}" for j, d in enumerate(dm) if d is not None]
-        offset = flat if flat is not None and dm == tuple(range(len(self.g.domain))) else \
-            (" + ".join(terms) if terms else "0")
+        offset = flat if flat is not None else (" + ".join(terms) if terms else "0")
         if offset == "0" and mask:  # one element: a block of one address for the mask
             offset = f"({mask}) * 0"
         val = v.as_type(compute_type(n.dtype)) if v.ctype is not None else v.text
@@ -763,6 +766,9 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
         consts = ('BLOCK_SIZE=cfg["BLOCK_SIZE"], BLOCK_C=cfg["BLOCK_C"], '
                   'ONE_PASS=n_cols <= cfg["BLOCK_SIZE"], EVEN=n_inner % cfg["BLOCK_C"] == 0 and '
                   'n_cols % (n_split * cfg["BLOCK_SIZE"]) == 0')
+        consts += "".join(f", X{i}_CONTIG=x{i}.is_contiguous() and tuple(x{i}.shape) == D"
+                          for i in w.contig_flags)
+        consts += "".join(f", X{i}_INNER=_laid_from(x{i}, D)" for i in w.inner_flags)
     else:
         rd = group.rdim
         multirow = getattr(w, "multirow", False)
