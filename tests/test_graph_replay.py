@@ -157,6 +157,7 @@ def test_a_failed_capture_puts_the_callers_stream_back(tmp_path: Path,
 
     class Module:
         _kopt_pool = None
+        _kopt_graphs: dict = {}
 
     x = torch.randn(8)
     first, entry = mod._capture(Module(), torch.exp, (x,))
@@ -220,7 +221,7 @@ def test_inputs_at_the_same_addresses_replay_over_their_own_memory(tmp_path: Pat
     for _ in range(3):  # op by op and captured; copied in; the same address again
         model(x)
     (entry,) = model._kopt_graphs.values()
-    assert entry[3] is not None and entry[3][0] == (x.data_ptr(),), "a graph over x itself"
+    assert entry[3].get((x.data_ptr(),)), "a graph over x itself"
     x.copy_(torch.randn_like(x))  # new values where the graph reads them
     direct = model(x)
     other = torch.randn_like(x)  # another address: the copying graph
@@ -244,3 +245,43 @@ def test_verifier_accepts_a_replayed_forward_and_counts_its_launches(tmp_path: P
     report = verify_candidate("layernorm_gelu", file, device="cuda")
     assert report.accepted, [(c.name, c.detail) for c in report.checks if not c.passed]
     assert "(0-" not in report.check("triton_launched").detail
+
+
+@pytest.mark.gpu
+def test_inputs_rotating_between_a_few_buffers_each_get_a_graph_over_their_memory(
+        tmp_path: Path) -> None:
+    """A pipeline (or the harness's timer) rotating three input buffers: each buffer, seen
+    again, gets its own graph over its memory; each call reads the values its buffer holds."""
+    case, _, mod = _candidate("conv2d_relu_bias", tmp_path)
+    model = build_model(case, "smoke", device="cuda", cls=mod.ModelNew)
+    x = agent_provide_inputs(case, "smoke", device="cuda").args[0]
+    mod.FORWARD_STEPS = 100
+    bufs = [x, torch.randn_like(x), torch.randn_like(x)]
+    for _ in range(2):
+        for b in bufs:
+            model(b)
+    (entry,) = model._kopt_graphs.values()
+    assert sorted(entry[3]) == sorted((b.data_ptr(),) for b in bufs), entry[3].keys()
+    for b in bufs:
+        b.copy_(torch.randn_like(b))
+        _replayed_matches_op_by_op(mod, model, b)
+
+
+@pytest.mark.gpu
+def test_a_small_output_of_large_inputs_replays_only_over_input_memory(tmp_path: Path) -> None:
+    """Copying the logits in would cost more than the graph saves, cloning a scalar loss out
+    would not: no copying graph; inputs seen again replay over their own memory, new ones run
+    op by op."""
+    case, _, mod = _candidate("cross_entropy", tmp_path)
+    model = build_model(case, "smoke", device="cuda", cls=mod.ModelNew)
+    args = agent_provide_inputs(case, "smoke", device="cuda").args
+    mod.FORWARD_STEPS, mod.COPY_BYTES_PER_US = 100, 1.0  # any input copy too dear, a scalar not
+    first = model(*args)
+    (entry,) = model._kopt_graphs.values()
+    assert entry[0] is None and entry[3] == {}, entry
+    again = model(*args)  # the same memory: a graph over it
+    assert entry[3].get(tuple(a.data_ptr() for a in args if isinstance(a, torch.Tensor)))
+    torch.testing.assert_close(again, first)
+    assert graph_report(model) == {"replayed": 1, "op_by_op": []}
+    other = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    torch.testing.assert_close(model(*other), first)  # a new address: op by op

@@ -312,4 +312,13 @@ def graph_report(model: object) -> dict[str, object] | None:
     if not isinstance(graphs, dict):
         return None
     reasons = sorted({v[:300] for v in graphs.values() if isinstance(v, str)})[:5]
-    return {"replayed": sum(isinstance(v, tuple) for v in graphs.values()), "op_by_op": reasons}
+    return {"replayed": sum(_replays(v) for v in graphs.values()), "op_by_op": reasons}
+
+
+def _replays(entry: object) -> bool:
+    """Whether a `_kopt_graphs` entry holds a graph: a copying one (first item), or one over
+    some input memory (a dict by address in the fourth; a tuple in files of before 2026-12-03)."""
+    if not isinstance(entry, tuple):
+        return False
+    direct = entry[3] if len(entry) > 3 else None
+    return entry[0] is not None or (any(direct.values()) if isinstance(direct, dict) else direct is not None)

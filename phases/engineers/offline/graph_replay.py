@@ -14,11 +14,14 @@ forward once per key (input shapes, strides and dtypes, the storage of every wei
 reads, the region switches) and replays it from the next call on (the first runs op by op,
 then captures): inputs are copied into the graph's own buffers, outputs cloned out of them,
 so every call reads the values it was given, and a result stays valid after the next call.
-Inputs that come at the same addresses on two calls in a row (a serving loop's buffers, a
-timer that refills its inputs in place) get a second graph of that key captured over their
-memory itself: its replays read the inputs where they are, with no copy in (GPT-2's block
-at 8x1024x768 bf16: 12.6 MB, about 6 us of its 0.32 ms on an H200). Other addresses still
-take the copying graph.
+Inputs that come again at the addresses of one of the last MAX_GRAPHS calls (a serving
+loop's buffers, a pipeline rotating a few input buffers, a timer refilling its inputs in place)
+get a graph of that key captured over their memory itself, up to MAX_GRAPHS such addresses a
+key: its replays read the inputs where they are, with no copy in (GPT-2's block at
+8x1024x768 bf16: 12.6 MB, about 6 us of its 0.32 ms on an H200). Other addresses take the
+copying graph. Where copying the inputs would cost more than the graph saves but cloning the
+outputs would not (a small loss over large logits), only graphs over input memory are kept:
+inputs at new addresses run op by op.
 Each call runs one forward's work, which is what the verifier counts. A weight replaced, moved or written in place (`load_state_dict`)
 changes the key, so the next call captures again: what the forward derives from a weight on
 the host (a channels_last copy kept between calls) is made anew.
@@ -27,9 +30,9 @@ It runs op by op instead where a graph cannot help or cannot hold:
 - without a GPU (Triton's interpreter), under `torch.compile` (dynamo traces the forward),
   for inputs on a GPU other than the current one (a graph captures on the current device),
   for an input whose memory overlaps itself (an expanded view cannot be copied into);
-- when copying the inputs and outputs would cost more than half the host time the graph
-  saves (`_graph_pays`): a memory-bound forward over a large tensor (a softmax over 1 GB)
-  gains nothing from a graph and would pay two extra passes. A small forward of one Triton
+- when cloning the outputs (and, for the copying graph, copying the inputs) would cost more
+  than half the host time the graph saves (`_graph_pays`): a memory-bound forward over a
+  large tensor (a softmax over 1 GB) gains nothing from a graph and would pay extra passes. A small forward of one Triton
   kernel beside a library call does gain (a 128x16x30x30 convolution's epilogue on an H200:
   0.152 ms a call op by op, 0.033 replayed, eager 0.056), since a Triton launch costs several
   aten ops' host time;
@@ -125,28 +128,44 @@ def _captured(graph, pool, fn, args):
         torch.cuda.set_stream(caller)
 
 
+def _pool(module):
+    """The memory pool the module's graphs share. A pool no kept graph uses any more (the last
+    one evicted) is gone: capturing into its handle fails in the allocator
+    (`it->second->use_count > 0`, torch 2.11), so a fresh one is made then."""
+    live = any(isinstance(e, tuple) and (e[0] is not None or any(e[3].values()))
+               for e in module._kopt_graphs.values())
+    if module._kopt_pool is None or not live:
+        module._kopt_pool = torch.cuda.graph_pool_handle()
+    return module._kopt_pool
+
+
+def _nbytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def _capture(module, fn, args):
-    """The first call: fn(*args) op by op (Triton compiles, cuDNN and cuBLAS initialise
-    here), then fn captured over copies of args. Returns (that result, the entry): the entry
-    is (graph, static inputs, static outputs), or why not (a string: the graph would not
-    pay, or capture failed). A module's graphs share one memory pool: each replay writes its
-    intermediates before reading them and its outputs are cloned at once, so the pool holds
-    about one forward's memory however many shapes were seen."""
+    """The first call of a key: fn(*args) op by op (Triton compiles, cuDNN and cuBLAS
+    initialise here), then fn captured over copies of args where copying the inputs in and
+    the outputs out pays. Returns (that result, the entry): (graph, static inputs, static
+    outputs, graphs over input memory by address), with no copying graph (None) where only a
+    graph over the inputs' own memory pays (its outputs' clones alone), or why the key runs
+    op by op (a string: no graph would pay, or capture failed). A module's graphs share one
+    memory pool: each replay writes its intermediates before reading them and its outputs are
+    cloned at once, so the pool holds about one forward's memory plus each graph's outputs."""
     first = fn(*args)
+    ins = [a for a in args if isinstance(a, torch.Tensor)]
+    outs = _out_tensors(first)
+    if not _graph_pays(_nbytes(ins) + _nbytes(outs), len(ins) + len(outs)):
+        if _graph_pays(_nbytes(outs), len(outs)):
+            return first, (None, None, None, {})
+        return first, "copies cost more than the host time saved"
     static = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     graph = torch.cuda.CUDAGraph()
     try:
-        if module._kopt_pool is None or all(isinstance(e, str) for e in module._kopt_graphs.values()):
-            # a pool no kept graph uses any more (the last one evicted) is gone: capturing
-            # into its handle fails in the allocator (`it->second->use_count > 0`, torch 2.11)
-            module._kopt_pool = torch.cuda.graph_pool_handle()
-        out = _captured(graph, module._kopt_pool, fn, static)
+        out = _captured(graph, _pool(module), fn, static)
     except Exception as err:  # noqa: BLE001 (an op that syncs with the host cannot be captured)
         return first, f"capture failed: {type(err).__name__}: {err}"[:300]
-    copied = [a for a in static if isinstance(a, torch.Tensor)] + _out_tensors(out)
-    if not _graph_pays(sum(t.numel() * t.element_size() for t in copied), len(copied)):
-        return first, "copies cost more than the host time saved"
-    return first, (graph, static, out, None)
+    return first, (graph, static, out, {})
 
 
 def _capture_direct(module, fn, args):
@@ -156,8 +175,8 @@ def _capture_direct(module, fn, args):
     and alive while the caller passes it)."""
     graph = torch.cuda.CUDAGraph()
     try:
-        out = _captured(graph, module._kopt_pool, fn, args)
-    except Exception:  # noqa: BLE001 (the copying graph still serves these inputs)
+        out = _captured(graph, _pool(module), fn, args)
+    except Exception:  # noqa: BLE001 (the copying graph, or op by op, still serves these inputs)
         return None
     return graph, out
 
@@ -168,11 +187,16 @@ def _graphed(module, fn, args):
     if (not KOPT_GRAPH or _INTERPRETED or torch.compiler.is_compiling() or not tensors
             or tensors[0].device.type != "cuda"
             or tensors[0].device.index not in (None, torch.cuda.current_device())
-            or not all(_dense(t) for t in tensors)
-            or not _graph_pays(sum(t.numel() * t.element_size() for t in tensors), len(tensors))):
+            or not all(_dense(t) for t in tensors) or not _graph_pays(0, 1)):
         return fn(*args)
     graphs = module._kopt_graphs
     key = _graph_key(module, args)
+    ptrs = tuple(t.data_ptr() for t in tensors)
+    recent = module._kopt_recent_inputs
+    seen = ptrs in recent
+    if not seen:
+        recent.append(ptrs)
+        del recent[:-MAX_GRAPHS]
     if key not in graphs:
         if len(graphs) >= MAX_GRAPHS:
             graphs.pop(next(iter(graphs)))
@@ -182,19 +206,20 @@ def _graphed(module, fn, args):
     if isinstance(entry, str):  # op by op, and why (`graph_report` reads it)
         return fn(*args)
     graph, static, out, direct = entry
-    ptrs = tuple(t.data_ptr() for t in tensors)
-    if direct is not None and direct[0] == ptrs:
-        direct[1].replay()  # reads the inputs where they are: nothing copied in
-        return _clone_out(direct[2])
-    if ptrs == module._kopt_last_inputs:
-        # the same input memory twice in a row (a serving loop's buffers, a timer refilling
-        # its inputs in place): a graph over that memory itself saves the copy in
+    hit = direct.get(ptrs)
+    if hit:
+        hit[0].replay()  # reads the inputs where they are: nothing copied in
+        return _clone_out(hit[1])
+    if seen and hit is None and len(direct) < MAX_GRAPHS:
+        # input memory of a recent call again (a serving loop's buffers, a timer rotating a
+        # few input sets): a graph over that memory itself saves the copy in
         made = _capture_direct(module, fn, args)
+        direct[ptrs] = made if made is not None else False  # (False: not tried again)
         if made is not None:
-            graphs[key] = (graph, static, out, (ptrs, *made))
             made[0].replay()
             return _clone_out(made[1])
-    module._kopt_last_inputs = ptrs
+    if graph is None:  # only a graph over input memory pays, and these inputs have none yet
+        return fn(*args)
     for s, a in zip(static, args):
         if isinstance(s, torch.Tensor):
             s.copy_(a)
