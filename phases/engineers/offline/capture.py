@@ -165,6 +165,14 @@ def capture(case: Case, input_set: str = "main", *, constructor: bool = True) ->
     return captured
 
 
+RETRACE_ALWAYS_NODES = 300
+"""A program of at most this many lowered nodes is traced again at the other constructor
+arguments whatever `has_constructor_numbers` guesses: its export costs about a second, and the
+guess misses numbers it cannot tell apart from chance (a score scale `1 / math.sqrt(64)` is
+8.0, whole; a rotary split `[64, 64]` is half of `head_dim`). Larger programs (ResNet-101's
+second export is seconds of a 2-core CPU) trace again only where the guess finds one."""
+
+
 def _retrace_constructor(case: Case, input_set: str, captured: Captured) -> None:
     """Numbers the model derived from its constructor's integers made expressions of them
     (`constructor_sizes.generalise_constructor`), from a trace at the first other input set
@@ -176,7 +184,8 @@ def _retrace_constructor(case: Case, input_set: str, captured: Captured) -> None
         if other == input_set or set(other_ints) != set(ints) or other_ints == ints:
             continue
         moved = {k: v for k, v in ints.items() if other_ints[k] != v}
-        if not has_constructor_numbers(captured.graph, moved):
+        if len(captured.graph.nodes) > RETRACE_ALWAYS_NODES and \
+                not has_constructor_numbers(captured.graph, moved):
             return
         try:
             second = capture(case, other, constructor=False)

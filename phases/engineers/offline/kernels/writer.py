@@ -226,6 +226,13 @@ class _Writer:
         scope.values[key] = op
         return op
 
+    def _plain_dim_source(self, x: Node, i: int, j: int, d: int) -> None:
+        """Domain dim d's size read from input i's dim j at launch where x follows it plainly
+        there (a window's or a take's other dims), as `load` does: a size the traced program
+        fixed (a weight's width, which the constructor sets) is then not baked in the call."""
+        if x.shape[j] == self.g.domain[d] and x.shape[j] != 1:
+            self.dim_sources.setdefault(d, (i, j))
+
     def tap(self, n: Node, dm: DimMap, scope: _Scope) -> Operand:
         """One tap of a pooling window: x at o * stride + t * dilation - padding along each
         pooled dim, masked to x's extent (padding reads `fill`)."""
@@ -241,6 +248,8 @@ class _Writer:
             if j not in pooled:
                 if d is not None:
                     terms.append(f"{c} * x{i}_s{j}")
+                    if not constant:
+                        self._plain_dim_source(x, i, j, d)
                 per_dim.append((d if d == j else None, f"{c} * x{i}_s{j}" if d is not None else None))
                 continue
             stride, dilation, padding, t, _window, size = pooled[j]
@@ -254,7 +263,8 @@ class _Writer:
             per_dim.append((None, f"{idx} * x{i}_s{j}"))
             if padding or n.kwargs.get("clip"):
                 # compared as it arrives (int32 like the index; a size of 1 arrives as a constant)
-                text = literal(size) if isinstance(size, int) else self.scalar_param(Sym(size, x.shape[j]))
+                text = literal(size) if isinstance(size, int) else self.scalar_param(
+                    size if isinstance(size, Sym) else Sym(size, x.shape[j]))  # (a Sym: fitted to the constructor)
                 inside.append(f"({idx} >= 0) & ({idx} < {text})")
         mask = self.load_mask(dm)
         masks = ([mask] if mask else []) + inside
@@ -287,6 +297,7 @@ class _Writer:
         for j in range(d):
             if dm[j] is not None:
                 terms.append(f"{self.coord(dm[j])} * x{i}_s{j}")
+                self._plain_dim_source(x, i, j, dm[j])
         for q, t in enumerate(idxs):
             off = 0 if gather else d + rb - t.rank  # right-aligned among the broadcast dims
             tdm = tuple(None if t.shape[u] == 1 else dm[off + u] for u in range(t.rank))
@@ -297,7 +308,8 @@ class _Writer:
             else:
                 op = self.load(t, tdm, scope)
             size = x.sym[d + q]
-            text = literal(size) if isinstance(size, int) else self.scalar_param(Sym(size, x.shape[d + q]))
+            text = literal(size) if isinstance(size, int) else self.scalar_param(
+                size if isinstance(size, Sym) else Sym(size, x.shape[d + q]))
             idx = self.fresh("t")
             self.emit(f"{idx} = tl.cast({op.text}, tl.int64)")
             self.emit(f"{idx} = tl.where({idx} < 0, {idx} + {text}, {idx})")
@@ -307,6 +319,7 @@ class _Writer:
             e = dm[j - k + rb]
             if e is not None and x.shape[j] != 1:
                 terms.append(f"{self.coord(e)} * x{i}_s{j}")
+                self._plain_dim_source(x, i, j, e)
         mask = self.load_mask(dm)
         m = " & ".join(([mask] if mask else []) + inside)
         var = self.fresh("x")
