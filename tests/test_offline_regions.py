@@ -168,3 +168,20 @@ def test_a_pooling_region_falls_back_to_the_pooling_call(tmp_path: Path, pool: s
         _forbid(module, f"_launch_{region.name}")
         _check_case(case, module, "smoke")
         _check_case(case, module, "main", seed=3)
+
+
+def test_a_causal_mask_from_shapes_runs_in_its_pytorch_region(tmp_path: Path) -> None:
+    """`torch.triu(ones(t, t, dtype=bool), 1)` lowers to comparisons of aranges and-ed with a
+    constant `True`: the region's PyTorch form hands torch.logical_and tensors on both sides
+    (a Python bool there was a TypeError on the H200, 2026-12-03, in a grouped-query
+    attention's region search)."""
+    body = ["t = x.shape[-1]",
+            "mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=x.device), 1)",
+            "return torch.softmax(x.masked_fill(mask, float('-inf')) + y, dim=-1)"]
+    case = load_case_dir(_write_case(tmp_path, body, [[2, 9, 9], [2, 9, 9]], "float32"))
+    result = generate_candidate(case)
+    assert "logical_and" in result.source, "the mask's lowering this test is about"
+    for region in regions(result.source):
+        module = _load_candidate(result.source, tmp_path, f"mask_{region.name}")
+        getattr(module, SWITCH)[region.name] = "torch"
+        _check_case(case, module, "main")

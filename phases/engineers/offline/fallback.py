@@ -150,8 +150,14 @@ class TorchRegion:
         if op in ("minimum", "maximum", "eq", "ne", "lt", "le", "gt", "ge", "fmod", "remainder",
                   "logical_and", "logical_or", "logical_xor"):
             a, b = args[0], args[1]
-            if not isinstance(n.args[0], Node):  # torch's binary functions want a tensor first
+
+            def scalar(x: Any) -> bool:  # a number, or a constant `full` written as one
+                return not isinstance(x, Node) or x.op == "full"
+
+            if scalar(n.args[0]):  # torch's binary functions want a tensor first
                 a = f"torch.as_tensor({a}, device=device)"
+            if op.startswith("logical_") and scalar(n.args[1]):  # and the logical ones second too
+                b = f"torch.as_tensor({b}, device=device)"
             return f"{_FUNCS[op]}({a}, {b})"
         if op in _FUNCS:
             return f"{_FUNCS[op]}({args[0]})"
