@@ -135,3 +135,40 @@ def test_a_conv_bias_moved_into_the_groups_follows_the_group_count(tmp_path: Pat
     regrouped = [line for line in result.source.splitlines() if "_conv_bias_g = " in line]
     assert regrouped and all("[8, -1]" not in line for line in regrouped), regrouped
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_whole_scale_and_a_half_split_follow_a_smoke_constructor(tmp_path: Path) -> None:
+    """`scores / math.sqrt(head_dim)` divides by a whole 8.0 at head_dim 64 and a rotary
+    `chunk(2)` splits at [32, 32]: neither looks like a constructor number to
+    `has_constructor_numbers`, and the candidate kept both at the smoke set's head_dim 16 (a
+    wrong result, a failed split: two user-written models, 2026-12-03). A small program is
+    traced again at the smoke arguments whatever the guess, and both follow head_dim."""
+    case = _constructor_case(
+        tmp_path, "rotary_scale", "head_dim",
+        ["self.head_dim = head_dim"],
+        ["import math",
+         "x1, x2 = x.chunk(2, dim=-1)",
+         "r = torch.cat([-x2, x1], dim=-1)",
+         "return torch.softmax((x + r) / math.sqrt(self.head_dim), dim=-1)"],
+        "head_dim: 64", [2, 3, 64], "head_dim: 16", [2, 5, 16])
+    result = generate_candidate(case)
+    assert "self._kopt_head_dim = head_dim" in result.source, result.source
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_rolled_window_keeps_the_constructors_channel_count(tmp_path: Path) -> None:
+    """Swin's shifted windows: roll, windows of (B, H, W, C) normalised over the
+    constructor's C, merged back, rolled back. The last roll's kernel took its channel extent
+    from the traced program (the LayerNorm's width fixes it), so at the smoke set's C the
+    output kept main's channels. It reads that size from its input at launch now."""
+    case = _constructor_case(
+        tmp_path, "rolled", "c",
+        ["self.norm = nn.LayerNorm(c)"],
+        ["b, h, w, c = x.shape",
+         "x = torch.roll(x, shifts=(-1, -1), dims=(1, 2))",
+         "win = x.view(b, h // 2, 2, w // 2, 2, c).permute(0, 1, 3, 2, 4, 5)",
+         "win = self.norm(win.reshape(-1, 4, c))",
+         "x = win.view(b, h // 2, w // 2, 2, 2, c).permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)",
+         "return torch.roll(x, shifts=(1, 1), dims=(1, 2))"],
+        "c: 24", [2, 8, 6, 24], "c: 8", [2, 4, 6, 8])
+    _accepted_on_cpu(tmp_path, case, generate_candidate(case).source)
