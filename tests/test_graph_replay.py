@@ -32,24 +32,28 @@ def _candidate(case_name: str, tmp_path: Path):  # type: ignore[no-untyped-def]
     return case, file, module
 
 
+def _key(mod, model, x: torch.Tensor):  # type: ignore[no-untyped-def]
+    return mod._graph_key(model, mod._input_form((x,)))
+
+
 def test_graph_key_follows_weights_shapes_and_regions_not_values(tmp_path: Path) -> None:
     case, _, mod = _candidate("conv2d_relu_bias", tmp_path)
     model = build_model(case, "smoke", cls=mod.ModelNew)
     x = agent_provide_inputs(case, "smoke").args[0]
-    key = mod._graph_key(model, (x,))
+    key = _key(mod, model, x)
     x.copy_(torch.randn_like(x))
-    assert mod._graph_key(model, (x,)) == key, "new values in the same input: the same graph"
-    assert mod._graph_key(model, (x.clone(),)) == key, "inputs are copied in: storage is free"
-    assert mod._graph_key(model, (x[:1].clone(),)) != key, "another leading size"
+    assert _key(mod, model, x) == key, "new values in the same input: the same graph"
+    assert _key(mod, model, x.clone()) == key, "inputs are copied in: storage is free"
+    assert _key(mod, model, x[:1].clone()) != key, "another leading size"
     model.load_state_dict({k: v + 1 for k, v in model.state_dict().items()})
-    reloaded = mod._graph_key(model, (x,))
+    reloaded = _key(mod, model, x)
     assert reloaded != key, "weights written in place (a channels_last copy is derived)"
     model.conv.weight = torch.nn.Parameter(model.conv.weight.detach().clone())
-    assert mod._graph_key(model, (x,)) != reloaded, "a weight replaced by another tensor"
+    assert _key(mod, model, x) != reloaded, "a weight replaced by another tensor"
     region = next(iter(mod.KOPT_REGIONS))
-    before = mod._graph_key(model, (x,))
+    before = _key(mod, model, x)
     mod.KOPT_REGIONS[region] = "torch"
-    assert mod._graph_key(model, (x,)) != before, "a region switched to PyTorch"
+    assert _key(mod, model, x) != before, "a region switched to PyTorch"
 
 
 def test_graph_only_where_the_copies_cost_less_than_the_host_time_saved(tmp_path: Path) -> None:
@@ -285,3 +289,24 @@ def test_a_small_output_of_large_inputs_replays_only_over_input_memory(tmp_path:
     assert graph_report(model) == {"replayed": 1, "op_by_op": []}
     other = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     torch.testing.assert_close(model(*other), first)  # a new address: op by op
+
+
+@pytest.mark.gpu
+def test_a_forward_judged_op_by_op_does_not_build_the_weight_key_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no graph pays, the verdict is kept by the inputs' form: later calls of that form
+    run op by op without reading every weight's pointer and version (per-call host work a
+    large model would pay for nothing)."""
+    case, _, mod = _candidate("softmax", tmp_path)
+    model = build_model(case, "smoke", device="cuda", cls=mod.ModelNew)
+    x = agent_provide_inputs(case, "smoke", device="cuda").args[0]
+    mod.FORWARD_STEPS, mod.COPY_BYTES_PER_US = 100, 1.0  # every copy too dear
+    first = model(x)
+    assert graph_report(model)["op_by_op"], "the first call judged the key op by op"
+    keys = []
+    real_key = mod._graph_key
+    monkeypatch.setattr(mod, "_graph_key", lambda *a: keys.append(a) or real_key(*a))
+    torch.testing.assert_close(model(x), first)
+    assert keys == [], "the op-by-op verdict was found by the inputs' form"
+    torch.testing.assert_close(model(x[:1].contiguous()), first[:1])
+    assert len(keys) == 1, "another input form is judged on its own"

@@ -799,6 +799,7 @@ def _model_class(case: Case, ctor: Constructor, graph: Any, args: list[Any], bod
     lines.append("        self._kopt_graphs = {}")
     lines.append("        self._kopt_pool = None  # the graphs' shared memory pool, made at the first capture")
     lines.append("        self._kopt_recent_inputs = []  # recent calls' input addresses (graph_replay)")
+    lines.append("        self._kopt_op_by_op = {}  # input forms whose forward runs op by op (graph_replay)")
     user = [a for a in args if a.kind != "state"]
     state = [a for a in args if a.kind == "state"]
     fwd_args = ", ".join(a.key for a in user)

@@ -39,7 +39,10 @@ It runs op by op instead where a graph cannot help or cannot hold:
 - when capture fails (an op that synchronises with the host): that key runs op by op from
   then on.
 Why a key runs op by op is kept in its place in `_kopt_graphs` (a string); `graph_report`
-reads it for the bench job's row.
+reads it for the bench job's row. Such a verdict is also remembered by the inputs' form alone
+(`_kopt_op_by_op`, the last 4 * MAX_GRAPHS forms), so a forward that never replays does not
+build the full key (every weight's pointer and version) on each call; a capture that failed is
+not tried again after new weights.
 `KOPT_GRAPH = False` in the file turns it off. The verifier sees a replay's work: the Triton
 launches and the aten ops captured are counted again at every replay
 (`harness.verification.guards.GraphWatch`).
@@ -85,17 +88,22 @@ def _dense(t):
             or t.is_contiguous(memory_format=torch.channels_last_3d))
 
 
-def _graph_key(module, args):
-    """What a captured graph depends on besides the input values (copied in at each replay):
-    the inputs' shapes, strides and dtypes; every weight's storage and version (a weight
-    written in place, as load_state_dict does, is read by the replay, but a copy derived
-    from it on the host, such as a channels_last weight, would not be remade); the region
-    switches."""
+def _input_form(args):
+    """The inputs' shapes, strides, dtypes and devices and the region switches: the cheap part
+    of a graph's key, and all that decides whether copies would cost more than a graph saves."""
     shapes = tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor)
                    else a for a in args)
+    return shapes, tuple(KOPT_REGIONS.values())
+
+
+def _graph_key(module, form):
+    """What a captured graph depends on besides the input values (copied in at each replay):
+    the inputs' form; every weight's storage and version (a weight written in place, as
+    load_state_dict does, is read by the replay, but a copy derived from it on the host, such
+    as a channels_last weight, would not be remade)."""
     weights = tuple((t.data_ptr(), t._version) for slot in module._kopt_state
                     for t in slot.values() if t is not None)
-    return shapes, weights, tuple(KOPT_REGIONS.values())
+    return form, weights
 
 
 def _clone_out(out):
@@ -189,8 +197,13 @@ def _graphed(module, fn, args):
             or tensors[0].device.index not in (None, torch.cuda.current_device())
             or not all(_dense(t) for t in tensors) or not _graph_pays(0, 1)):
         return fn(*args)
+    form = _input_form(args)
+    if form in module._kopt_op_by_op:
+        # a verdict of op by op (no graph pays, or capture failed) holds for this input form
+        # whatever the weights: the key, which reads every weight, is not built again
+        return fn(*args)
     graphs = module._kopt_graphs
-    key = _graph_key(module, args)
+    key = _graph_key(module, form)
     ptrs = tuple(t.data_ptr() for t in tensors)
     recent = module._kopt_recent_inputs
     seen = ptrs in recent
@@ -201,6 +214,10 @@ def _graphed(module, fn, args):
         if len(graphs) >= MAX_GRAPHS:
             graphs.pop(next(iter(graphs)))
         first, graphs[key] = _capture(module, fn, args)
+        if isinstance(graphs[key], str):
+            module._kopt_op_by_op[form] = None
+            for stale in list(module._kopt_op_by_op)[:-4 * MAX_GRAPHS]:
+                del module._kopt_op_by_op[stale]
         return first  # one forward's work ran (the capture itself runs nothing)
     entry = graphs[key]
     if isinstance(entry, str):  # op by op, and why (`graph_report` reads it)
