@@ -251,18 +251,20 @@ def probe(file: Path, class_name: str = "Model",
 
     try:
         with torch.device("meta"):
-            build()
+            built = build()
     except BaseException:
         try:
-            build()
+            built = build()
         except BaseException as err:
             return fail(f"Model(*get_init_inputs()) raised {type(err).__name__}: {err}",
                         "make get_init_inputs() match Model's constructor")
+    state_shapes = [list(t.shape) for t in [*built.parameters(), *built.buffers()]]
     constants = {k: v for k, v in vars(module).items()
                  if not k.startswith("_") and type(v) in (int, float)}
     doc = inspect.getdoc(cls) or ""
     return {"ok": True, "class": class_name, "inputs": inputs, "init": init_json, "init_names": names,
-            "constants": constants, "doc": doc.strip().splitlines()[0] if doc.strip() else ""}
+            "constants": constants, "state_shapes": state_shapes,
+            "doc": doc.strip().splitlines()[0] if doc.strip() else ""}
 
 
 class _ProbeStandby:
@@ -384,6 +386,18 @@ def _ints_in(value: Any) -> list[int]:
     if isinstance(value, list):
         return [i for v in value for i in _ints_in(v)]
     return []
+
+
+def sizes_anything(v: int, shapes: list[list[int]]) -> bool:
+    """Whether a constructor int may size the model: some input or weight dim of at least
+    SMOKE_MIN equals it, divides it or is divided by it (a width, a head count, a window of a
+    sequence, a factor of an expansion). A period or a seed (`max_period=10000` beside sizes
+    of 256 and 1024) is none of these: shrinking it with the sizes would change the function,
+    not its size."""
+    if v <= SMOKE_DIM:
+        return True  # sizes at most SMOKE_DIM keep their value unless a smoke run is over budget
+    dims = {d for shape in shapes for d in shape if d >= SMOKE_MIN}
+    return any(d == v or d % v == 0 or v % d == 0 for d in dims)
 
 
 def _remap(value: Any, sizes: dict[int, int]) -> Any:
@@ -836,11 +850,16 @@ def derive_case(result: dict[str, Any], name: str, file: Path
     init, names = result["init"], result["init_names"]
     shapes = [a["shape"] for a in d.args if "shape" in a]
     init_ints = set(_ints_in(init))
+    kept = {v for v in init_ints if not sizes_anything(v, shapes + result["state_shapes"])
+            } if "state_shapes" in result else set()
+    if kept:
+        d.guesses.append(f"constructor values {sorted(kept)} kept in smoke: no input or "
+                         "weight size is, divides or is divided by them (not sizes)")
     batch = next((s[0] for s in shapes if len(s) >= 2), None)
     if names is not None:
-        sz = _Sizes(shapes, init_ints, True, set(), batch)
+        sz = _Sizes(shapes, init_ints, True, kept, batch)
     else:
-        pinned = {v for v in init_ints if any(v in s for s in shapes)}
+        pinned = {v for v in init_ints if any(v in s for s in shapes)} | kept
         sz = _Sizes(shapes, init_ints, False, pinned, batch)
         if pinned & {s for shape in shapes for s in shape if s > SMOKE_DIM}:
             d.guesses.append(f"sizes {sorted(pinned)} kept in smoke: they are positional "

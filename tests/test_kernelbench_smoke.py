@@ -376,3 +376,40 @@ def test_a_classifier_fixed_to_its_image_size_keeps_it_and_shrinks_the_batch(
     assert "batch alone" in case.manifest.description
     out, _largest = smoke_forward(case)
     assert torch.isfinite(out).all()
+
+
+PERIOD = """\
+    import math
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self, freq_dim, dim, max_period=10000):
+            super().__init__()
+            self.freq_dim, self.max_period = freq_dim, max_period
+            self.fc = nn.Linear(freq_dim, dim)
+
+        def forward(self, t):
+            half = self.freq_dim // 2
+            f = torch.exp(-math.log(self.max_period) * torch.arange(half) / half)
+            a = t[:, None] * f[None]
+            return self.fc(torch.cat([torch.cos(a), torch.sin(a)], dim=-1))
+
+    def get_inputs():
+        return [torch.rand(4096) * 1000]
+
+    def get_init_inputs():
+        return [256, 1024]
+"""
+
+
+def test_a_constructor_value_that_sizes_nothing_keeps_its_value(tmp_path: Path, workspace: Path) -> None:
+    """`max_period=10000` is an int argument like the sizes beside it, but no input or weight
+    dim is, divides or is divided by it: shrunk to 80 with the sizes (a user-written model,
+    2026-12-03), the smoke model computed another function and the candidate's fitted
+    frequencies could not follow it. It is kept, and the sizes still shrink."""
+    case, report = import_in_process(write_problem(tmp_path, "period", PERIOD), workspace)
+    smoke = case.input_set("smoke")
+    assert smoke.init_kwargs["max_period"] == 10000, smoke.init_kwargs
+    assert smoke.init_kwargs["freq_dim"] < 256 and smoke.init_kwargs["dim"] < 1024
+    assert "constructor values [10000] kept in smoke" in case.manifest.description
