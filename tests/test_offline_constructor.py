@@ -172,3 +172,21 @@ def test_a_rolled_window_keeps_the_constructors_channel_count(tmp_path: Path) ->
          "return torch.roll(x, shifts=(1, 1), dims=(1, 2))"],
         "c: 24", [2, 8, 6, 24], "c: 8", [2, 4, 6, 8])
     _accepted_on_cpu(tmp_path, case, generate_candidate(case).source)
+
+
+def test_a_table_made_in_forward_from_a_constructor_number_follows_it(tmp_path: Path) -> None:
+    """A diffusion timestep embedding: `arange(freq_dim // 2)` frequencies, cos and sin
+    concatenated, a Linear over them. The arange's length and the concatenation's width are
+    the nodes' own sizes, not operands: they stayed at main's 128 and 256 on smoke's
+    freq_dim 48, and the product refused (24, 256) by a (48, 48) weight (a user-written
+    model, 2026-12-03). A node's own size that a constructor expression fits follows it."""
+    case = _constructor_case(
+        tmp_path, "timesteps", "freq_dim",
+        ["self.freq_dim = freq_dim", "self.fc = nn.Linear(freq_dim, freq_dim)"],
+        ["import math",
+         "half = self.freq_dim // 2",
+         "f = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32) / half)",
+         "a = x[:, None] * f[None]",
+         "return self.fc(torch.cat([torch.cos(a), torch.sin(a)], dim=-1))"],
+        "freq_dim: 64", [6], "freq_dim: 48", [5])
+    _accepted_on_cpu(tmp_path, case, generate_candidate(case).source)

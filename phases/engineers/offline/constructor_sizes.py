@@ -115,9 +115,12 @@ def generalise_constructor(g1: Graph, g2: Graph, ints1: dict[str, int], ints2: d
     differs in `g2` (the same model lowered at `ints2`) is an expression of the constructor's
     arguments, kept as ModelNew attributes. Returns how many numbers changed; raises
     ValueError, `g1` untouched, when the two are not the same program up to such numbers."""
-    # a node's own sizes stay: those a weight decides are read from it at run time already
-    # (`Builder.runtime_size`); its operands (view sizes, scales, slice bounds) are fitted
-    fit = ConstructorFit(node_sizes=False, ints1=ints1, ints2=ints2)
+    # its operands (view sizes, scales, slice bounds) are fitted, and so are a node's own sizes
+    # where they fit: those a weight or an input decides are symbols read at run time already
+    # (`Builder.runtime_size`), the same in both traces; what the model computes from its
+    # constructor alone (an `arange(freq_dim // 2)`, a concatenation of two such) is a number
+    # in each, and stays fixed where no constructor expression gives both
+    fit = ConstructorFit(node_sizes="where fitted", ints1=ints1, ints2=ints2)
     generalise(g1, g2, fit, "a constructor argument")
     for name in sorted(fit.used):
         keep_argument(g1.attributes, g1.symbols, name)

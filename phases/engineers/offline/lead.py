@@ -41,8 +41,9 @@ class Fit:
     l1: int = 0
     l2: int = 1
     changed: int = 0
-    node_sizes: bool = True
-    """Whether each node's own sizes (`Node.sym`) are generalised too, or only its operands."""
+    node_sizes: bool | str = True
+    """Whether each node's own sizes (`Node.sym`) are generalised too, or only its operands;
+    `"where fitted"`: each size that fits, the others kept at their traced values."""
 
     def size(self, v1: Any, v2: Any) -> Any:
         """v1 as an expression of the lead, from its values at the two leading sizes: the two
@@ -119,6 +120,20 @@ def _same(v1: Any, v2: Any, fit: Fit, m1: dict[int, Node], *, size: bool) -> Any
     return v1
 
 
+def _sizes_where_fitted(a: Node, b: Node, fit: Fit, m1: dict[int, Node]) -> tuple[Any, ...]:
+    """a's own sizes, each that differs in b generalised where the fit finds an expression of
+    it, else kept as traced (a size the other trace moved for another reason)."""
+    if len(a.sym) != len(b.sym):
+        raise Mismatch(f"{a.name}'s rank")
+    out = []
+    for x, y in zip(a.sym, b.sym, strict=True):
+        try:
+            out.append(_same(x, y, fit, m1, size=True))
+        except Mismatch:
+            out.append(x)
+    return tuple(out)
+
+
 def generalise_lead(g1: Graph, g2: Graph, l1: int, l2: int, lead_source: str) -> int:
     """Rewrite `g1` (traced at leading size `l1`) in place so that every size that differs in
     `g2` (the same model at `l2`) is an expression of the leading size, read in forward as
@@ -151,6 +166,7 @@ def generalise(g1: Graph, g2: Graph, fit: Fit, what: str) -> None:
             if set(a.kwargs) != set(b.kwargs):
                 raise Mismatch(f"{a.name}'s keywords")
             sym = tuple(_same(list(a.sym), list(b.sym), fit, by_id, size=True)) \
+                if fit.node_sizes is True else _sizes_where_fitted(a, b, fit, by_id) \
                 if fit.node_sizes else a.sym
             plan.append((a, args, kwargs, sym))
         outs = _same(list(g1.outputs), list(g2.outputs), fit, by_id, size=False)
