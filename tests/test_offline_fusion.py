@@ -708,3 +708,17 @@ def test_a_products_epilogue_view_reads_the_products_sizes_from_its_operands(tmp
     result = generate_candidate(case)
     assert any(k["kind"] == "matmul" for k in result.kernels), result.kernels
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_reduction_of_a_value_computed_from_shapes_alone(tmp_path: Path) -> None:
+    """Cross entropy against `arange` labels (InfoNCE) counts its valid labels as
+    `sum(arange(n) != -100)`: a reduction whose input is recomputed from coordinates, not
+    loaded. Codegen raised KeyError on it (a user-written model, 2026-12-03)."""
+    case = _constructor_case(
+        tmp_path, "arange_labels", "scale",
+        ["self.scale = scale"],
+        ["logits = x @ x.t() * self.scale",
+         "labels = torch.arange(x.shape[0], device=x.device)",
+         "return nn.functional.cross_entropy(logits, labels)"],
+        "scale: 2", [9, 16], "scale: 3", [7, 16])
+    _accepted_on_cpu(tmp_path, case, generate_candidate(case).source)

@@ -259,6 +259,8 @@ class _ReductionWriter(_Writer):
         x = n.args[0]
         if x in self.g.dmaps:
             xv = self.value(x, scope)
+        elif x in self.part.generated:  # shape-only (`labels != -100` of an arange): recomputed
+            xv = self.generated(x, _identity(x.rank), scope)
         else:
             xv = self.load(x, _identity(x.rank), scope)
         ct = compute_type(n.dtype)
