@@ -10,7 +10,9 @@ activation as one product over their weights side by side), `tileflat` (a tiled 
 and writes two or more contiguous dims after its reduced one at the tile's column index, not at
 coordinates divided out of it), `dynamic` (sizes a symbolic export
 leaves to run time: every kernel's domain sizes and element count made constexprs by a source
-edit, a measurement of what run-time sizes cost, not a generator rule). CASE: a bundled case or case
+edit, a measurement of what run-time sizes cost, not a generator rule), `narrowrows` (a row
+reduction narrower than 16 elements takes only the next power of two of lanes, not 16: a
+source edit of MIN_ROW_BLOCK). CASE: a bundled case or case
 directory; FILE.py: a KernelBench problem (imported as `kopt import-kernelbench` does). Each
 forward launched op by op (no CUDA graph), 20 forwards profiled (torch.profiler); the whole
 forward's device time is the sum over its kernels; the two variants alternate for `--rounds`
@@ -67,15 +69,18 @@ def without(rule: str) -> Iterator[None]:
             yield
         finally:
             cls.flat_inner = saved_flat
-    elif rule == "dynamic":  # a source edit after generation (edit_source)
+    elif rule in ("dynamic", "narrowrows"):  # a source edit after generation (edit_source)
         yield
     else:
-        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings, tileflat or dynamic")
+        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings, tileflat, dynamic "
+                         "or narrowrows")
 
 
 def edit_source(rule: str, source: str) -> str:
     """The generated source as `without(rule)` measures it: for `dynamic`, every run-time
     size parameter of a kernel (`D0,`, `n_elements,` alone on their line) a constexpr."""
+    if rule == "narrowrows":  # rows narrower than 16 take 16 lanes, as before MIN_ROW_BLOCK
+        return source.replace("MIN_ROW_BLOCK = 2\n", "MIN_ROW_BLOCK = 16\n")
     if rule != "dynamic":
         return source
     import re
@@ -110,7 +115,7 @@ def main() -> int:
     from kopt.phases.engineers.offline import generate_candidate
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "tileflat", "dynamic"])
+    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "tileflat", "dynamic", "narrowrows"])
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per variant (median)")
     ap.add_argument("cases", nargs="+")
     opts = ap.parse_args()

@@ -104,7 +104,7 @@ def _launch_config(kernel, kind, n, m=0, k=0):
         cfg["BLOCK_SIZE"] = min(cfg["BLOCK_SIZE"], max(MIN_BLOCK, _pow2(n)))
         cfg["BLOCK_C"] = min(cfg["BLOCK_C"], max(MIN_BLOCK, _pow2(m)))
     elif kind == "reduction":  # n: the row's width, m: the number of rows
-        block = min(cfg["BLOCK_SIZE"], MAX_ROW_BLOCK, max(MIN_BLOCK, _pow2(n)))
+        block = min(cfg["BLOCK_SIZE"], MAX_ROW_BLOCK, max(MIN_ROW_BLOCK, _pow2(n)))
         cfg["BLOCK_SIZE"] = block
         # rows narrower than ROW_TILE share a program (a row that loops has one to itself)
         rows = max(1, ROW_TILE // block) if n <= block else 1
@@ -638,8 +638,11 @@ def write_module(case: Case, part: Partition, ctor: Constructor, kernels: dict[i
     src.append(f"MAX_ROW_BLOCK = {ROW_BLOCK}")
     src.append("# Rows narrower than this many elements share a program, ROW_TILE // width rows each.")
     src.append(f"ROW_TILE = {ROW_TILE}")
-    src.append("# tl.arange and tl.dot need at least 16 lanes.")
+    src.append("# tl.dot needs at least 16 lanes a dim; 1-D blocks keep 16 too.")
     src.append("MIN_BLOCK = 16")
+    src.append("# A row narrower than this takes this many lanes (ROW_TILE // it rows a program): a sum over")
+    src.append("# 3 coordinates of 8 M points in rows of 16 lanes left 13 of them masked.")
+    src.append("MIN_ROW_BLOCK = 2")
     src.append("# More warps than this per program only adds scheduling overhead on Hopper.")
     src.append("MAX_WARPS = 32")
     src.append("# Without a GPU the kernels run in Triton's CPU interpreter, whose bf16 tl.dot is wrong,")
