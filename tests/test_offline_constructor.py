@@ -190,3 +190,25 @@ def test_a_table_made_in_forward_from_a_constructor_number_follows_it(tmp_path: 
          "return self.fc(torch.cat([torch.cos(a), torch.sin(a)], dim=-1))"],
         "freq_dim: 64", [6], "freq_dim: 48", [5])
     _accepted_on_cpu(tmp_path, case, generate_candidate(case).source)
+
+
+def test_an_argument_itself_is_preferred_to_a_multiple_of_another() -> None:
+    """A convolution's 128 output channels (64 -> 128 in, 4 -> 8 out between the traces) is
+    `out_channels`, not `2 * in_channels`: both give the two traces' values, only the first
+    holds for every constructor."""
+    a, b = {"in_channels": 64, "out_channels": 128}, {"in_channels": 4, "out_channels": 8}
+    assert str(_fit(a, b).integer(128, 8)) == "kopt_out_channels"
+    assert str(_fit(a, b).integer(256, 16)) in ("2*kopt_out_channels", "4*kopt_in_channels")
+
+
+def test_a_size_in_constructor_arguments_alone_stays_a_constexpr() -> None:
+    """A size fitted as an expression of the constructor's arguments is fixed for a model, as
+    a traced number is: its kernel takes it as a constexpr (a division by it is a constant's).
+    Sizes of inputs and the leading size stay run-time values."""
+    from kopt.phases.engineers.offline.graph import Sym
+    from kopt.phases.engineers.offline.kernels.writer import _fixed_size
+
+    channels = sympy.Symbol("kopt_channels", integer=True, positive=True)
+    assert _fixed_size(64) and _fixed_size(channels) and _fixed_size(Sym(2 * channels, 48))
+    assert not _fixed_size(sympy.Symbol("s77", integer=True, positive=True) * channels)
+    assert not _fixed_size(sympy.Symbol("kopt_lead", integer=True, positive=True))

@@ -74,7 +74,11 @@ class ConstructorFit(Fit):
         return constructor_symbol(name)
 
     def integer(self, i1: int, i2: int) -> Any:
-        for m in self._monomials:
+        # an argument itself before any multiple of one: 128 -> 96 is `out_channels` (128 ->
+        # 96), not `2 * in_channels` (64 -> 48), though both give the two traces' values
+        plain = [m for m in self._monomials
+                 if m.value(self.ints1) == i1 and m.value(self.ints2) == i2]
+        for m in plain + self._monomials:
             v1, v2 = m.value(self.ints1), m.value(self.ints2)
             c = Fraction(i1) / v1
             if c * v2 != i2 or c.denominator > MAX_DENOMINATOR or c.numerator == 0:

@@ -122,7 +122,10 @@ def _same(v1: Any, v2: Any, fit: Fit, m1: dict[int, Node], *, size: bool) -> Any
 
 def _sizes_where_fitted(a: Node, b: Node, fit: Fit, m1: dict[int, Node]) -> tuple[Any, ...]:
     """a's own sizes, each that differs in b generalised where the fit finds an expression of
-    it, else kept as traced (a size the other trace moved for another reason)."""
+    it, else kept as traced (a size the other trace moved for another reason). An input's
+    (a forward argument's, a weight's) are its tensor's: read from it, never fitted."""
+    if a.op == "input":
+        return a.sym
     if len(a.sym) != len(b.sym):
         raise Mismatch(f"{a.name}'s rank")
     out = []

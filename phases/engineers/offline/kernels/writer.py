@@ -27,6 +27,7 @@ from kopt.phases.engineers.offline.graph import (
     Node,
     Sym,
 )
+from kopt.phases.engineers.offline.lead import LEAD_SYMBOL
 from kopt.phases.engineers.offline.pointwise import (
     TL_TYPES,
     Operand,
@@ -662,11 +663,22 @@ def static_sizes(group: Group) -> set[str]:
     (2026-11-29, `benchmarks/kernel_ab_gpu.py --without static`): LLaMA's rotary kernel, which
     divides by its head width and head count per element, 0.0119 -> 0.0098 ms (torch.compile's
     two take 0.007, compiled for the shapes); GPT-2's bias-GELU epilogue 0.0323 -> 0.0299;
-    ResNet's batch-norm-ReLU 0.0121 -> 0.0113. Batch and sequence dims stay run-time values."""
-    out = {f"D{k}" for k, s in enumerate(group.domain_sym) if type(s) is int}
-    if group.rdim is not None and type(group.domain_sym[group.rdim]) is int:
+    ResNet's batch-norm-ReLU 0.0121 -> 0.0113. Batch and sequence dims stay run-time values.
+    A size written as an expression of the constructor's arguments alone (`kopt_channels`,
+    `constructor_sizes`: the same for every call of one model) is fixed in the program too."""
+    out = {f"D{k}" for k, s in enumerate(group.domain_sym) if _fixed_size(s)}
+    if group.rdim is not None and _fixed_size(group.domain_sym[group.rdim]):
         out.add("n_cols")
     return out
+
+
+def _fixed_size(s: Any) -> bool:
+    """An int, or an expression of constructor arguments only (no input size, no lead)."""
+    if type(s) is int:
+        return True
+    expr = s.expr if isinstance(s, Sym) else s
+    free = getattr(expr, "free_symbols", None)
+    return bool(free) and all(str(x).startswith("kopt_") and str(x) != LEAD_SYMBOL for x in free)
 
 
 def _finish_simple(w: _Writer, group: Group, part: Partition, name: str, kind: str,
