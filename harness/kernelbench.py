@@ -258,12 +258,16 @@ def probe(file: Path, class_name: str = "Model",
         except BaseException as err:
             return fail(f"Model(*get_init_inputs()) raised {type(err).__name__}: {err}",
                         "make get_init_inputs() match Model's constructor")
-    state_shapes = [list(t.shape) for t in [*built.parameters(), *built.buffers()]]
+    try:  # a lazy module's uninitialised parameters have no shape yet
+        state_shapes: list[list[int]] | None = [
+            list(t.shape) for t in [*built.parameters(), *built.buffers()]]
+    except Exception:  # noqa: BLE001 - then no argument is told apart as a non-size
+        state_shapes = None
     constants = {k: v for k, v in vars(module).items()
                  if not k.startswith("_") and type(v) in (int, float)}
     doc = inspect.getdoc(cls) or ""
     return {"ok": True, "class": class_name, "inputs": inputs, "init": init_json, "init_names": names,
-            "constants": constants, "state_shapes": state_shapes,
+            "constants": constants, **({"state_shapes": state_shapes} if state_shapes is not None else {}),
             "doc": doc.strip().splitlines()[0] if doc.strip() else ""}
 
 

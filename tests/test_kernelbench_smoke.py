@@ -413,3 +413,32 @@ def test_a_constructor_value_that_sizes_nothing_keeps_its_value(tmp_path: Path, 
     assert smoke.init_kwargs["max_period"] == 10000, smoke.init_kwargs
     assert smoke.init_kwargs["freq_dim"] < 256 and smoke.init_kwargs["dim"] < 1024
     assert "constructor values [10000] kept in smoke" in case.manifest.description
+
+
+LAZY = """\
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self, out_features=256):
+            super().__init__()
+            self.fc = nn.LazyLinear(out_features)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    def get_inputs():
+        return [torch.randn(64, 128)]
+
+    def get_init_inputs():
+        return [256]
+"""
+
+
+def test_a_lazy_module_imports_though_its_weights_have_no_shape_yet(tmp_path: Path) -> None:
+    """The probe reads the built model's weight shapes to tell sizes from other values; a lazy
+    layer's parameters have none before the first forward. The probe still succeeds and
+    leaves every argument a size (no value is pinned)."""
+    result = probe(write_problem(tmp_path, "lazy", LAZY))
+    assert result["ok"], result
+    assert "state_shapes" not in result
