@@ -284,6 +284,57 @@ def test_concatenation_is_generated(tmp_path: Path, expr: str, shapes: list[list
         result.kernels
 
 
+TEMPORAL_SHIFT = ["out = torch.zeros_like(x)",
+                  "out[:, :-1, :2] = x[:, 1:, :2]",  # a box over two dims: a scatter of a scatter
+                  "out[:, 1:, 2:4] = x[:, :-1, 2:4]",
+                  "out[:, :, 4:] = x[:, :, 4:]",
+                  "return out"]
+
+
+@pytest.mark.parametrize("body, shapes, dtype", [
+    (TEMPORAL_SHIFT, [[3, 5, 9, 6], [1]], "float32"),
+    (TEMPORAL_SHIFT, [[3, 5, 9, 6], [1]], "bfloat16"),
+    (["out = x.clone()",  # a computed value written into a band, the last rows from the first
+      "out[:, 1:4] = torch.relu(y[:, 1:4]) * 2.0",
+      "out[..., -3:] = x[..., :3] * 0.5",
+      "return out"], [[5, 7, 9], [5, 7, 9]], "float32"),
+    (["out = x * 2.0", "out[:, 2:5] = y", "return out.sigmoid()"],  # y broadcast into the band
+     [[5, 7, 9], [5, 3, 1]], "float32"),
+])
+def test_slice_assignment_is_one_pointwise_kernel(tmp_path: Path, body: list[str],
+                                                  shapes: list[list[int]], dtype: str) -> None:
+    """`out[box] = v` exports as `slice_scatter(out, copy(out[box], v))`: a masked load of v at
+    the box (a scatter into a slice of another's result composes to one box over both dims)
+    selected by coordinates over out's values, so the assignments and what reads them are one
+    kernel where PyTorch copies the whole tensor once per assignment."""
+    case = load_case_dir(_write_case(tmp_path, body, shapes, dtype))
+    result = generate_candidate(case)
+    assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
+    assert not result.unfused, result.unfused
+    assert "slice_scatter" not in result.source.split("def forward")[-1].split("KOPT_REGIONS")[0]
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_a_slice_assignment_region_has_a_pytorch_form(tmp_path: Path) -> None:
+    """The region's PyTorch form (what the accelerator times against the kernel) pads the box
+    load and selects by coordinates: the same values."""
+    from kopt.phases.engineers.offline.regions import SWITCH, regions
+
+    case = load_case_dir(_write_case(tmp_path, TEMPORAL_SHIFT, [[3, 5, 9, 6], [1]], "float32"))
+    result = generate_candidate(case)
+    for region in regions(result.source):
+        module = _load_candidate(result.source, tmp_path, f"shift_{region.name}")
+        getattr(module, SWITCH)[region.name] = "torch"
+        _check_case(case, module, "main", seed=3)
+
+
+def test_a_strided_slice_assignment_stays_in_pytorch(tmp_path: Path) -> None:
+    """`out[:, ::2] = v` (a step other than 1) is not lowered: PyTorch writes it, correctly."""
+    result, _ = _generate(tmp_path, ["out = x * 2.0", "out[:, ::2] = y[:, ::2] + 1.0",
+                                     "return out"], [[5, 8], [5, 8]])
+    assert any("slice_scatter" in u["op"] for u in result.unfused), result.unfused
+
+
 def test_concatenation_offsets_follow_the_inputs_at_run_time(tmp_path: Path) -> None:
     """A cat along a dynamic dim: the second part's offset is the first input's size at run
     time, so the verifier's other leading sizes agree with eager (and the PyTorch form of the

@@ -55,6 +55,7 @@ from kopt.phases.engineers.offline.graph import (
     lower_mean,
     lower_pad,
     lower_reduction,
+    lower_slice_scatter,
     lower_softmax,
     lower_tap_pool,
     lower_var,
@@ -922,6 +923,25 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             return b.add(Node(name, scan.op, [inner], {"dim": scan.kwargs["dim"]}, shape, sym,
                               dtype, origin=name))
         return lower_cat(b, list(args[0]), dim, shape, dtype, name, name)
+    if packet == "slice_scatter" and len(args) >= 2:
+        dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
+        start = args[3] if len(args) > 3 else kwargs.get("start")
+        end = args[4] if len(args) > 4 else kwargs.get("end")
+        step = args[5] if len(args) > 5 else kwargs.get("step", 1)
+        out = lower_slice_scatter(b, args[0], args[1], dim, start, end, step, name, name)
+        if out is not None:
+            return out
+        return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+    if packet == "copy" and len(args) >= 2 and isinstance(args[0], Node) and \
+            isinstance(args[1], Node) and _broadcasts(args[1].shape, args[0].shape):
+        # copy(dst, src) is src broadcast to dst's shape in dst's dtype (what `dst[...] = src`
+        # exports as, before the scatter that writes it back): dst's values are never read
+        src = args[1]
+        if src.shape != args[0].shape:
+            src = b.add(Node(f"{name}_expand", "expand", [src, [b.runtime_size(args[0], j) for j in
+                                                                range(args[0].rank)]], {},
+                             shape, sym, src.dtype, origin=name))
+        return src if src.dtype == dtype and src.shape == tuple(shape) else node("cast", [src])
     if packet in ("embedding", "index_select", "index"):
         taken = _lower_take(b, packet, args, shape, sym, dtype, name)
         if taken is not None:
@@ -1498,6 +1518,12 @@ def _compose_takes(b: Builder, x: Node, idxs: list[Node], d: int, shape: tuple[i
                            origin=name))
             parts.append(placed(r, j - lo, f"r{j}"))
     return b.add(Node(name, TAKE, [y, *parts], {"dim": lo}, shape, sizes, dtype, origin=name))
+
+
+def _broadcasts(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    """Whether a tensor of shape `src` broadcasts to `dst` (torch's rules, right-aligned)."""
+    return len(src) <= len(dst) and all(s in (1, d) for s, d in zip(reversed(src), reversed(dst),
+                                                                       strict=False))
 
 
 def _untyped(fx: torch.fx.Node) -> bool:

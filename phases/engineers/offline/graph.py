@@ -308,6 +308,8 @@ class Builder:
         """Parameter and buffer input nodes -> (`param` | `buffer`, state_dict key)."""
         self.library_calls: dict[Node, LibraryCall] = {}
         """Lowered ops -> the library call each stands for (`Graph.library_calls`)."""
+        self.scatters: dict[Node, Scatter] = {}
+        """Values lowered from `slice_scatter` -> what they wrote where (`lower_slice_scatter`)."""
         self.arg_sizes: dict[str, list[tuple[int, ...]]] = {}
         """A forward argument's shape in each input set of the case (what sizes the candidate
         must run at besides the traced ones)."""
@@ -781,6 +783,141 @@ def lower_cat(b: Builder, xs: list[Node], dim: int, shape: tuple[int, ...], dtyp
         hint += x.shape[d]
     assert acc is not None
     return b.op(name, "identity", [acc], like, origin=origin)
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """A value lowered from `slice_scatter`: `base` with `src` written over a box of it."""
+
+    base: Node
+    src: Node
+    windows: tuple[tuple[int, Any, Any], ...]
+    """(dim, first index, length) of the box along each dim it narrows, in base's coordinates:
+    ints, or `Sym`s read at run time."""
+
+
+def _window_start(start: Any, size: Any, traced: int) -> Any:
+    """A slice's start as an index into a dim of `size` (an int or a sympy expression; `traced`
+    its traced value): an int, or a Sym."""
+    if isinstance(start, Sym):
+        return start
+    start = 0 if start is None else start
+    if start >= 0:
+        return start
+    if isinstance(size, int):
+        return max(size + start, 0)
+    return Sym(size + start, max(traced + start, 0))
+
+
+def _plus(a: Any, c: Any) -> Any:
+    """The sum of two ints or Syms."""
+    if isinstance(a, int) and isinstance(c, int):
+        return a + c
+    expr = (a.expr if isinstance(a, Sym) else a) + (c.expr if isinstance(c, Sym) else c)
+    return Sym(expr, (a.hint if isinstance(a, Sym) else a) + (c.hint if isinstance(c, Sym) else c))
+
+
+def _sized(v: Any, traced: int) -> Any:
+    """A run-time size (an int or a sympy expression) as an int or a Sym."""
+    return v if isinstance(v, int) else Sym(v, traced)
+
+
+WHOLE_DIM_END = 2 ** 62
+"""A slice end at or past this is the end of its dim (Python's `x[a:]` exports as 2**63 - 1)."""
+
+
+def lower_slice_scatter(b: Builder, base: Node, src: Node, dim: int, start: Any, end: Any,
+                        step: Any, name: str, origin: str) -> Node | None:
+    """`slice_scatter(base, src, dim, start, end)` (what `out[:, a:b] = y` exports as): one
+    pointwise value, `where(inside, tap(src), base)`, where `tap` is a masked load of src at
+    o - start along dim (`window_tap`, clipped to src) and `inside` compares an arange of dim
+    with the box. A scatter into a slice of a scatter's result at the same box (`out[:, :-1,
+    :k] = ...` exports as a scatter of a scatter of `slice(out)`) composes into one box over
+    both dims, so a temporal shift's assignments are one kernel that writes each element once,
+    where PyTorch copies the whole tensor per assignment. Sizes follow the inputs at run time.
+    None for a step other than 1 or a src that is not base's rank."""
+    if not (isinstance(base, Node) and isinstance(src, Node)) or step != 1 or \
+            src.rank != base.rank or base.rank == 0:
+        return None
+    d = norm_dim(dim, base.rank)
+    sizes = [b.runtime_size(base, j) for j in range(base.rank)]
+    lo = _window_start(start, sizes[d], base.shape[d])
+    whole = lo == 0 and (end is None or isinstance(end, int) and end >= WHOLE_DIM_END)
+    windows = [(d, lo, sizes[d] if whole else _sized(b.runtime_size(src, d), src.shape[d]))]
+    inner = b.scatters.get(src)
+    if inner is not None and inner.base.op == "slice" and inner.base.args[0] is base and \
+            len(inner.base.args) >= 3 and norm_dim(inner.base.args[1], base.rank) == d and \
+            (len(inner.base.args) < 5 or inner.base.args[4] == 1) and \
+            _window_start(inner.base.args[2], sizes[d], base.shape[d]) == lo:
+        # the inner scatter wrote into base[start:end] along d: its box, moved by start along d
+        moved = [(j, _plus(lo, s) if j == d else s, n) for j, s, n in inner.windows]
+        windows = moved + ([] if any(j == d for j, _, _ in moved) else windows)
+        src = inner.src
+    # a box as wide as base along a dim (`out[:, a:b]` keeps a `:` slice where sizes are
+    # symbolic) narrows nothing there
+    windows = sorted((w for w in windows if not (w[1] == 0 and _same_size(w[2], sizes[w[0]]))),
+                     key=lambda w: w[0])
+    if not windows:  # src covers base: the scatter is src itself
+        return src if src.dtype == base.dtype else b.op(name, "cast", [src], src, dtype=base.dtype,
+                                                        origin=origin)
+    taps = [(j, 1, 1, s, 0, 1, n.expr if isinstance(n, Sym) else n) for j, s, n in windows]
+    tap = _tapped(b, src, taps, base.shape, tuple(sizes), f"{name}_src", origin)
+    if src.dtype != base.dtype:
+        tap = b.op(f"{name}_cast", "cast", [tap], tap, dtype=base.dtype, origin=origin)
+    inside: Node | None = None
+    for j, s, n in windows:
+        idx = b.add(Node(f"{name}_i{j}", "arange", [0, 1], {}, (base.shape[j],), (sizes[j],),
+                         torch.int64, origin=origin))
+        for _ in range(base.rank - 1 - j):  # along dim j of base's rank, broadcast over the rest
+            idx = b.add(Node(f"{name}_i{j}_u", "unsqueeze", [idx, idx.rank], {}, idx.shape + (1,),
+                             idx.sym + (1,), torch.int64, origin=origin))
+        ge = b.op(f"{name}_lo{j}", "ge", [idx, s], idx, dtype=torch.bool, origin=origin)
+        lt = b.op(f"{name}_hi{j}", "lt", [idx, _plus(s, n)], idx, dtype=torch.bool, origin=origin)
+        box = b.op(f"{name}_in{j}", "logical_and", [ge, lt], idx, dtype=torch.bool, origin=origin)
+        inside = box if inside is None else b.op(
+            f"{name}_in", "logical_and", [inside, box], box, shape=_broadcast(inside.shape, box.shape),
+            sym=_broadcast(inside.sym, box.sym), origin=origin)
+    assert inside is not None
+    out = b.add(Node(name, "where", [inside, tap, base], {}, base.shape, tuple(sizes), base.dtype,
+                     origin=origin))
+    b.scatters[out] = Scatter(base, src, tuple(windows))
+    return out
+
+
+MAX_TAPPED_CHAIN = 16
+"""The most pointwise ops a scatter's box load is moved through (`_tapped`)."""
+
+
+def _tapped(b: Builder, v: Node, taps: list[tuple[Any, ...]], shape: tuple[int, ...],
+            sizes: tuple[Any, ...], name: str, origin: str, depth: int = 0) -> Node:
+    """v loaded at a scatter's box (`window_tap`, clipped: 0 outside), moved through the
+    pointwise ops that compute v onto the values they read, where each of those has v's shape:
+    `out[:, a:b] = relu(y[:, a:b]) * 2` loads y's box in the scatter's kernel and computes
+    there, where a tap of the product would have a kernel write it first. Outside the box the
+    ops see 0s; the scatter's `where` never selects those."""
+    operands = [a for a in v.args if isinstance(a, Node)]
+    if depth < MAX_TAPPED_CHAIN and v.op in POINTWISE and operands and \
+            all(a.shape == v.shape for a in operands) and not v.kwargs:
+        args = [_tapped(b, a, taps, shape, sizes, name, origin, depth + 1) if isinstance(a, Node)
+                else a for a in v.args]
+        return b.add(Node(f"{name}_{v.op}", v.op, args, {}, shape, sizes, v.dtype, origin=origin))
+    return b.add(Node(name, WINDOW_TAP, [v], {"taps": taps, "fill": 0.0, "clip": True}, shape,
+                      sizes, v.dtype, origin=origin))
+
+
+def _same_size(n: Any, size: Any) -> bool:
+    """Whether a window's length (an int or a Sym) is `size` (an int or a sympy expression)."""
+    v = n.expr if isinstance(n, Sym) else n
+    if isinstance(v, int) or isinstance(size, int):
+        return isinstance(v, int) and isinstance(size, int) and v == size
+    return bool((v - size).simplify() == 0)
+
+
+def _broadcast(a: tuple[Any, ...], c: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Two right-aligned shapes broadcast (a dim of 1 takes the other's size)."""
+    n = max(len(a), len(c))
+    a, c = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(c)) + tuple(c)
+    return tuple(y if isinstance(x, int) and x == 1 else x for x, y in zip(a, c, strict=True))
 
 
 def _key(v: Any, canon: dict[Node, Node]) -> Any:
