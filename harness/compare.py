@@ -20,6 +20,12 @@ FIRST_BAD = 5
 """How many bad elements a report lists (enough to see a pattern, short enough to read)."""
 
 
+ROUNDING_FLIPS = 0.01
+"""The share of an output's elements a rounding step inside the model may move past the
+element-wise bound (`Comparison.rounding_only`): LLaMA's RMSNorm through bfloat16 moved 181
+of 33 M on an H200 (5e-6)."""
+
+
 @dataclass
 class TensorComparison:
     """How one output tensor compares with its reference."""
@@ -117,6 +123,17 @@ class Comparison:
             return False
         return all(not (t.mismatches or t.nan_inf_mismatches or t.nonfinite_where_ref_finite)
                    and (t.ok or t.norm_missed) for t in self.tensors)
+
+    def rounding_only(self) -> bool:
+        """Every output of the right shape and dtype, finite where the reference is and NaN/Inf
+        where it is, with at most `ROUNDING_FLIPS` of its elements outside the element-wise
+        bound: a miss of both bounds that a rounding step inside the model could explain, for
+        the float64 truth to settle (`conditions.rounds_like_baseline`). An output off at
+        most of its elements is a miss, with no float64 run."""
+        return not self.problem and bool(self.tensors) and all(
+            t.ok or (t.numel > 0 and not (t.nonfinite_where_ref_finite or t.nan_inf_mismatches)
+                     and t.mismatches <= max(1, int(t.numel * ROUNDING_FLIPS)))
+            for t in self.tensors)  # (a shape or dtype miss is compared with no element: numel 0)
 
     def within_allowance(self, tol: dict[torch.dtype, Tolerance], refs: list[torch.Tensor]) -> bool:
         """Not ok, but missed only in one of the two ways honest rounding does

@@ -185,6 +185,72 @@ def test_hard_values_judge_a_kernel_closer_to_the_truth_than_the_baseline() -> N
     assert not ok and "NaN/Inf" in why
 
 
+def _rms_norm_outputs(wiggle: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LLaMA's RMSNorm as written (float32 maths, `type_as` a bfloat16 input, times a float32
+    weight): the baseline, a kernel whose float32 differs by `wiggle` relative (another
+    reduction order), and the float64 truth without the bfloat16 round trip."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(256, 4096, generator=g).to(torch.bfloat16)
+    w = torch.rand(4096, generator=g) + 0.5
+
+    def norm(h: torch.Tensor) -> torch.Tensor:
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    baseline = norm(x.float()).to(torch.bfloat16).float() * w
+    kernel = (norm(x.float()) * (1 + wiggle)).to(torch.bfloat16).float() * w
+    return baseline, kernel, norm(x.double()) * w.double()
+
+
+def test_a_kernel_that_rounds_as_a_bfloat16_round_trip_does_is_judged_by_the_truth() -> None:
+    """The baseline's own bfloat16 round trip inside a float32 output: two honest float32
+    orders flip single elements by a bfloat16 step, past both of the float32 case's bounds.
+    The float64 truth settles it; a wrong element or a scaled output is still rejected, and
+    a baseline that meets the bounds against the truth leaves the miss a miss."""
+    from kopt.harness.compare import compare_outputs
+    from kopt.harness.verification.conditions import rounds_like_baseline
+
+    from kopt.harness.tolerance import Tolerance
+
+    tol = {torch.float32: Tolerance(atol=1e-4, rtol=1e-4, rel=1e-5)}  # float32 strict
+    baseline, kernel, truth = _rms_norm_outputs(4e-7)
+    cmp = compare_outputs([kernel], [baseline], tol)
+    assert not cmp.ok and not cmp.within_allowance(tol, [baseline]) and cmp.rounding_only()
+    ok, why = rounds_like_baseline([kernel], [baseline], [truth], tol)
+    assert ok, why
+    wrong = kernel.clone()
+    wrong[7, 100] += 0.5
+    ok, why = rounds_like_baseline([wrong], [baseline], [truth], tol)
+    assert not ok and "largest element" in why
+    ok, why = rounds_like_baseline([kernel * 1.01], [baseline], [truth], tol)
+    assert not ok and "float64 baseline" in why
+    f32 = truth.float()  # a float32 model: the baseline is within the bounds of the truth
+    ok, why = rounds_like_baseline([f32 * (1 + 1e-4)], [f32], [truth], tol)
+    assert not ok and "within the case's bounds" in why
+
+
+def test_the_float64_truth_widens_the_casts_forward_makes(tmp_path: Path) -> None:
+    """`.float()` and a bfloat16 round trip inside forward are float64 in the truth run: the
+    truth of `(x.float() * 3).to(bfloat16)` is x * 3 unrounded (the cast kept where the model
+    cannot run so)."""
+    from types import SimpleNamespace
+
+    from kopt.harness.jobs.reference import _write_truth
+    from kopt.harness.verification.tensors import load_outputs
+
+    class RoundTrip(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x.float() * 3.0).to(torch.bfloat16).float() + torch.arange(
+                x.shape[-1], dtype=torch.float32) / 3.0
+
+    x = torch.randn(8, 33, dtype=torch.float64)
+    file = tmp_path / "truth.safetensors"
+    assert _write_truth(RoundTrip(), SimpleNamespace(args=[x], kwargs={}), file, {}) is None
+    (truth,) = load_outputs(file)
+    want = x * 3.0 + torch.arange(33, dtype=torch.float64) / 3.0
+    assert truth.dtype == torch.float64 and torch.allclose(truth, want, rtol=1e-15, atol=1e-15)
+    assert torch.get_default_dtype() == torch.float32
+
+
 def test_the_reference_job_writes_a_float64_truth_for_hard_value_draws(tmp_path: Path) -> None:
     from kopt.harness.job import stage_job
     from kopt.harness.targets.local import LocalTarget

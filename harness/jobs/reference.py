@@ -12,12 +12,13 @@ state_dict) adds outputs.
 Writes `out/ref-<group>.safetensors` and, per set, the output structure and the aten compute
 ops the baseline runs (what "no PyTorch fallback" compares a candidate against). A set with
 `"truth": true` (the hard-value draws) also runs a float64 copy of the model on its inputs
-cast to float64 and writes `out/truth-<group>.safetensors`: the yardstick against which the
+cast to float64, every dtype forward asks for widened to float64 as well, and writes `out/truth-<group>.safetensors`: the yardstick against which the
 baseline's own rounding error at large magnitudes is measured (`hard_values`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.utils._python_dispatch
 
 from kopt.harness import model_state
 
@@ -114,24 +116,49 @@ def _as_float64(value: Any) -> Any:
     return value
 
 
+_NARROW_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+class _Float64Everywhere(torch.utils._python_dispatch.TorchDispatchMode):
+    """Every floating dtype an op is asked for (`x.float()`, `h.type_as(x)` to bfloat16,
+    `arange(..., dtype=torch.float32)`) made float64: the truth of a model that casts inside
+    forward is its arithmetic without those roundings, not the roundings again."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = dict(kwargs or {})
+        if kwargs.get("dtype") in _NARROW_FLOATS:
+            kwargs["dtype"] = torch.float64
+        return func(*args, **kwargs)
+
+
 def _write_truth(model: torch.nn.Module, inputs: Any, file: Path,
                  attributes: dict[str, torch.Tensor]) -> str | None:
-    """The baseline again in float64 (a model that casts inside forward keeps its casts),
-    from the loaded state (`attributes` in float64 too); a model that cannot run in float64
-    gets no truth and says why."""
+    """The baseline again in float64, from the loaded state (`attributes` in float64 too):
+    the casts forward makes are widened too (`_Float64Everywhere`), so a bf16 round trip
+    inside the model or a `.float()` of a float64 input does not round the truth. A model
+    that cannot run so runs with its casts kept; one that cannot run in float64 at all gets
+    no truth and says why."""
     from kopt.harness.verification import tensors
 
-    try:
-        wide = copy.deepcopy(model).to(torch.float64)
-        model_state.restart(wide, {k: _as_float64(v) for k, v in attributes.items()})
-        with torch.no_grad():
-            result = wide(*_as_float64(list(inputs.args)),
-                          **{k: _as_float64(v) for k, v in inputs.kwargs.items()})
-        if attributes:
-            result = (result, model_state.after_call(wide, sorted(attributes)))
-        outs, _structure = tensors.flatten_outputs(result)
-        tensors.save_tensors([o.to(torch.float64) if o.is_floating_point() else o for o in outs],
-                             file)
-    except Exception as exc:  # noqa: BLE001 (a model that has no float64 path)
-        return f"{type(exc).__name__}: {exc}"[:300]
-    return None
+    problem = None
+    for widen in (True, False):
+        try:
+            wide = copy.deepcopy(model).to(torch.float64)
+            model_state.restart(wide, {k: _as_float64(v) for k, v in attributes.items()})
+            default = torch.get_default_dtype()
+            try:
+                torch.set_default_dtype(torch.float64 if widen else default)
+                with torch.no_grad(), (_Float64Everywhere() if widen else contextlib.nullcontext()):
+                    result = wide(*_as_float64(list(inputs.args)),
+                                  **{k: _as_float64(v) for k, v in inputs.kwargs.items()})
+            finally:
+                torch.set_default_dtype(default)
+            if attributes:
+                result = (result, model_state.after_call(wide, sorted(attributes)))
+            outs, _structure = tensors.flatten_outputs(result)
+            tensors.save_tensors([o.to(torch.float64) if o.is_floating_point() else o
+                                  for o in outs], file)
+            return None
+        except Exception as exc:  # noqa: BLE001 (a model that has no float64 path)
+            problem = f"{type(exc).__name__}: {exc}"[:300]
+    return problem
