@@ -300,6 +300,7 @@ TEMPORAL_SHIFT = ["out = torch.zeros_like(x)",
       "return out"], [[5, 7, 9], [5, 7, 9]], "float32"),
     (["out = x * 2.0", "out[:, 2:5] = y", "return out.sigmoid()"],  # y broadcast into the band
      [[5, 7, 9], [5, 3, 1]], "float32"),
+    (["out = x + y", "out[:, 1:3] = 0.0", "return out"], [[5, 7, 9], [5, 7, 9]], "float32"),
 ])
 def test_slice_assignment_is_one_pointwise_kernel(tmp_path: Path, body: list[str],
                                                   shapes: list[list[int]], dtype: str) -> None:
@@ -315,6 +316,34 @@ def test_slice_assignment_is_one_pointwise_kernel(tmp_path: Path, body: list[str
     _accepted_on_cpu(tmp_path, case, result.source)
 
 
+def test_rotary_pairs_with_an_angle_table_from_shapes(tmp_path: Path) -> None:
+    """The angle table (t x d/2, from aranges) broadcasts against x's strided halves: it is
+    taken as a small table of its own, x's halves are taken in the assignment's kernel."""
+    body = ["t, d = x.shape[-2], x.shape[-1]",
+            "inv = 1.0 / (100.0 ** (torch.arange(0, d, 2).float() / d))",
+            "ang = torch.arange(t).float()[:, None] * inv[None, :]",
+            "c, s = ang.cos(), ang.sin()",
+            "out = torch.zeros_like(x)",
+            "out[..., ::2] = x[..., ::2] * c - x[..., 1::2] * s",
+            "out[..., 1::2] = x[..., ::2] * s + x[..., 1::2] * c",
+            "return out + y"]
+    case = load_case_dir(_write_case(tmp_path, body, [[2, 3, 6, 10], [1]], "float32"))
+    result = generate_candidate(case)
+    assert not result.unfused, result.unfused
+    big = [k for k in result.kernels if "slice_scatter" in " ".join(k["fuses"])]
+    assert len(big) == 1 and len(result.kernels) <= 3, result.kernels
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_an_assignment_from_a_view_of_a_computed_value_is_still_exact(tmp_path: Path) -> None:
+    """`out[:, 0] = x[:, 1]` after `out = tanh(x)` exports as a where over a broadcast view of
+    a computed value, and `out[:, -1] = 0.0` copies a lifted constant: whatever runs in PyTorch
+    around the kernels, the values are eager's."""
+    body = ["out = torch.tanh(x)", "out[:, 0] = x[:, 1]", "out[:, -1] = 0.0",
+            "out[:, :, ::2] = out[:, :, ::2] * 3.0", "return out + y"]
+    _generate(tmp_path, body, [[3, 6, 9], [1]])
+
+
 def test_a_slice_assignment_region_has_a_pytorch_form(tmp_path: Path) -> None:
     """The region's PyTorch form (what the accelerator times against the kernel) pads the box
     load and selects by coordinates: the same values."""
@@ -328,11 +357,25 @@ def test_a_slice_assignment_region_has_a_pytorch_form(tmp_path: Path) -> None:
         _check_case(case, module, "main", seed=3)
 
 
-def test_a_strided_slice_assignment_stays_in_pytorch(tmp_path: Path) -> None:
-    """`out[:, ::2] = v` (a step other than 1) is not lowered: PyTorch writes it, correctly."""
-    result, _ = _generate(tmp_path, ["out = x * 2.0", "out[:, ::2] = y[:, ::2] + 1.0",
-                                     "return out"], [[5, 8], [5, 8]])
-    assert any("slice_scatter" in u["op"] for u in result.unfused), result.unfused
+@pytest.mark.parametrize("body, shapes", [
+    (["x1, x2 = x[..., ::2], x[..., 1::2]",  # interleaved rotary embedding
+      "c, s = y[..., ::2].cos(), y[..., ::2].sin()",
+      "out = torch.zeros_like(x)",
+      "out[..., ::2] = x1 * c - x2 * s",
+      "out[..., 1::2] = x1 * s + x2 * c",
+      "return out"], [[3, 5, 10], [3, 5, 10]]),
+    (["out = torch.tanh(x)", "out[:, 1::3] = out[:, 1::3] * 3.0 + y[:, :3]", "return out"],
+     [[4, 8, 5], [4, 8, 5]]),  # a step that does not divide the dim, from the value itself
+])
+def test_a_strided_slice_assignment_is_one_pointwise_kernel(tmp_path: Path, body: list[str],
+                                                            shapes: list[list[int]]) -> None:
+    """`out[..., a::k] = v`: v taken at (o - a) // k where o - a is a multiple of k, through
+    v's pointwise ops onto strided slices of the same dim (taken at their own start + k * q)."""
+    case = load_case_dir(_write_case(tmp_path, body, shapes, "float32"))
+    result = generate_candidate(case)
+    assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
+    assert not result.unfused, result.unfused
+    _accepted_on_cpu(tmp_path, case, result.source)
 
 
 def test_concatenation_offsets_follow_the_inputs_at_run_time(tmp_path: Path) -> None:

@@ -937,6 +937,8 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         # copy(dst, src) is src broadcast to dst's shape in dst's dtype (what `dst[...] = src`
         # exports as, before the scatter that writes it back): dst's values are never read
         src = args[1]
+        if src.op == "full" and not isinstance(src.args[0], Node):  # `out[box] = 0.0`
+            return node("full", [src.args[0]])
         if src.shape != args[0].shape:
             src = b.add(Node(f"{name}_expand", "expand", [src, [b.runtime_size(args[0], j) for j in
                                                                 range(args[0].rank)]], {},
