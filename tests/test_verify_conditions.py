@@ -207,9 +207,8 @@ def test_a_kernel_that_rounds_as_a_bfloat16_round_trip_does_is_judged_by_the_tru
     The float64 truth settles it; a wrong element or a scaled output is still rejected, and
     a baseline that meets the bounds against the truth leaves the miss a miss."""
     from kopt.harness.compare import compare_outputs
-    from kopt.harness.verification.conditions import rounds_like_baseline
-
     from kopt.harness.tolerance import Tolerance
+    from kopt.harness.verification.conditions import rounds_like_baseline
 
     tol = {torch.float32: Tolerance(atol=1e-4, rtol=1e-4, rel=1e-5)}  # float32 strict
     baseline, kernel, truth = _rms_norm_outputs(4e-7)
