@@ -55,7 +55,6 @@ from kopt.phases.engineers.offline.graph import (
     lower_mean,
     lower_pad,
     lower_reduction,
-    lower_slice_scatter,
     lower_softmax,
     lower_tap_pool,
     lower_var,
@@ -68,6 +67,7 @@ from kopt.phases.engineers.offline.graph import (
 from kopt.phases.engineers.offline.in_place import out_of_place
 from kopt.phases.engineers.offline.layout import constructor_ints
 from kopt.phases.engineers.offline.lead import generalise_lead, lead_input
+from kopt.phases.engineers.offline.scatter import lower_slice_scatter
 from kopt.phases.engineers.offline.split_k import lower_split_k
 from kopt.phases.engineers.offline.split_k import slices as split_k_slices
 
