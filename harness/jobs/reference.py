@@ -12,8 +12,9 @@ state_dict) adds outputs.
 Writes `out/ref-<group>.safetensors` and, per set, the output structure and the aten compute
 ops the baseline runs (what "no PyTorch fallback" compares a candidate against). A set with
 `"truth": true` (the hard-value draws) also runs a float64 copy of the model on its inputs
-cast to float64, every dtype forward asks for widened to float64 as well, and writes `out/truth-<group>.safetensors`: the yardstick against which the
-baseline's own rounding error at large magnitudes is measured (`hard_values`).
+cast to float64, every dtype forward asks for widened to float64 as well, and writes
+`out/truth-<group>.safetensors`: the yardstick against which the baseline's own rounding
+error is measured (`hard_values`, and misses that rounding could explain).
 """
 
 from __future__ import annotations
