@@ -47,6 +47,7 @@ from kopt.phases.engineers.offline.graph import (
     LibraryCall,
     Node,
     Sym,
+    broadcasts_to,
     group_norm_map,
     lower_cat,
     lower_group_norm,
@@ -933,7 +934,7 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             return out
         return _fallback(b, fx, args, kwargs, shape, sym, dtype)
     if packet == "copy" and len(args) >= 2 and isinstance(args[0], Node) and \
-            isinstance(args[1], Node) and _broadcasts(args[1].shape, args[0].shape):
+            isinstance(args[1], Node) and broadcasts_to(args[1].shape, args[0].shape):
         # copy(dst, src) is src broadcast to dst's shape in dst's dtype (what `dst[...] = src`
         # exports as, before the scatter that writes it back): dst's values are never read
         src = args[1]
@@ -1520,12 +1521,6 @@ def _compose_takes(b: Builder, x: Node, idxs: list[Node], d: int, shape: tuple[i
                            origin=name))
             parts.append(placed(r, j - lo, f"r{j}"))
     return b.add(Node(name, TAKE, [y, *parts], {"dim": lo}, shape, sizes, dtype, origin=name))
-
-
-def _broadcasts(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
-    """Whether a tensor of shape `src` broadcasts to `dst` (torch's rules, right-aligned)."""
-    return len(src) <= len(dst) and all(s in (1, d) for s, d in zip(reversed(src), reversed(dst),
-                                                                       strict=False))
 
 
 def _untyped(fx: torch.fx.Node) -> bool:

@@ -223,6 +223,23 @@ def is_float(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
 
 
+def broadcast_shapes(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Right-aligned broadcast of shapes (a 1 gives way to any size; sizes may be symbolic)."""
+    rank = max(len(s) for s in shapes)
+    out: list[Any] = []
+    for i in range(rank):
+        sizes = [s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0]
+        big = [x for x in sizes if not (isinstance(x, int) and x == 1)]
+        out.append(big[0] if big else 1)
+    return tuple(out)
+
+
+def broadcasts_to(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    """Whether a tensor of shape `src` broadcasts to `dst` (torch's rules, right-aligned)."""
+    return len(src) <= len(dst) and all(s in (1, d) for s, d in zip(reversed(src), reversed(dst),
+                                                                       strict=False))
+
+
 def norm_dim(d: int, rank: int) -> int:
     return d + rank if d < 0 else d
 

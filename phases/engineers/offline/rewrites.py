@@ -31,24 +31,19 @@ from typing import Any
 
 import torch
 
-from kopt.phases.engineers.offline.graph import Graph, Node, _size_step, substitute
+from kopt.phases.engineers.offline.graph import (
+    Graph,
+    Node,
+    _size_step,
+    broadcast_shapes,
+    substitute,
+)
 
 _AFFINE = {"mul", "div", "add", "sub", "neg", "identity"}
 
 
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _broadcast(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Right-aligned broadcast of shapes (a 1 gives way to any size)."""
-    rank = max(len(s) for s in shapes)
-    out: list[Any] = []
-    for i in range(rank):
-        sizes = [s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0]
-        big = [x for x in sizes if not (isinstance(x, int) and x == 1)]
-        out.append(big[0] if big else 1)
-    return tuple(out)
 
 
 def _only_along(c: Any, rank: int, dim: int) -> bool:
@@ -125,8 +120,8 @@ class _Emitter:
             return b
         if op == "div" and _number(b) and b == 1:
             return a
-        shape = _broadcast(*[x.shape for x in (a, b) if isinstance(x, Node)])
-        sym = _broadcast(*[x.sym for x in (a, b) if isinstance(x, Node)])
+        shape = broadcast_shapes(*[x.shape for x in (a, b) if isinstance(x, Node)])
+        sym = broadcast_shapes(*[x.sym for x in (a, b) if isinstance(x, Node)])
         return self.node(op, op, [a, b], shape, sym)
 
 

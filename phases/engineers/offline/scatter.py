@@ -23,6 +23,8 @@ from kopt.phases.engineers.offline.graph import (
     Builder,
     Node,
     Sym,
+    broadcast_shapes,
+    broadcasts_to,
     norm_dim,
     whole_slice,
 )
@@ -117,17 +119,13 @@ def lower_slice_scatter(b: Builder, base: Node, src: Node, dim: int, start: Any,
         tap = b.op(f"{name}_cast", "cast", [tap], tap, dtype=base.dtype, origin=origin)
     inside: Node | None = None
     for j, s, n in windows:
-        idx = b.add(Node(f"{name}_i{j}", "arange", [0, 1], {}, (base.shape[j],), (sizes[j],),
-                         torch.int64, origin=origin))
-        for _ in range(base.rank - 1 - j):  # along dim j of base's rank, broadcast over the rest
-            idx = b.add(Node(f"{name}_i{j}_u", "unsqueeze", [idx, idx.rank], {}, idx.shape + (1,),
-                             idx.sym + (1,), torch.int64, origin=origin))
+        idx = _along(b, _coordinate(b, base, j, sizes, name, origin), base.rank - 1 - j, origin)
         ge = b.op(f"{name}_lo{j}", "ge", [idx, s], idx, dtype=torch.bool, origin=origin)
         lt = b.op(f"{name}_hi{j}", "lt", [idx, _plus(s, n)], idx, dtype=torch.bool, origin=origin)
         box = b.op(f"{name}_in{j}", "logical_and", [ge, lt], idx, dtype=torch.bool, origin=origin)
         inside = box if inside is None else b.op(
-            f"{name}_in", "logical_and", [inside, box], box, shape=_broadcast(inside.shape, box.shape),
-            sym=_broadcast(inside.sym, box.sym), origin=origin)
+            f"{name}_in", "logical_and", [inside, box], box, shape=broadcast_shapes(inside.shape, box.shape),
+            sym=broadcast_shapes(inside.sym, box.sym), origin=origin)
     assert inside is not None
     out = b.add(Node(name, "where", [inside, tap, base], {}, base.shape, tuple(sizes), base.dtype,
                      origin=origin))
@@ -171,7 +169,7 @@ def _pushable(v: Node, depth: int = 0) -> bool:
         return _loadable(v.args[0]) or _pushable(v.args[0], depth + 1)
     operands = [a for a in v.args if isinstance(a, Node)]
     if not (v.op in POINTWISE and operands and not v.kwargs and
-            all(_broadcasts_to(a, v) for a in operands)):
+            all(broadcasts_to(a.shape, v.shape) for a in operands)):
         return False
     return all(_loadable(a) or (a.shape == v.shape and _pushable(a, depth + 1)) for a in operands)
 
@@ -221,8 +219,7 @@ def _strided_scatter(b: Builder, base: Node, src: Node, d: int, lo: Any, step: i
     dim with a step (`out[..., ::2] = x[..., ::2] * c`, interleaved rotary embeddings), it
     takes that slice's source at start + step * q, so no kernel writes the strided value."""
     n = _sized(b.runtime_size(src, d), src.shape[d])
-    idx = b.add(Node(f"{name}_i{d}", "arange", [0, 1], {}, (base.shape[d],), (sizes[d],),
-                     torch.int64, origin=origin))
+    idx = _coordinate(b, base, d, sizes, name, origin)
     rel = b.op(f"{name}_rel", "sub", [idx, lo], idx, origin=origin)
     q = b.op(f"{name}_q", "truediv_trunc", [rel, step], idx, origin=origin)  # o < lo: masked below
     taken = _taken(b, src, q, d, base.shape, sizes, f"{name}_src", origin)
@@ -236,12 +233,27 @@ def _strided_scatter(b: Builder, base: Node, src: Node, d: int, lo: Any, step: i
         b.op(f"{name}_lo", "ge", [idx, lo], idx, dtype=torch.bool, origin=origin),
         b.op(f"{name}_hi", "lt", [idx, last], idx, dtype=torch.bool, origin=origin)], idx,
         dtype=torch.bool, origin=origin)
-    inside = b.op(f"{name}_inside", "logical_and", [inside, on], inside, origin=origin)
-    for _ in range(base.rank - 1 - d):  # along dim d of base's rank, broadcast over the rest
-        inside = b.add(Node(f"{name}_in_u", "unsqueeze", [inside, inside.rank], {},
-                            inside.shape + (1,), inside.sym + (1,), torch.bool, origin=origin))
+    inside = _along(b, b.op(f"{name}_inside", "logical_and", [inside, on], inside, origin=origin),
+                    base.rank - 1 - d, origin)
     return b.add(Node(name, "where", [inside, taken, base], {}, base.shape, sizes, base.dtype,
                       origin=origin))
+
+
+def _coordinate(b: Builder, base: Node, j: int, sizes: tuple[Any, ...] | list[Any], name: str,
+                origin: str) -> Node:
+    """base's coordinate along dim j, as a 1-D arange over that dim."""
+    return b.add(Node(f"{name}_i{j}", "arange", [0, 1], {}, (base.shape[j],), (sizes[j],),
+                      torch.int64, origin=origin))
+
+
+def _along(b: Builder, v: Node, trailing: int, origin: str) -> Node:
+    """A 1-D value over one dim with `trailing` dims of 1 after it, so that it broadcasts
+    along that dim of a value of higher rank (and over the dims after it)."""
+    name = f"{v.name}_u"
+    for _ in range(trailing):
+        v = b.add(Node(name, "unsqueeze", [v, v.rank], {}, v.shape + (1,), v.sym + (1,),
+                       v.dtype, origin=origin))
+    return v
 
 
 def _taken(b: Builder, v: Node, q: Node, d: int, shape: tuple[int, ...], sizes: tuple[Any, ...],
@@ -280,12 +292,6 @@ def _taken(b: Builder, v: Node, q: Node, d: int, shape: tuple[int, ...], sizes: 
     return b.add(Node(name, TAKE, [v, q], {"dim": d}, shape, sizes, v.dtype, origin=origin))
 
 
-def _broadcasts_to(a: Node, v: Node) -> bool:
-    """Whether operand a of pointwise v broadcasts to v's shape (right-aligned, dims of 1)."""
-    off = v.rank - a.rank
-    return off >= 0 and all(s == v.shape[k + off] or s == 1 for k, s in enumerate(a.shape))
-
-
 def _boxed(b: Builder, a: Node, dims: list[tuple[int, int]], shape: tuple[int, ...],
            sizes: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[Any, ...]]:
     """Operand a's shape and run-time sizes once loaded at a box: along each (dim of the
@@ -303,10 +309,3 @@ def _same_size(n: Any, size: Any) -> bool:
     if isinstance(v, int) or isinstance(size, int):
         return isinstance(v, int) and isinstance(size, int) and v == size
     return bool((v - size).simplify() == 0)
-
-
-def _broadcast(a: tuple[Any, ...], c: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Two right-aligned shapes broadcast (a dim of 1 takes the other's size)."""
-    n = max(len(a), len(c))
-    a, c = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(c)) + tuple(c)
-    return tuple(y if isinstance(x, int) and x == 1 else x for x, y in zip(a, c, strict=True))
