@@ -510,24 +510,20 @@ class _Judge:
                 self.finite_pairs[(id(o), id(r))] = (o, r)
         if cmp.ok:
             return cmp, None
-        if not cmp.within_allowance(tol, ref):
-            if not cmp.rounding_only():
-                return cmp, cmp.to_text()
-            # both bounds missed: honest only where the baseline's own casts round past them
-            truth = self.truth.get(group)
-            if truth is None:
-                self.truth_wanted.add(group)
-                return cmp, cmp.to_text()
-            closer, why = conditions.rounds_like_baseline(out, ref, truth, tol)
-            return cmp, None if closer else f"{cmp.to_text()}; {why}"
+        one_bound = cmp.within_allowance(tol, ref)
+        if not (one_bound or cmp.rounding_only()):
+            return cmp, cmp.to_text()
         truth = self.truth.get(group)
         if truth is None:
             self.truth_wanted.add(group)
             return cmp, cmp.to_text()
-        elementwise_only = cmp.within_elementwise() and not cmp.within_norm(tol, ref)
-        closer, why = conditions.no_worse_than_baseline(
-            out, ref, truth, tol, conditions.ELEMENTWISE_TRUTH_MULTIPLIER if elementwise_only
-            else conditions.TRUTH_MULTIPLIER)
+        if not one_bound:  # both bounds missed: honest only where the model's own casts round
+            closer, why = conditions.rounds_like_baseline(out, ref, truth, tol)
+        else:
+            elementwise_only = cmp.within_elementwise() and not cmp.within_norm(tol, ref)
+            closer, why = conditions.no_worse_than_baseline(
+                out, ref, truth, tol, conditions.ELEMENTWISE_TRUTH_MULTIPLIER if elementwise_only
+                else conditions.TRUTH_MULTIPLIER)
         if not closer:
             return cmp, f"{cmp.to_text()}; {why}"
         return cmp, None
