@@ -261,8 +261,8 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
         ref_outputs = {g: load_outputs(ref_dir / "out" / f"ref-{g}.safetensors")
                        for entry in ref_request["sets"] if entry["name"] not in refused
                        for g in entry["groups"]}
-        truth = {g: load_outputs(ref_dir / "out" / f"truth-{g}.safetensors")
-                 for entry in ref_request["sets"] if entry.get("truth") for g in entry["groups"]}
+        truth, rounded = _yardsticks(ref_dir, [entry for entry in ref_request["sets"]
+                                               if entry.get("truth")])
     except BaseException:
         if not keep_jobs:
             for job_dir in staged.values():
@@ -291,7 +291,7 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
         for path, (job_dir, outcome, _t0) in zip(paths, cand_runs, strict=True):
             t_judge = time.monotonic()
             judge = _Judge(case, dev, plan, job_dir, outcome, ref.response or {}, ref_outputs,
-                           sources_intact, cand_exit, findings[path], path, truth)
+                           sources_intact, cand_exit, findings[path], path, truth, rounded)
             checks = judge.checks()
             extra: dict[str, float] = {}
             if judge.truth_wanted and not truth_of_every_draw:
@@ -299,10 +299,13 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
                 # check stops at its first miss, so a judgement names only some of the groups
                 # that will need it), once for all the candidates
                 t_truth = time.monotonic()
-                truth.update(_truth_job(case, runner, env, common, plan,
-                                        timeout or MAX_TIMEOUT_S, on_line, keep_jobs))
+                more_truth, more_rounded = _truth_job(case, runner, env, common, plan,
+                                                      timeout or MAX_TIMEOUT_S, on_line, keep_jobs)
+                truth.update(more_truth)
+                rounded.update(more_rounded)
                 truth_of_every_draw = True
                 judge.truth, judge.truth_wanted = truth, set()  # the same outputs, read once
+                judge.rounded = rounded
                 checks = judge.checks()
                 extra["truth"] = time.monotonic() - t_truth
             judge_s = time.monotonic() - t_judge - sum(extra.values())
@@ -329,22 +332,32 @@ def verify_candidates(case: Case | str, candidates: Sequence[Path | str], *,
 
 def _truth_job(case: Case, runner: Any, env: dict[str, str], common: dict[str, Any],
                plan: _Plan, timeout: float, on_line: LineSink | None,
-               keep_jobs: bool) -> dict[str, list[torch.Tensor] | None]:
-    """The baseline again on every draw, in float64 as well (a reference job, in its own
-    isolated process): group -> its float64 outputs (None where the model has no float64
-    path, which leaves the element-wise verdict standing). Run only for a candidate that
-    missed nothing but the element-wise bound."""
-    sets = [{**entry, "truth": True} for entry in reference_request_sets(plan)]
+               keep_jobs: bool) -> tuple[dict[str, list[torch.Tensor] | None],
+                                         dict[str, list[torch.Tensor] | None]]:
+    """The baseline again on every draw, in float64 and under random rounding as well (a
+    reference job, in its own isolated process): `_yardsticks` (None where the model has no
+    float64 path, which leaves the element-wise verdict standing). Run only for a candidate
+    whose miss rounding could explain."""
+    sets = [{**entry, "truth": True, "rounding": True} for entry in reference_request_sets(plan)]
     job = stage_job("reference", {**common, "sets": sets}, case=case, tensors=plan.tensors)
     try:
         outcome = runner.run(job, timeout=timeout, env=env, on_line=on_line)
         if not outcome.ok:
-            return {}
-        return {g: load_outputs(job / "out" / f"truth-{g}.safetensors")
-                for entry in sets for g in entry["groups"]}
+            return {}, {}
+        return _yardsticks(job, sets)
     finally:
         if not keep_jobs:
             cleanup(job)
+
+
+def _yardsticks(job: Path, sets: list[dict[str, Any]]
+                ) -> tuple[dict[str, list[torch.Tensor] | None], dict[str, list[torch.Tensor] | None]]:
+    """Group -> the baseline's outputs in float64, and group -> its outputs under random
+    rounding (`harness.verification.rounding`), as a reference job with `"truth": true` sets
+    wrote them (None where it could not)."""
+    groups = [g for entry in sets for g in entry["groups"]]
+    return ({g: load_outputs(job / "out" / f"truth-{g}.safetensors") for g in groups},
+            {g: load_outputs(job / "out" / f"rounded-{g}.safetensors") for g in groups})
 
 
 def _unlike_elements(x: torch.Tensor, y: torch.Tensor, tol: Any, chunk: int = 1 << 24) -> int:
@@ -444,14 +457,20 @@ class _Judge:
                  ref_outputs: dict[str, list[torch.Tensor] | None], sources_intact: bool,
                  cand_exit: float, source: _Source | None = None,
                  path: Path | None = None,
-                 truth: dict[str, list[torch.Tensor] | None] | None = None) -> None:
+                 truth: dict[str, list[torch.Tensor] | None] | None = None,
+                 rounded: dict[str, list[torch.Tensor] | None] | None = None) -> None:
         self.source = source or _Source()
         self.truth = truth or {}
         """Group -> the baseline's outputs computed in float64 (the hard-value draws, and the
         groups a first judgement asked for: `truth_wanted`)."""
+        self.rounded = rounded or {}
+        """Group -> the baseline's outputs under random rounding, where the truth has them:
+        how far from it honest rounding may land (`harness.verification.rounding`)."""
         self.truth_wanted: set[str] = set()
-        """Groups whose outputs missed only the element-wise bound and have no float64 truth
-        yet: `verify_candidates` computes it in a second reference job and judges again."""
+        """Groups whose outputs missed a bound rounding could explain and have no float64
+        truth yet, or no random-rounding run when the plain baseline's distance from the truth
+        was not enough: `verify_candidates` computes both for every draw in a second reference
+        job and judges again."""
         self.path = path
         self.case, self.device, self.plan = case, device, plan
         self.out = job_dir / "out"
@@ -518,13 +537,16 @@ class _Judge:
             self.truth_wanted.add(group)
             return cmp, cmp.to_text()
         if not one_bound:  # both bounds missed: honest only where the model's own casts round
-            closer, why = conditions.rounds_like_baseline(out, ref, truth, tol)
+            closer, why = conditions.rounds_like_baseline(out, ref, truth, tol,
+                                                          rounded=self.rounded.get(group))
         else:
             elementwise_only = cmp.within_elementwise() and not cmp.within_norm(tol, ref)
             closer, why = conditions.no_worse_than_baseline(
                 out, ref, truth, tol, conditions.ELEMENTWISE_TRUTH_MULTIPLIER if elementwise_only
-                else conditions.TRUTH_MULTIPLIER)
+                else conditions.TRUTH_MULTIPLIER, rounded=self.rounded.get(group))
         if not closer:
+            if self.rounded.get(group) is None:  # the plain baseline's distance alone fell short
+                self.truth_wanted.add(group)
             return cmp, f"{cmp.to_text()}; {why}"
         return cmp, None
 
@@ -692,9 +714,9 @@ class _Judge:
                                  f"{problem}")
         n = len(self.plan.draws[self.plan.sets[0]])
         trimmed = "".join(f"; {i.trimmed}" for i in self.plan.items if i.trimmed)
-        truth = (f"; {', '.join(judged_by_truth)} missed only the element-wise bound, and "
-                 f"are within the case's bound of the baseline run in float64 (or twice the "
-                 f"baseline's own distance from it)" if judged_by_truth else "")
+        truth = (f"; {', '.join(judged_by_truth)} missed a bound of the case's, and are as "
+                 f"close to the baseline run in float64 as the baseline's own rounding (plain "
+                 f"and random) allows" if judged_by_truth else "")
         return Check("correct", True, f"{n} fresh draws x {len(self.plan.sets)} input sets "
                                       f"({', '.join(self.plan.sets)}) within tolerance; worst "
                                       f"rel err {worst:.3g}{trimmed}{truth}")

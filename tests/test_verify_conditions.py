@@ -243,11 +243,76 @@ def test_the_float64_truth_widens_the_casts_forward_makes(tmp_path: Path) -> Non
 
     x = torch.randn(8, 33, dtype=torch.float64)
     file = tmp_path / "truth.safetensors"
-    assert _write_truth(RoundTrip(), SimpleNamespace(args=[x], kwargs={}), file, {}) is None
+    outs, problem = _write_truth(RoundTrip(), SimpleNamespace(args=[x], kwargs={}), file, {})
+    assert problem is None and len(outs) == 1
     (truth,) = load_outputs(file)
     want = x * 3.0 + torch.arange(33, dtype=torch.float64) / 3.0
     assert truth.dtype == torch.float64 and torch.allclose(truth, want, rtol=1e-15, atol=1e-15)
     assert torch.get_default_dtype() == torch.float32
+
+
+def _info_nce(x: torch.Tensor) -> torch.Tensor:
+    logits = x @ x.t() * 3.0
+    return torch.nn.functional.cross_entropy(logits, torch.arange(x.shape[0]))
+
+
+def _info_nce_float32_sums(x: torch.Tensor) -> torch.Tensor:
+    """The same loss as a float32 kernel computes it (a GPU's, eager's included): every sum
+    accumulated in float32, where PyTorch on a CPU accumulates in float64."""
+    logits = x @ x.t() * 3.0
+    shifted = logits - logits.amax(1, keepdim=True)
+    total = torch.zeros(x.shape[0])
+    for j in range(x.shape[0]):
+        total = total + shifted[:, j].exp()
+    rows = torch.log(total) - shifted.diagonal()
+    loss = torch.zeros(())
+    for r in rows:
+        loss = loss + r
+    return loss / x.shape[0]
+
+
+def test_random_rounding_measures_how_far_an_honest_float32_kernel_lands() -> None:
+    """InfoNCE against `arange` labels: each row's loss is about 2e-5, `log(1 + 2e-5)` after a
+    float32 sum. Eager on a CPU sums in float64, so a single baseline run underestimates the
+    rounding of any float32 kernel, and four times its distance from float64 rejected an honest
+    kernel on some draws (kopt's CI, 2026-12-03). The baseline under random rounding measures
+    the spread: every honest draw passes, a kernel 1% off still fails."""
+    from kopt.harness.tolerance import Tolerance
+    from kopt.harness.verification.conditions import ELEMENTWISE_TRUTH_MULTIPLIER as FOUR
+    from kopt.harness.verification.conditions import no_worse_than_baseline
+    from kopt.harness.verification.rounding import farthest_runs
+
+    tol = {torch.float32: Tolerance(atol=1e-4, rtol=1e-4, rel=1e-5)}
+    g = torch.Generator().manual_seed(11)
+    plain_misses = 0
+    for _ in range(40):
+        x = torch.randn(8, 16, generator=g)
+        baseline, kernel = _info_nce(x), _info_nce_float32_sums(x)
+        truth = _info_nce(x.double())
+        rounded = farthest_runs(lambda x=x: [_info_nce(x)], [truth])
+        assert rounded[0].dtype == torch.float32
+        plain_misses += not no_worse_than_baseline([kernel], [baseline], [truth], tol, FOUR)[0]
+        ok, why = no_worse_than_baseline([kernel], [baseline], [truth], tol, FOUR, rounded)
+        assert ok, why
+        if float(truth.abs()) > 1e-4:  # a loss float32 can resolve: 1% off is caught
+            ok, why = no_worse_than_baseline([kernel * 1.01], [baseline], [truth], tol, FOUR,
+                                             rounded)
+            assert not ok and "under random rounding" in why
+    assert plain_misses, "these draws no longer show the plain baseline's underestimate"
+
+
+def test_random_rounding_leaves_a_well_conditioned_output_within_a_few_units() -> None:
+    from kopt.harness.verification.rounding import RandomRounding
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(64, 64, generator=g)
+    w = torch.randn(64, 64, generator=g)
+    plain = torch.nn.functional.gelu(torch.nn.functional.layer_norm(x @ w, (64,)))
+    with RandomRounding():
+        moved = torch.nn.functional.gelu(torch.nn.functional.layer_norm(x @ w, (64,)))
+    error = float((moved - plain).norm() / plain.norm())
+    assert 0 < error < 1e-5
+    assert torch.equal(torch.zeros(3), RandomRounding()._jitter(torch.zeros(3)))
 
 
 def test_the_reference_job_writes_a_float64_truth_for_hard_value_draws(tmp_path: Path) -> None:
@@ -268,8 +333,18 @@ def test_the_reference_job_writes_a_float64_truth_for_hard_value_draws(tmp_path:
         truth = load_outputs(job / "out" / f"truth-{group}.safetensors")
         assert truth is not None and truth[0].dtype == torch.float64
         assert ref[0].shape == truth[0].shape
+        assert not (job / "out" / f"rounded-{group}.safetensors").exists()  # asked for later
     other = plan.sets[0]
     assert not (job / "out" / f"truth-{plan.draws[other][0]}.safetensors").exists()
+    # the second job a miss asks for: every draw in float64 and under random rounding
+    request["sets"] = [{**e, "truth": True, "rounding": True} for e in request["sets"]]
+    job = stage_job("reference", request, case=case, tensors=plan.tensors, root=tmp_path / "2")
+    assert LocalTarget(standby=False).run(job, timeout=300).ok
+    for group in hard.draws + plan.draws[other]:
+        ref = load_outputs(job / "out" / f"ref-{group}.safetensors")
+        rounded = load_outputs(job / "out" / f"rounded-{group}.safetensors")
+        assert rounded is not None and rounded[0].dtype == ref[0].dtype
+        assert rounded[0].shape == ref[0].shape and not torch.equal(rounded[0], ref[0])
 
 
 def test_the_cpu_runs_an_oversized_declared_set_with_fewer_rows(tmp_path: Path) -> None:
@@ -501,7 +576,7 @@ def test_hard_values_pass_every_element_within_bound_when_only_the_norm_misses()
     def judge(out: torch.Tensor) -> SimpleNamespace:
         item = SimpleNamespace(draws=["x-hard-d0"], note="x-hard (3x8192)")
         return SimpleNamespace(plan=SimpleNamespace(extra=lambda kind: [item]),
-                               ref={"x-hard-d0": [ref]}, truth={"x-hard-d0": [truth]},
+                               ref={"x-hard-d0": [ref]}, truth={"x-hard-d0": [truth]}, rounded={},
                                cand=lambda name: [out], tol=lambda: tol)
 
     near = ref * (1 + 3.5e-5)  # within atol/rtol 1e-4, over the 1e-5 whole-tensor bound

@@ -14,7 +14,10 @@ ops the baseline runs (what "no PyTorch fallback" compares a candidate against).
 `"truth": true` (the hard-value draws) also runs a float64 copy of the model on its inputs
 cast to float64, every dtype forward asks for widened to float64 as well, and writes
 `out/truth-<group>.safetensors`: the yardstick against which the baseline's own rounding
-error is measured (`hard_values`, and misses that rounding could explain).
+error is measured (`hard_values`, and misses that rounding could explain). With `"rounding":
+true` as well, the baseline under random rounding (`harness.verification.rounding`), per
+output the run farthest from that truth, as `out/rounded-<group>.safetensors`: how far honest
+rounding may land from it.
 """
 
 from __future__ import annotations
@@ -85,11 +88,17 @@ def run(job_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
                              "compute_elements": dict(recorder.elements)}
             if item.get("truth"):
                 with steps("float64 truth"):
-                    problem = _write_truth(model, inputs,
-                                           job_dir / "out" / f"truth-{group}.safetensors",
-                                           attributes)
+                    truth, problem = _write_truth(model, inputs,
+                                                  job_dir / "out" / f"truth-{group}.safetensors",
+                                                  attributes)
                 if problem:
                     set_facts["truth_error"] = problem
+                if truth is not None and item.get("rounding"):
+                    with steps("random rounding"):
+                        problem = _write_rounded(model, inputs, attributes, truth,
+                                                 job_dir / "out" / f"rounded-{group}.safetensors")
+                    if problem:
+                        set_facts["rounding_error"] = problem
         facts.setdefault(set_name, set_facts)  # a set's second entry (other weights) adds outputs
     return {"ok": True, "pid": os.getpid(), "sets": facts, "steps": steps.to_dict()}
 
@@ -133,12 +142,13 @@ class _Float64Everywhere(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 def _write_truth(model: torch.nn.Module, inputs: Any, file: Path,
-                 attributes: dict[str, torch.Tensor]) -> str | None:
+                 attributes: dict[str, torch.Tensor]
+                 ) -> tuple[list[torch.Tensor] | None, str | None]:
     """The baseline again in float64, from the loaded state (`attributes` in float64 too):
     the casts forward makes are widened too (`_Float64Everywhere`), so a bf16 round trip
     inside the model or a `.float()` of a float64 input does not round the truth. A model
     that cannot run so runs with its casts kept; one that cannot run in float64 at all gets
-    no truth and says why."""
+    no truth and says why: (the truth's outputs, None) or (None, the reason)."""
     from kopt.harness.verification import tensors
 
     problem = None
@@ -157,9 +167,29 @@ def _write_truth(model: torch.nn.Module, inputs: Any, file: Path,
             if attributes:
                 result = (result, model_state.after_call(wide, sorted(attributes)))
             outs, _structure = tensors.flatten_outputs(result)
-            tensors.save_tensors([o.to(torch.float64) if o.is_floating_point() else o
-                                  for o in outs], file)
-            return None
+            outs = [o.to(torch.float64) if o.is_floating_point() else o for o in outs]
+            tensors.save_tensors(outs, file)
+            return outs, None
         except Exception as exc:  # noqa: BLE001 (a model that has no float64 path)
             problem = f"{type(exc).__name__}: {exc}"[:300]
-    return problem
+    return None, problem
+
+
+def _write_rounded(model: torch.nn.Module, inputs: Any, attributes: dict[str, torch.Tensor],
+                   truth: list[torch.Tensor], file: Path) -> str | None:
+    """The baseline under random rounding (`rounding.farthest_runs`), each run from the loaded
+    state; None, or why it could not run (the truth then stands alone)."""
+    from kopt.harness.verification import rounding, tensors
+
+    def forward() -> list[torch.Tensor]:
+        model_state.restart(model, attributes)
+        result = model(*inputs.args, **inputs.kwargs)
+        if attributes:
+            result = (result, model_state.after_call(model, sorted(attributes)))
+        return tensors.flatten_outputs(result)[0]
+
+    try:
+        tensors.save_tensors(rounding.farthest_runs(forward, truth), file)
+    except Exception as exc:  # noqa: BLE001 (an op the random rounding cannot run)
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return None

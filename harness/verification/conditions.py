@@ -270,8 +270,9 @@ def hard_values(judge: Any) -> tuple[bool, str]:
                              f"case's bound (rounding of a sum that cancels at this scale)")
             elif problem and truth is not None:
                 closer, why = no_worse_than_baseline(judge.cand(f"cand-{group}") or [], ref,
-                                                      truth, judge.tol())
-                if not closer:
+                                                      truth, judge.tol(),
+                                                      rounded=judge.rounded.get(group))
+                if not closer:  # (random rounding only where a second job ran for another miss)
                     return False, f"{item.note} draw {i}: {problem}; {why}"
                 notes.append(f"draw {i}: {why}")
             elif problem:
@@ -298,16 +299,20 @@ each element; this bound only has to stop an output of the wrong size (zeros: re
 
 def no_worse_than_baseline(out: list[torch.Tensor], ref: list[torch.Tensor],
                             truth: list[torch.Tensor], tol: dict[torch.dtype, Any],
-                            multiplier: float = TRUTH_MULTIPLIER) -> tuple[bool, str]:
+                            multiplier: float = TRUTH_MULTIPLIER,
+                            rounded: list[torch.Tensor] | None = None) -> tuple[bool, str]:
     """At magnitudes of hundreds the baseline's own low-precision intermediates (a bf16
     `scores * scale` rounded before the softmax) are off by more than the case's tolerance, so
     a kernel that keeps them in float32 differs from the baseline while being closer to the
     true result. Judged against the baseline run in float64: the candidate's relative error
     to that truth must stay within the case's bound or within `multiplier` times the
     baseline's own, with no NaN/Inf where the truth is finite (a softmax without its max
-    subtraction still fails)."""
+    subtraction still fails). The baseline's own distance is the larger of its plain run's
+    and its run under random rounding (`rounded`, per output the farthest of a few:
+    `harness.verification.rounding`), where the reference job could make one."""
     if not (len(out) == len(ref) == len(truth)):
         return False, "output count differs from the float64 baseline's"
+    variants = _rounded_or_none(rounded, truth)
     worst: list[str] = []
     for k, (o, r, t) in enumerate(zip(out, ref, truth, strict=True)):
         if not o.dtype.is_floating_point:
@@ -322,18 +327,24 @@ def no_worse_than_baseline(out: list[torch.Tensor], ref: list[torch.Tensor],
         norm = float(torch.linalg.vector_norm(t64)) or 1.0
         cand_err = float(torch.linalg.vector_norm(o64 - t64)) / norm
         base_err = float(torch.linalg.vector_norm(r64 - t64)) / norm
+        own = f"{base_err:.3g}"
+        if (v := _finite_part(variants[k], finite)) is not None:
+            rounded_err = float(torch.linalg.vector_norm(v - t64)) / norm
+            own += f", {rounded_err:.3g} under random rounding"
+            base_err = max(base_err, rounded_err)
         bound = max(tol[o.dtype].rel if o.dtype in tol else 0.0, multiplier * base_err)
         if not cand_err <= bound:
             return False, (f"output {k}: relative error to the float64 baseline {cand_err:.3g}, "
-                           f"the baseline's own {base_err:.3g} (allowed {bound:.3g})")
-        worst.append(f"{cand_err:.3g} vs the baseline's {base_err:.3g}")
+                           f"the baseline's own {own} (allowed {bound:.3g})")
+        worst.append(f"{cand_err:.3g} vs the baseline's {own}")
     return True, ("the baseline's own rounding at this scale exceeds the case's bound; relative "
                   "error to the baseline run in float64: " + ", ".join(worst))
 
 
 def rounds_like_baseline(out: list[torch.Tensor], ref: list[torch.Tensor],
                          truth: list[torch.Tensor], tol: dict[torch.dtype, Any],
-                         multiplier: float = TRUTH_MULTIPLIER) -> tuple[bool, str]:
+                         multiplier: float = TRUTH_MULTIPLIER,
+                         rounded: list[torch.Tensor] | None = None) -> tuple[bool, str]:
     """For an output that misses both the element-wise and the whole-tensor bound: a model
     that rounds through a narrower dtype than it returns (LLaMA's RMSNorm: `h.type_as(x)` to
     bfloat16, then times a float32 weight) flips single elements by one bfloat16 step wherever
@@ -342,7 +353,8 @@ def rounds_like_baseline(out: list[torch.Tensor], ref: list[torch.Tensor],
     against the float64 truth (the precision the model asks for is below the case's), and
     the candidate is within `multiplier` times the baseline's own distance from that truth
     both as a whole (`no_worse_than_baseline`) and at its worst element: a wrong element
-    lies orders of magnitude past one rounding step."""
+    lies orders of magnitude past one rounding step. The baseline's own distances take its
+    random-rounding run into account as `no_worse_than_baseline` does."""
     if not (len(out) == len(ref) == len(truth)):
         return False, "output count differs from the float64 baseline's"
     base = compare_outputs(ref, [t.to(r.dtype) if r.dtype.is_floating_point else t
@@ -350,20 +362,41 @@ def rounds_like_baseline(out: list[torch.Tensor], ref: list[torch.Tensor],
     if base.ok:
         return False, ("the baseline itself is within the case's bounds of the float64 truth, "
                        "so rounding does not explain the miss")
-    closer, why = no_worse_than_baseline(out, ref, truth, tol, multiplier)
+    closer, why = no_worse_than_baseline(out, ref, truth, tol, multiplier, rounded)
     if not closer:
         return False, why
+    variants = _rounded_or_none(rounded, truth)
     for k, (o, r, t) in enumerate(zip(out, ref, truth, strict=True)):
         if not o.dtype.is_floating_point:
             continue
         t64 = t.to(torch.float64)
         finite = torch.isfinite(t64)
         cand, own = (_largest((v.to(torch.float64) - t64)[finite]) for v in (o, r))
+        if (v := _finite_part(variants[k], finite)) is not None:
+            own = max(own, _largest(v - t64[finite]))
         atol = tol[o.dtype].atol if o.dtype in tol else 0.0
         if not cand <= multiplier * own + atol:
             return False, (f"output {k}: largest element error to the float64 baseline {cand:.3g}, "
                            f"the baseline's own {own:.3g}")
     return True, "rounds as the baseline does: " + why
+
+
+def _rounded_or_none(rounded: list[torch.Tensor] | None,
+                     truth: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    """The random-rounding run per output where it matches the truth's shape, else None."""
+    if rounded is None or len(rounded) != len(truth):
+        return [None] * len(truth)
+    return [v if v.is_floating_point() and v.shape == t.shape else None
+            for v, t in zip(rounded, truth, strict=True)]
+
+
+def _finite_part(rounded: torch.Tensor | None, finite: torch.Tensor) -> torch.Tensor | None:
+    """A random-rounding run's elements where the truth is finite, in float64; None where it
+    has none or went NaN/Inf there (an overflow it caused says nothing about rounding)."""
+    if rounded is None:
+        return None
+    v = rounded.to(torch.float64)[finite]
+    return v if bool(torch.isfinite(v).all()) else None
 
 
 def _largest(v: torch.Tensor) -> float:
