@@ -314,7 +314,7 @@ def agent_provide_weights(case: Case, input_set: str = "main", seed: int = 0,
     attributes (`harness.model_state`): seeded, cached, on CPU."""
     resolved = case.input_set(input_set)
     key = _digest(case.name, resolved.init_args, resolved.init_kwargs, seed,
-                  _model_source_digest(case), model_state.ATTRIBUTE_PREFIX,
+                  _model_source_digest(case), model_state.ATTRIBUTE_PREFIX, "non-persistent buffers",
                   case.manifest.weights.function if case.manifest.weights else None)[:16]
     file = _cache_file(case, "weights", key)
     if cache and file.is_file():

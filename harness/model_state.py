@@ -1,4 +1,5 @@
-"""The state a model keeps outside its state_dict: plain tensor attributes.
+"""The state a model keeps outside its state_dict: plain tensor attributes and non-persistent
+buffers.
 
 A model may hold a tensor as a plain attribute, neither parameter nor buffer, and replace it
 in forward: a recurrent cell that carries its hidden state from one call to the next
@@ -6,6 +7,13 @@ in forward: a recurrent cell that carries its hidden state from one call to the 
 tanh(self.i2h(cat(x, self.hidden)))` in forward, as KernelBench's level-3 VanillaRNN does).
 `load_state_dict` neither reads nor writes such a tensor, so two instances built alike hold
 whatever their generators drew, and the output of a call depends on the calls before it.
+
+A non-persistent buffer (`register_buffer("cos", table, persistent=False)`: a rotary
+embedding's tables, built in the constructor from its arguments) is outside the state_dict
+too: a candidate that embedded its values as literals was right only for the constructor
+arguments it was generated for (a 512-row table for a smoke set built with 128) and carried
+1.4 MB of source for a 512x64 pair of tables. It is handled like a plain attribute, so a
+candidate reads it from the instance as the model does.
 
 The harness treats these tensors as part of the weights:
 
@@ -29,12 +37,16 @@ ATTRIBUTE_PREFIX = "attribute:"
 
 
 def tensor_attributes(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Plain tensor attributes of `model` and its submodules, by dotted path (parameters and
-    buffers live in the modules' own dicts, not in `vars`)."""
+    """Plain tensor attributes and non-persistent buffers of `model` and its submodules, by
+    dotted path (parameters and buffers live in the modules' own dicts, not in `vars`)."""
     found: dict[str, torch.Tensor] = {}
     for path, module in model.named_modules():
         for name, value in vars(module).items():
             if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                found[f"{path}.{name}" if path else name] = value
+        for name in sorted(module._non_persistent_buffers_set):
+            value = module._buffers.get(name)
+            if isinstance(value, torch.Tensor):
                 found[f"{path}.{name}" if path else name] = value
     return found
 
@@ -81,11 +93,17 @@ def load(model: torch.nn.Module, weights: dict[str, Any], *, strict: bool = True
 def restart(model: torch.nn.Module, attributes: dict[str, torch.Tensor]) -> None:
     """Each attribute set to a fresh copy of its loaded value, as the constructor left it
     (on the CPU: `.to(device)` moves parameters and buffers, not plain attributes). A fresh
-    copy: the value a call returns or keeps is never the one the next call starts from."""
+    copy: the value a call returns or keeps is never the one the next call starts from.
+    A registered buffer keeps the device `.to()` moved it to (the model's own forward reads
+    it there)."""
     for path, value in attributes.items():
         owner_path, _, leaf = path.rpartition(".")
         owner = model.get_submodule(owner_path) if owner_path else model
-        setattr(owner, leaf, value.clone())
+        current = owner._buffers.get(leaf)
+        if isinstance(current, torch.Tensor) and current.device != value.device:
+            setattr(owner, leaf, value.to(current.device, copy=True))
+        else:
+            setattr(owner, leaf, value.clone())
 
 
 def after_call(model: torch.nn.Module, names: list[str]) -> list[torch.Tensor]:

@@ -126,3 +126,29 @@ def test_module_settings_agree_with_the_package_copy(packages: dict[str, ModuleT
         model = instantiate(model_class(case), case.input_set("smoke"), case.model_file)
     assert module_settings(model) == packages["llama_block"].module_settings(model)
     assert module_settings(model)["(model)"]["n_kv_heads"] == 1
+
+
+def test_apply_hands_the_models_non_persistent_buffers_to_the_kernels(tmp_path: Path) -> None:
+    """A rotary embedding's tables are non-persistent buffers, outside the state_dict: the
+    patched forward reads the instance's own tables at every call (one the user rebuilds, for
+    a longer context, is followed), never values embedded when the kernels were generated."""
+    from tests.test_model_state import ROTARY_FORWARD, ROTARY_LAYERS
+    from tests.test_offline_fusion import _constructor_case
+
+    case = _constructor_case(tmp_path, "rotary", "max_seq, dim", ROTARY_LAYERS, ROTARY_FORWARD,
+                             "max_seq: 64, dim: 32", [2, 48, 32], "max_seq: 24, dim: 16", [2, 20, 16])
+    source = generate_candidate(case, input_set="smoke").source
+    result = build_package(case, source, tmp_path / "kopt_rotary", input_set="smoke",
+                           run_id="test", commit="0" * 40)
+    package = import_package(result.path)
+    model = fresh_model(case)
+    x = agent_provide_inputs(case, "smoke").args[0]
+    with torch.no_grad():
+        want = model(x)
+        package.apply(model)
+        torch.testing.assert_close(model(x), want, atol=1e-5, rtol=1e-5)
+        model.cos = model.cos * 0.5  # the user's own table, replaced on the instance
+        package.unapply(model)
+        want = model(x)
+        package.apply(model)
+        torch.testing.assert_close(model(x), want, atol=1e-5, rtol=1e-5)

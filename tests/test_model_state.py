@@ -47,6 +47,30 @@ def test_attributes_are_found_by_path_and_travel_beside_the_state_dict() -> None
     assert model_state.after_call(other, ["cell.h", "gone"])[1].numel() == 0
 
 
+class _Rotary(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(6.0).reshape(2, 3), persistent=False)
+        self.register_buffer("kept", torch.ones(2))
+
+
+def test_non_persistent_buffers_travel_as_attributes_and_stay_buffers() -> None:
+    """A non-persistent buffer is outside the state_dict like a plain attribute: it travels
+    beside it, loads into the instance's own buffer, and a restart keeps the device `.to()`
+    moved that buffer to (the model's forward reads it there)."""
+    net = _Rotary()
+    assert sorted(model_state.tensor_attributes(net)) == ["table"]
+    weights = model_state.weights_of(net)
+    assert set(weights) == {"kept", "attribute:table"}
+    other = _Rotary()
+    other.table.zero_()
+    loaded = model_state.load(other, weights)  # the state_dict part strictly, without it
+    assert torch.equal(other.table, net.table) and "table" in other._buffers
+    other.to("meta")  # any other device than the loaded value's
+    model_state.restart(other, loaded)
+    assert other.table.device.type == "meta" and "table" in other._buffers
+
+
 def test_weights_taken_from_a_model_thrown_away_copy_only_what_shares_storage() -> None:
     """`weights_of(take=True)` (a fresh model's draw, thrown away after) keeps a tensor that
     alone covers its storage as it is and copies the rest: tied weights (two keys, one
@@ -188,3 +212,46 @@ def test_a_stateful_candidates_tuning_trials_are_checked_from_its_loaded_state(
     (result,) = time_trials(case, [trial], device="cpu", input_set="smoke",
                             timing_options={"min_iters": 2, "max_iters": 5, "max_seconds": 0.5})
     assert result["ok"] and result["checked"], result
+
+
+ROTARY_LAYERS = [
+    "inv = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))",
+    "freqs = torch.outer(torch.arange(max_seq).float(), inv)",
+    "emb = torch.cat([freqs, freqs], dim=-1)",
+    'self.register_buffer("cos", emb.cos(), persistent=False)',
+    'self.register_buffer("sin", emb.sin(), persistent=False)',
+]
+ROTARY_FORWARD = [
+    "n = x.shape[-2]",
+    "x1, x2 = x.chunk(2, dim=-1)",
+    "return x * self.cos[:n] + torch.cat([-x2, x1], dim=-1) * self.sin[:n]",
+]
+
+
+def test_a_rotary_table_in_a_non_persistent_buffer_is_read_not_embedded(tmp_path: Path) -> None:
+    """Rotary tables built by the constructor from its arguments, as non-persistent buffers:
+    generated on the main set (a 64-row table), the candidate reads the instance's tables at
+    every call, so the smoke set's constructor (24 rows, another width) is right too. It
+    embedded the traced values as literals before (1.4 MB of source for 512x64 tables), and
+    a candidate that still does is rejected where the constructor's arguments differ."""
+    from kopt.harness.verify import verify_candidates
+
+    case = _constructor_case(tmp_path, "rotary", "max_seq, dim", ROTARY_LAYERS, ROTARY_FORWARD,
+                             "max_seq: 64, dim: 32", [2, 48, 32], "max_seq: 24, dim: 16", [2, 20, 16])
+    source = generate_candidate(case).source
+    assert len(source) < 60_000 and "torch.tensor([[" not in source
+    good = tmp_path / "good.py"
+    good.write_text(source)
+    main_table = tmp_path / "embedded.py"  # the main set's table, as a literal
+    main_table.write_text(source.replace("self.cos.to(x.device)",
+                                         "_main_cos(self.cos).to(x.device)") + """
+
+def _main_cos(cos):
+    inv = 1.0 / (10000 ** (torch.arange(0, 32, 2).float() / 32))
+    freqs = torch.outer(torch.arange(64).float(), inv)
+    return torch.cat([freqs, freqs], dim=-1).cos()
+""")
+    assert main_table.read_text().count("_main_cos(self.cos)") == 1
+    reports = verify_candidates(case, [good, main_table], device="cpu")
+    assert reports[0].accepted, reports[0].to_text()
+    assert not reports[1].accepted

@@ -84,6 +84,22 @@ def structure_difference(model: torch.nn.Module) -> str | None:
     return None
 
 
+def _outside_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's non-persistent buffers and plain tensor attributes (a rotary embedding's
+    tables, a recurrent cell's hidden state), by dotted path: ModelNew reads them from the
+    instance at every call, as the model does (kopt's `harness.model_state`, restated here
+    because this package never imports kopt)."""
+    found: dict[str, torch.Tensor] = {}
+    for path, module in model.named_modules():
+        tensors = [(k, v) for k, v in vars(module).items() if isinstance(v, torch.Tensor)
+                   and not isinstance(v, torch.nn.Parameter)]
+        tensors += [(k, module._buffers[k]) for k in sorted(module._non_persistent_buffers_set)
+                    if isinstance(module._buffers.get(k), torch.Tensor)]
+        for name, value in tensors:
+            found[f"{path}.{name}" if path else name] = value
+    return found
+
+
 class _Patch:
     """The candidate bound to one model instance: shares its tensors at every call."""
 
@@ -99,22 +115,25 @@ class _Patch:
                 mine, theirs = getattr(mine, part), getattr(theirs, part)
             store = "_parameters" if leaf in theirs._parameters else "_buffers"
             self.slots.append((getattr(mine, store), getattr(theirs, store), leaf))
-        self._share()  # the zeros ModelNew allocated are freed here
+        self._share(model)  # the zeros ModelNew allocated are freed here
         if device is not None:
             self.new.to(device)  # its own constants (non-state buffers), if any
         self.new.train(model.training)
 
-    def _share(self) -> None:
+    def _share(self, model: torch.nn.Module) -> None:
         for mine, theirs, leaf in self.slots:
             mine[leaf] = theirs[leaf]
+        for path, value in _outside_state_dict(model).items():
+            owner, _, leaf = path.rpartition(".")
+            setattr(self.new.get_submodule(owner) if owner else self.new, leaf, value)
 
     def __call__(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        self._share()  # .to(), .half() or a re-assignment may have replaced a tensor
+        self._share(model)  # .to(), .half() or a re-assignment may have replaced a tensor
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         if first is not None and any(t.device != first.device for t in self.new.buffers()
                                      if t.device.type != "meta"):
             self.new.to(first.device)
-            self._share()
+            self._share(model)
         return self.new(*args, **kwargs)
 
 

@@ -147,10 +147,10 @@ def capture(case: Case, input_set: str = "main", *, constructor: bool = True) ->
 
     The model is built on the meta device (export reads shapes, not values): a 32768x32768
     float32 linear layer took minutes to initialise and seed on the CPU, for nothing. A model
-    with non-persistent buffers (whose values the candidate embeds), or one that does not
-    build or export on meta, is built on the CPU with its weights. The exported program is
-    kept for the next capture of the same model and input set in this process; lowering reads
-    it without changing it."""
+    with non-persistent buffers or plain tensor attributes (state the candidate reads at every
+    call, `harness.model_state`, never embeds), or one that does not build or export on meta,
+    is built on the CPU with its weights. The exported program is kept for the next capture of
+    the same model and input set in this process; lowering reads it without changing it."""
     key = _fingerprint(case, input_set)
     if key is not None and key in _EXPORTS:
         ep, dynamic, model, args, kwargs = _EXPORTS[key]
@@ -347,7 +347,7 @@ def _meta_model(case: Case, input_set: str) -> torch.nn.Module | None:
     except Exception:  # noqa: BLE001 - a constructor that needs real tensors
         return None
     if tensor_attributes(model) or any(m._non_persistent_buffers_set for m in model.modules()):
-        return None  # buffer values the candidate embeds, state it reads: built on the CPU, with its draws
+        return None  # state the candidate reads: built on the CPU, with its draws
     return model.eval()
 
 
@@ -451,12 +451,15 @@ def _attributes_as_buffers(model: torch.nn.Module) -> Iterator[tuple[str, ...]]:
     state_dict, `harness.model_state`) made non-persistent buffers while export runs, and
     their dotted paths: export then lifts each as an input read at every call, instead of a
     constant holding the traced value, and records forward's `self.hidden = h` as a buffer
-    mutation, which `lower_program` turns into a state write. Put back as they were after."""
+    mutation, which `lower_program` turns into a state write. Put back as they were after.
+    A non-persistent buffer is lifted so already, and counted among the paths."""
     moved: list[tuple[torch.nn.Module, str, torch.Tensor]] = []
-    found = tensor_attributes(model)
+    found = tensor_attributes(model)  # non-persistent buffers too: read like state
     for path, value in found.items():
         owner, _, name = path.rpartition(".")
         module = model.get_submodule(owner) if owner else model
+        if name in module._buffers:
+            continue  # a non-persistent buffer already: export lifts it as it is
         delattr(module, name)
         module.register_buffer(name, value, persistent=False)
         moved.append((module, name, value))
@@ -588,7 +591,6 @@ def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None,
     params = dict(sig.inputs_to_parameters)
     buffers = dict(sig.inputs_to_buffers)
     constants = dict(getattr(sig, "inputs_to_lifted_tensor_constants", {}))
-    non_persistent = set(getattr(sig, "non_persistent_buffers", set()))
     user_inputs = [s.arg.name for s in sig.input_specs if s.kind.name == "USER_INPUT"]
     fwd_names = _forward_arg_names(ep, len(user_inputs))
     state = set(getattr(ep, "kopt_state", ()))
@@ -618,12 +620,9 @@ def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None,
                 b.arg_names[node] = state_var(key)
                 b.arg_sizes[state_var(key)] = []
             elif fx.name in buffers:
-                key = buffers[fx.name]
-                value = ep.constants.get(key) if key in non_persistent else None
-                inputs[node.name] = InputInfo("constant" if value is not None else "buffer", key,
-                                              value=value)
-                if value is None:
-                    b.state_keys[node] = ("buffer", key)
+                key = buffers[fx.name]  # (a non-persistent one is state, read like an attribute)
+                inputs[node.name] = InputInfo("buffer", key)
+                b.state_keys[node] = ("buffer", key)
             elif fx.name in constants:
                 inputs[node.name] = InputInfo("constant", constants[fx.name],
                                               value=ep.constants[constants[fx.name]])
