@@ -301,6 +301,27 @@ def _time_baselines(case: Case, runner: Any, request: dict[str, Any], groups: di
         cleanup(base_dir)
 
 
+BF16_STEPS = 2
+"""How many bfloat16 rounding steps (2**-7 of a value, relative) an element of a timed
+output sample may differ from the baseline's where the comparison is `rounding_only`."""
+
+
+def _within_bf16_steps(out: list[torch.Tensor], ref: list[torch.Tensor]) -> bool:
+    """Every floating element of `out` within `BF16_STEPS` bfloat16 steps of `ref`'s (and
+    the same everywhere else): a stale output or a wrong element is far past that."""
+    for o, r in zip(out, ref, strict=True):
+        if not r.is_floating_point():
+            if not torch.equal(o, r):
+                return False
+            continue
+        o64, r64 = o.to(torch.float64), r.to(torch.float64)
+        finite = torch.isfinite(r64)
+        step = BF16_STEPS * 2.0 ** -7 * r64[finite].abs() + torch.finfo(torch.bfloat16).tiny
+        if not bool(((o64[finite] - r64[finite]).abs() <= step).all()):
+            return False
+    return True
+
+
 def _timed_row(name: str, label: str, verified: bool, resp: dict[str, Any], key: str,
                roof: dict[str, Any], sample: tuple[Any, Any] | None, case: Case) -> dict[str, Any]:
     row = _row(name, label, verified)
@@ -336,8 +357,12 @@ def _timed_row(name: str, label: str, verified: bool, resp: dict[str, Any], key:
             # the truth as the baseline's own rounding, misses only the whole-tensor bound
             # with every element inside its own (within_elementwise). The verifier takes
             # both the same way, and settles them against the float64 truth; a stale or
-            # wrong output misses element-wise bounds.
-            if not cmp.ok and not cmp.within_allowance(tol, ref):
+            # wrong output misses element-wise bounds. A model that rounds through bfloat16
+            # inside (LLaMA's RMSNorm: `type_as(x)`, then a float32 weight) flips a few
+            # elements by one bfloat16 step between two honest orders (128 of 33.5 M on an
+            # H200): taken where the verifier takes it, and no element is off by more.
+            if not (cmp.ok or cmp.within_allowance(tol, ref)
+                    or (cmp.rounding_only() and _within_bf16_steps(out, ref))):
                 refusals.append(f"output sample after timing is wrong: {cmp.to_text()[:300]}")
     t = result["timing"]
     median = float(t["median_ms"])
