@@ -12,7 +12,9 @@ coordinates divided out of it), `dynamic` (sizes a symbolic export
 leaves to run time: every kernel's domain sizes and element count made constexprs by a source
 edit, a measurement of what run-time sizes cost, not a generator rule), `narrowrows` (a row
 reduction narrower than 16 elements takes only the next power of two of lanes, not 16: a
-source edit of MIN_ROW_BLOCK). CASE: a bundled case or case
+source edit of MIN_ROW_BLOCK), `uninit` (an `empty*` allocation lowered to a constant 0: nothing
+allocated or read for it), `narrowtake` (a take whose index is recomputed from coordinates
+stays in the kernel's index type, not cast to int64). CASE: a bundled case or case
 directory; FILE.py: a KernelBench problem (imported as `kopt import-kernelbench` does). Each
 forward launched op by op (no CUDA graph), 20 forwards profiled (torch.profiler); the whole
 forward's device time is the sum over its kernels; the two variants alternate for `--rounds`
@@ -69,11 +71,27 @@ def without(rule: str) -> Iterator[None]:
             yield
         finally:
             cls.flat_inner = saved_flat
+    elif rule == "uninit":
+        from kopt.phases.engineers.offline import capture
+
+        saved_uninit, capture.UNINITIALIZED = capture.UNINITIALIZED, frozenset()
+        try:
+            yield
+        finally:
+            capture.UNINITIALIZED = saved_uninit
+    elif rule == "narrowtake":
+        cls = writer._Writer
+        saved_take = cls.take_in_index_type
+        cls.take_in_index_type = lambda self, t, op: False
+        try:
+            yield
+        finally:
+            cls.take_in_index_type = saved_take
     elif rule in ("dynamic", "narrowrows"):  # a source edit after generation (edit_source)
         yield
     else:
-        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings, tileflat, dynamic "
-                         "or narrowrows")
+        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings, tileflat, uninit, "
+                         "narrowtake, dynamic or narrowrows")
 
 
 def edit_source(rule: str, source: str) -> str:
@@ -115,7 +133,7 @@ def main() -> int:
     from kopt.phases.engineers.offline import generate_candidate
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "tileflat", "dynamic", "narrowrows"])
+    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "tileflat", "uninit", "narrowtake", "dynamic", "narrowrows"])
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per variant (median)")
     ap.add_argument("cases", nargs="+")
     opts = ap.parse_args()

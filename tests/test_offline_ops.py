@@ -774,6 +774,32 @@ def test_a_take_of_a_take_is_one_load(tmp_path: Path, body: list[str]) -> None:
     assert len(re.findall(r"tl\.load\(.*: take", result.source)) == 1, "two takes, one composes them"
 
 
+@pytest.mark.parametrize("alloc", ["torch.empty_like(x)", "x.new_empty(x.shape)",
+                                   "torch.empty(x.shape, device=x.device)"])
+def test_an_uninitialized_output_written_in_slices_is_neither_allocated_nor_read(
+        tmp_path: Path, alloc: str) -> None:
+    """`out = empty_like(x)` then strided assignments that cover it: the allocation's contents
+    are unspecified (an element read before written is undefined in eager too), so it is a
+    constant, not a PyTorch allocation the kernel reads. Its pairs' takes index in the
+    kernel's index type, not through an int64 cast."""
+    body = ["x1, x2 = x[..., ::2], x[..., 1::2]",
+            f"out = {alloc}",
+            "out[..., ::2] = x1 * y[..., ::2] - x2",
+            "out[..., 1::2] = x1 + x2 * y[..., 1::2]",
+            "return out"]
+    case = load_case_dir(_write_case(tmp_path, body, [[3, 5, 10], [3, 5, 10]], "float32"))
+    result = generate_candidate(case)
+    assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
+    assert not result.unfused, result.unfused
+    forward = result.source.split("def forward")[-1]
+    assert not re.search(r"aten\.empty|torch\.empty|new_empty|empty_like\(", forward), forward
+    kernel = next(part for part in result.source.split("@triton.jit")[1:]
+                  if part.lstrip().startswith("def _g"))
+    takes = re.findall(r"^ *(t\d+) = (.*)$", kernel, re.M)
+    assert takes and not any("tl.int64" in text for _, text in takes), kernel
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
 def test_a_rolls_index_arithmetic_is_in_the_index_type(tmp_path: Path) -> None:
     """`(c + shift) % n` adds a size to a coordinate: done in int64 (a size cast up), each
     element paid an emulated 64-bit division. In a flat kernel the sizes join in the index

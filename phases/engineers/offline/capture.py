@@ -502,6 +502,11 @@ LIBRARY_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attent
                "lstm", "gru", "rnn_tanh", "rnn_relu")
 
 
+# Allocations whose contents are unspecified until written (lowered to a constant 0).
+UNINITIALIZED = frozenset({"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty",
+                           "new_empty_strided"})
+
+
 # Ops core ATen keeps whole that decompose into what the engine lowers: resampling becomes
 # index arithmetic and takes, an adaptive pool with whole windows an average pool.
 # (Not `Tensor.unfold`: its decomposition is an `as_strided` with the traced strides, wrong for
@@ -801,6 +806,13 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
         return node("full", [1 if "ones" in packet else 0])
     if packet == "scalar_tensor":
         return node("full", [args[0]])
+    if packet in UNINITIALIZED:
+        # Uninitialized memory holds no value a model may rely on: an element the model reads
+        # back before writing it is undefined in eager too, so 0 is as good as any. What the
+        # model writes into it (`out = empty_like(x); out[..., ::2] = a`) becomes the kernel's
+        # output, with nothing allocated or read for the rest (an interleaved RoPE read a
+        # 268 MB buffer of garbage only to overwrite it).
+        return node("full", [0])
     if packet == "arange":
         if overload == "default":
             start, step = 0, 1

@@ -312,7 +312,10 @@ class _Writer:
             text = literal(size) if isinstance(size, int) else self.scalar_param(
                 size if isinstance(size, Sym) else Sym(size, x.shape[d + q]))
             idx = self.fresh("t")
-            self.emit(f"{idx} = tl.cast({op.text}, tl.int64)")
+            if self.take_in_index_type(t, op):
+                self.emit(f"{idx} = {op.text}")
+            else:
+                self.emit(f"{idx} = tl.cast({op.text}, tl.int64)")
             self.emit(f"{idx} = tl.where({idx} < 0, {idx} + {text}, {idx})")
             inside.append(f"({idx} >= 0) & ({idx} < {text})")
             terms.append(f"{idx} * x{i}_s{d + q}")
@@ -371,6 +374,14 @@ class _Writer:
             op = Operand(var, ct)
         scope.values[key] = op
         return op
+
+    def take_in_index_type(self, t: Node, op: Operand) -> bool:
+        """Whether a take's index `t` (emitted as `op`) stays in the kernel's index type: an
+        index recomputed from coordinates already is, and INDEX_64 widens it where offsets need
+        it; cast to int64 it would only make the load's address arithmetic 64-bit (an
+        interleaved RoPE's four takes)."""
+        return self.narrow_index and t in self.part.generated and op.ctype is not None and \
+            not t.dtype.is_floating_point
 
     def scalar_param(self, s: Sym) -> str:
         """The kernel parameter that carries `s` (one per distinct expression)."""
