@@ -14,7 +14,9 @@ edit, a measurement of what run-time sizes cost, not a generator rule), `narrowr
 reduction narrower than 16 elements takes only the next power of two of lanes, not 16: a
 source edit of MIN_ROW_BLOCK), `uninit` (an `empty*` allocation lowered to a constant 0: nothing
 allocated or read for it), `narrowtake` (a take whose index is recomputed from coordinates
-stays in the kernel's index type, not cast to int64). CASE: a bundled case or case
+stays in the kernel's index type, not cast to int64), `sharedq` (a strided slice assignment with
+a constant start takes its source at o // step - start // step, not (o - start) // step: two
+interleaved assignments share their loads). CASE: a bundled case or case
 directory; FILE.py: a KernelBench problem (imported as `kopt import-kernelbench` does). Each
 forward launched op by op (no CUDA graph), 20 forwards profiled (torch.profiler); the whole
 forward's device time is the sum over its kernels; the two variants alternate for `--rounds`
@@ -87,11 +89,24 @@ def without(rule: str) -> Iterator[None]:
             yield
         finally:
             cls.take_in_index_type = saved_take
+    elif rule == "sharedq":
+        from kopt.phases.engineers.offline import scatter
+
+        saved_q = scatter.slice_index
+
+        def from_rel(b, idx, rel, lo, step, name, origin):
+            return b.op(f"{name}_q", "truediv_trunc", [rel, step], idx, origin=origin)
+
+        scatter.slice_index = from_rel
+        try:
+            yield
+        finally:
+            scatter.slice_index = saved_q
     elif rule in ("dynamic", "narrowrows"):  # a source edit after generation (edit_source)
         yield
     else:
         raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings, tileflat, uninit, "
-                         "narrowtake, dynamic or narrowrows")
+                         "narrowtake, sharedq, dynamic or narrowrows")
 
 
 def edit_source(rule: str, source: str) -> str:
@@ -133,7 +148,7 @@ def main() -> int:
     from kopt.phases.engineers.offline import generate_candidate
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "tileflat", "uninit", "narrowtake", "dynamic", "narrowrows"])
+    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "tileflat", "uninit", "narrowtake", "sharedq", "dynamic", "narrowrows"])
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per variant (median)")
     ap.add_argument("cases", nargs="+")
     opts = ap.parse_args()

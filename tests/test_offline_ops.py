@@ -366,6 +366,8 @@ def test_a_slice_assignment_region_has_a_pytorch_form(tmp_path: Path) -> None:
       "return out"], [[3, 5, 10], [3, 5, 10]]),
     (["out = torch.tanh(x)", "out[:, 1::3] = out[:, 1::3] * 3.0 + y[:, :3]", "return out"],
      [[4, 8, 5], [4, 8, 5]]),  # a step that does not divide the dim, from the value itself
+    (["out = torch.tanh(x)", "out[:, 4::3] = out[:, 4::3] * 3.0 + y[:, :2]", "return out"],
+     [[4, 8, 5], [4, 8, 5]]),  # a start past the step: q = o // 3 - 1
 ])
 def test_a_strided_slice_assignment_is_one_pointwise_kernel(tmp_path: Path, body: list[str],
                                                             shapes: list[list[int]]) -> None:
@@ -772,6 +774,26 @@ def test_a_take_of_a_take_is_one_load(tmp_path: Path, body: list[str]) -> None:
     result, _ = _generate(tmp_path, body, [[4, 6, 7], [4, 6, 7]])
     assert len(result.kernels) == 1, result.kernels
     assert len(re.findall(r"tl\.load\(.*: take", result.source)) == 1, "two takes, one composes them"
+
+
+def test_interleaved_assignments_load_each_source_element_once(tmp_path: Path) -> None:
+    """`out[..., 0::2] = f(x1, x2)` and `out[..., 1::2] = g(x1, x2)` take their sources at
+    o // 2 (where o = a + 2k, o // 2 - a // 2 = k), one index expression for both: the kernel
+    loads x's pair and y's element once, not once per assignment (the four loads of an
+    interleaved RoPE were eight)."""
+    body = ["x1, x2 = x[..., ::2], x[..., 1::2]",
+            "out = torch.zeros_like(x)",
+            "out[..., ::2] = x1 * y[..., ::2] - x2",
+            "out[..., 1::2] = x1 * y[..., ::2] + x2",
+            "return out"]
+    case = load_case_dir(_write_case(tmp_path, body, [[3, 5, 10], [3, 5, 10]], "float32"))
+    result = generate_candidate(case)
+    assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
+    kernel = next(part for part in result.source.split("@triton.jit")[1:]
+                  if part.lstrip().startswith("def _g"))
+    loads = re.findall(r"tl\.load\((x\d+)_ptr", kernel)
+    assert sorted(loads) == ["x0", "x0", "x1"], kernel
+    _accepted_on_cpu(tmp_path, case, result.source)
 
 
 @pytest.mark.parametrize("alloc", ["torch.empty_like(x)", "x.new_empty(x.shape)",

@@ -299,15 +299,23 @@ class _Writer:
             if dm[j] is not None:
                 terms.append(f"{self.coord(dm[j])} * x{i}_s{j}")
                 self._plain_dim_source(x, i, j, dm[j])
+        index_ops = []
         for q, t in enumerate(idxs):
             off = 0 if gather else d + rb - t.rank  # right-aligned among the broadcast dims
             tdm = tuple(None if t.shape[u] == 1 else dm[off + u] for u in range(t.rank))
             if self.part_owner(t) is self.g:
-                op = self.value(t, scope)
+                index_ops.append(self.value(t, scope))
             elif t in self.part.generated:
-                op = self.generated(t, tdm, scope)
+                index_ops.append(self.generated(t, tdm, scope))
             else:
-                op = self.load(t, tdm, scope)
+                index_ops.append(self.load(t, tdm, scope))
+        # x taken at the same index expressions already (two strided scatters into one value
+        # take their sources at one index): that load's value
+        key = ("take", x, d, gather, dm, tuple(op.text for op in index_ops))
+        got = scope.get(key)
+        if got is not None:
+            return got
+        for q, (t, op) in enumerate(zip(idxs, index_ops)):
             size = x.sym[d + q]
             text = literal(size) if isinstance(size, int) else self.scalar_param(
                 size if isinstance(size, Sym) else Sym(size, x.shape[d + q]))
@@ -332,7 +340,8 @@ class _Writer:
         ct = compute_type(x.dtype)
         if TL_TYPES[x.dtype] != ct:
             self.emit(f"{var} = {var}.to({ct})")
-        return Operand(var, ct)
+        scope.values[key] = Operand(var, ct)
+        return scope.values[key]
 
     def generated(self, n: Node, dm: DimMap, scope: _Scope) -> Operand:
         """A shape-only value recomputed from coordinates."""
@@ -369,9 +378,12 @@ class _Writer:
         else:
             ops = [self.operand(a, dm, n, scope) for a in n.args if not isinstance(a, torch.dtype)]
             text = emit_pointwise(n.op, ops, n.dtype, n.args[1:], self.helpers)
-            var = self.fresh("s")
-            self.emit(f"{var} = {text}  # {n.origin} (from shapes)")
-            op = Operand(var, ct)
+            op = scope.get(("text", text, ct))  # the same expression already computed
+            if op is None:
+                var = self.fresh("s")
+                self.emit(f"{var} = {text}  # {n.origin} (from shapes)")
+                op = Operand(var, ct)
+                scope.values[("text", text, ct)] = op
         scope.values[key] = op
         return op
 
