@@ -300,7 +300,7 @@ class _Writer:
                 terms.append(f"{self.coord(dm[j])} * x{i}_s{j}")
                 self._plain_dim_source(x, i, j, dm[j])
         index_ops = []
-        for q, t in enumerate(idxs):
+        for t in idxs:
             off = 0 if gather else d + rb - t.rank  # right-aligned among the broadcast dims
             tdm = tuple(None if t.shape[u] == 1 else dm[off + u] for u in range(t.rank))
             if self.part_owner(t) is self.g:
@@ -315,7 +315,7 @@ class _Writer:
         got = scope.get(key)
         if got is not None:
             return got
-        for q, (t, op) in enumerate(zip(idxs, index_ops)):
+        for q, (t, op) in enumerate(zip(idxs, index_ops, strict=True)):
             size = x.sym[d + q]
             text = literal(size) if isinstance(size, int) else self.scalar_param(
                 size if isinstance(size, Sym) else Sym(size, x.shape[d + q]))
