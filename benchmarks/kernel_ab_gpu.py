@@ -16,7 +16,8 @@ source edit of MIN_ROW_BLOCK), `uninit` (an `empty*` allocation lowered to a con
 allocated or read for it), `narrowtake` (a take whose index is recomputed from coordinates
 stays in the kernel's index type, not cast to int64), `sharedq` (a strided slice assignment with
 a constant start takes its source at o // step - start // step, not (o - start) // step: two
-interleaved assignments share their loads). CASE: a bundled case or case
+interleaved assignments share their loads), `nonneg` (a take at an index that is >= 0 by
+construction skips the wrap of negative indices). CASE: a bundled case or case
 directory; FILE.py: a KernelBench problem (imported as `kopt import-kernelbench` does). Each
 forward launched op by op (no CUDA graph), 20 forwards profiled (torch.profiler); the whole
 forward's device time is the sum over its kernels; the two variants alternate for `--rounds`
@@ -102,11 +103,17 @@ def without(rule: str) -> Iterator[None]:
             yield
         finally:
             scatter.slice_index = saved_q
+    elif rule == "nonneg":
+        saved_nonneg, writer.nonnegative = writer.nonnegative, (lambda v: False)
+        try:
+            yield
+        finally:
+            writer.nonnegative = saved_nonneg
     elif rule in ("dynamic", "narrowrows"):  # a source edit after generation (edit_source)
         yield
     else:
         raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings, tileflat, uninit, "
-                         "narrowtake, sharedq, dynamic or narrowrows")
+                         "narrowtake, sharedq, nonneg, dynamic or narrowrows")
 
 
 def edit_source(rule: str, source: str) -> str:
@@ -148,7 +155,7 @@ def main() -> int:
     from kopt.phases.engineers.offline import generate_candidate
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "tileflat", "uninit", "narrowtake", "sharedq", "dynamic", "narrowrows"])
+    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "tileflat", "uninit", "narrowtake", "sharedq", "nonneg", "dynamic", "narrowrows"])
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per variant (median)")
     ap.add_argument("cases", nargs="+")
     opts = ap.parse_args()

@@ -793,7 +793,36 @@ def test_interleaved_assignments_load_each_source_element_once(tmp_path: Path) -
                   if part.lstrip().startswith("def _g"))
     loads = re.findall(r"tl\.load\((x\d+)_ptr", kernel)
     assert sorted(loads) == ["x0", "x0", "x1"], kernel
+    # the indices 2 * (o // 2) + j are >= 0 by construction: no wrap of negative indices
+    assert not re.search(r"tl\.where\(t\d+ < 0", kernel), kernel
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def test_an_index_is_nonnegative_only_by_construction() -> None:
+    """A take skips the wrap of negative indices only where its index cannot be negative:
+    coordinates through sums, products and divisions by positive constants; a subtraction,
+    a negative start or step, or a division by a size it cannot see keeps the wrap."""
+    import torch
+
+    from kopt.phases.engineers.offline.graph import Node, Sym
+    from kopt.phases.engineers.offline.kernels.writer import nonnegative
+
+    def arange(start: int, step: int) -> Node:
+        return Node("i", "arange", [start, step], {}, (8,), (8,), torch.int64)
+
+    def op(name: str, *args: object) -> Node:
+        return Node(name, name, list(args), {}, (8,), (8,), torch.int64)
+
+    o = arange(0, 1)
+    assert nonnegative(op("add", op("mul", op("truediv_trunc", o, 2), 2), 1))
+    assert nonnegative(op("remainder", op("unsqueeze", o, 0), 3))
+    assert not nonnegative(op("sub", o, 1))
+    assert not nonnegative(op("add", o, -1))
+    assert not nonnegative(arange(-1, 1)) and not nonnegative(arange(4, -1))
+    assert not nonnegative(op("truediv_trunc", o, -2))
+    assert not nonnegative(op("truediv_trunc", o, Sym(8, 8)))
+    assert not nonnegative(op("mul", o, Node("f", "full", [-2], {}, (), (), torch.int64)))
+    assert not nonnegative(Node("x", "input", [], {}, (8,), (8,), torch.int64))
 
 
 @pytest.mark.parametrize("alloc", ["torch.empty_like(x)", "x.new_empty(x.shape)",

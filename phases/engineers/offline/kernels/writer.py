@@ -324,7 +324,8 @@ class _Writer:
                 self.emit(f"{idx} = {op.text}")
             else:
                 self.emit(f"{idx} = tl.cast({op.text}, tl.int64)")
-            self.emit(f"{idx} = tl.where({idx} < 0, {idx} + {text}, {idx})")
+            if not (t in self.part.generated and nonnegative(t)):  # a negative index counts from the end
+                self.emit(f"{idx} = tl.where({idx} < 0, {idx} + {text}, {idx})")
             inside.append(f"({idx} >= 0) & ({idx} < {text})")
             terms.append(f"{idx} * x{i}_s{d + q}")
         for j in range(d + k, x.rank):
@@ -534,6 +535,30 @@ def _store_type(dtype: torch.dtype) -> str:
     if dtype in (torch.float16, torch.bfloat16):
         return f'{TL_TYPES[dtype]}, fp_downcast_rounding="rtne"'
     return TL_TYPES[dtype]
+
+
+def nonnegative(v: Any) -> bool:
+    """Whether a shape-only integer value is >= 0 at every element by its construction:
+    coordinates (`arange` from a start >= 0 by a step >= 0) through sums, products, divisions
+    and remainders by positive constants (a strided assignment's source index `2 * (o // 2) + 1`).
+    A take at such an index skips the wrap of negative indices; its `>= 0` mask stays (an
+    int32 product past 2**31 turns negative and must still read nothing)."""
+    if isinstance(v, bool):
+        return True
+    if isinstance(v, int):
+        return v >= 0
+    if not isinstance(v, Node) or v.dtype.is_floating_point:
+        return False
+    if v.op == "arange":
+        return all(isinstance(a, int) and a >= 0 for a in v.args[:2])
+    if v.op in ("unsqueeze", "squeeze", "expand", "view", "flatten", "permute"):
+        return nonnegative(v.args[0])
+    if v.op in ("add", "mul") and len(v.args) == 2:
+        return nonnegative(v.args[0]) and nonnegative(v.args[1])
+    if v.op in ("truediv_trunc", "truediv_floor", "fmod", "remainder") and len(v.args) == 2:
+        d = v.args[1]
+        return nonnegative(v.args[0]) and isinstance(d, int) and not isinstance(d, bool) and d > 0
+    return False
 
 
 def _n_operands(n: Node) -> int:
