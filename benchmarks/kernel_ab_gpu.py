@@ -33,6 +33,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import torch
 import triton
@@ -41,79 +42,39 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def _from_rel(b, idx, rel, lo, step, name, origin):
+    """A strided assignment's source index from o - start (before `sharedq`)."""
+    return b.op(f"{name}_q", "truediv_trunc", [rel, step], idx, origin=origin)
+
+
+def _switches() -> dict[str, tuple[object, str, object]]:
+    """Each generator rule: (where it lives, its name there, what stands in for it off)."""
+    from kopt.phases.engineers.offline import capture, scatter, sibling_products
+    from kopt.phases.engineers.offline.kernels import pointwise, reduction, writer
+
+    return {
+        "walk": (pointwise, "memory_walk", lambda group: None),
+        "static": (writer, "static_sizes", lambda group: set()),
+        "siblings": (sibling_products, "fuse_sibling_products", lambda g: []),
+        "tileflat": (reduction._ReductionWriter, "flat_inner", lambda self: False),
+        "uninit": (capture, "UNINITIALIZED", frozenset()),
+        "narrowtake": (writer._Writer, "take_in_index_type", lambda self, t, op: False),
+        "sharedq": (scatter, "slice_index", _from_rel),
+        "nonneg": (writer, "nonnegative", lambda v: False),
+    }
+
+
 @contextlib.contextmanager
 def without(rule: str) -> Iterator[None]:
-    from kopt.phases.engineers.offline import sibling_products
-    from kopt.phases.engineers.offline.kernels import pointwise, writer
-
-    if rule == "walk":
-        saved, pointwise.memory_walk = pointwise.memory_walk, (lambda group: None)
-        try:
-            yield
-        finally:
-            pointwise.memory_walk = saved
-    elif rule == "static":
-        saved, writer.static_sizes = writer.static_sizes, (lambda group: set())
-        try:
-            yield
-        finally:
-            writer.static_sizes = saved
-    elif rule == "siblings":
-        saved, sibling_products.fuse_sibling_products = sibling_products.fuse_sibling_products, (lambda g: [])
-        try:
-            yield
-        finally:
-            sibling_products.fuse_sibling_products = saved
-    elif rule == "tileflat":
-        from kopt.phases.engineers.offline.kernels import reduction
-
-        cls = reduction._ReductionWriter
-        saved_flat = cls.flat_inner
-        cls.flat_inner = lambda self: False
-        try:
-            yield
-        finally:
-            cls.flat_inner = saved_flat
-    elif rule == "uninit":
-        from kopt.phases.engineers.offline import capture
-
-        saved_uninit, capture.UNINITIALIZED = capture.UNINITIALIZED, frozenset()
-        try:
-            yield
-        finally:
-            capture.UNINITIALIZED = saved_uninit
-    elif rule == "narrowtake":
-        cls = writer._Writer
-        saved_take = cls.take_in_index_type
-        cls.take_in_index_type = lambda self, t, op: False
-        try:
-            yield
-        finally:
-            cls.take_in_index_type = saved_take
-    elif rule == "sharedq":
-        from kopt.phases.engineers.offline import scatter
-
-        saved_q = scatter.slice_index
-
-        def from_rel(b, idx, rel, lo, step, name, origin):
-            return b.op(f"{name}_q", "truediv_trunc", [rel, step], idx, origin=origin)
-
-        scatter.slice_index = from_rel
-        try:
-            yield
-        finally:
-            scatter.slice_index = saved_q
-    elif rule == "nonneg":
-        saved_nonneg, writer.nonnegative = writer.nonnegative, (lambda v: False)
-        try:
-            yield
-        finally:
-            writer.nonnegative = saved_nonneg
-    elif rule in ("dynamic", "narrowrows"):  # a source edit after generation (edit_source)
+    if rule in ("dynamic", "narrowrows"):  # a source edit after generation (edit_source)
         yield
-    else:
-        raise SystemExit(f"unknown rule {rule!r}: walk, static, siblings, tileflat, uninit, "
-                         "narrowtake, sharedq, nonneg, dynamic or narrowrows")
+        return
+    switches = _switches()
+    if rule not in switches:
+        raise SystemExit(f"unknown rule {rule!r}: {', '.join(switches)}, dynamic or narrowrows")
+    owner, name, off = switches[rule]
+    with mock.patch.object(owner, name, off):
+        yield
 
 
 def edit_source(rule: str, source: str) -> str:
