@@ -116,7 +116,7 @@ def main() -> int:
     from kopt.phases.engineers.offline import generate_candidate
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--without", required=True, choices=["walk", "static", "siblings", "tileflat", "uninit", "narrowtake", "sharedq", "nonneg", "dynamic", "narrowrows"])
+    ap.add_argument("--without", required=True, choices=[*_switches(), "dynamic", "narrowrows"])
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per variant (median)")
     ap.add_argument("cases", nargs="+")
     opts = ap.parse_args()

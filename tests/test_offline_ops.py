@@ -776,6 +776,12 @@ def test_a_take_of_a_take_is_one_load(tmp_path: Path, body: list[str]) -> None:
     assert len(re.findall(r"tl\.load\(.*: take", result.source)) == 1, "two takes, one composes them"
 
 
+def _kernel_source(source: str) -> str:
+    """The first generated kernel's text (not a jit helper's)."""
+    return next(part for part in source.split("@triton.jit")[1:]
+                if part.lstrip().startswith("def _g"))
+
+
 def test_interleaved_assignments_load_each_source_element_once(tmp_path: Path) -> None:
     """`out[..., 0::2] = f(x1, x2)` and `out[..., 1::2] = g(x1, x2)` take their sources at
     o // 2 (where o = a + 2k, o // 2 - a // 2 = k), one index expression for both: the kernel
@@ -789,8 +795,7 @@ def test_interleaved_assignments_load_each_source_element_once(tmp_path: Path) -
     case = load_case_dir(_write_case(tmp_path, body, [[3, 5, 10], [3, 5, 10]], "float32"))
     result = generate_candidate(case)
     assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
-    kernel = next(part for part in result.source.split("@triton.jit")[1:]
-                  if part.lstrip().startswith("def _g"))
+    kernel = _kernel_source(result.source)
     loads = re.findall(r"tl\.load\((x\d+)_ptr", kernel)
     assert sorted(loads) == ["x0", "x0", "x1"], kernel
     # the indices 2 * (o // 2) + j are >= 0 by construction: no wrap of negative indices
@@ -821,7 +826,7 @@ def test_an_index_is_nonnegative_only_by_construction() -> None:
     assert not nonnegative(arange(-1, 1)) and not nonnegative(arange(4, -1))
     assert not nonnegative(op("truediv_trunc", o, -2))
     assert not nonnegative(op("truediv_trunc", o, Sym(8, 8)))
-    assert not nonnegative(op("mul", o, Node("f", "full", [-2], {}, (), (), torch.int64)))
+    assert not nonnegative(op("mul", o, -2))
     assert not nonnegative(Node("x", "input", [], {}, (8,), (8,), torch.int64))
 
 
@@ -844,8 +849,7 @@ def test_an_uninitialized_output_written_in_slices_is_neither_allocated_nor_read
     assert not result.unfused, result.unfused
     forward = result.source.split("def forward")[-1]
     assert not re.search(r"aten\.empty|torch\.empty|new_empty|empty_like\(", forward), forward
-    kernel = next(part for part in result.source.split("@triton.jit")[1:]
-                  if part.lstrip().startswith("def _g"))
+    kernel = _kernel_source(result.source)
     takes = re.findall(r"^ *(t\d+) = (.*)$", kernel, re.M)
     assert takes and not any("tl.int64" in text for _, text in takes), kernel
     _accepted_on_cpu(tmp_path, case, result.source)
@@ -857,8 +861,7 @@ def test_a_rolls_index_arithmetic_is_in_the_index_type(tmp_path: Path) -> None:
     type (int32 unless INDEX_64), whose threshold leaves room for a coordinate plus a size."""
     body = ["return torch.roll(x, (1, -2), dims=(1, 2)) * y"]
     result, _ = _generate(tmp_path, body, [[4, 6, 7], [4, 6, 7]])
-    kernel = next(part for part in result.source.split("@triton.jit")[1:]
-                  if part.lstrip().startswith("def _g"))  # the kernel, not a jit helper
+    kernel = _kernel_source(result.source)
     mods = re.findall(r"% \((sym\d+) \+ izero\)", kernel)
     assert len(mods) == 2 and "tl.int64)  # fmod" not in kernel, kernel
     assert ">= 2**30" in result.source  # INDEX_64 from 2**30: a coordinate plus a size fits
