@@ -796,11 +796,87 @@ def test_interleaved_assignments_load_each_source_element_once(tmp_path: Path) -
     result = generate_candidate(case)
     assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
     kernel = _kernel_source(result.source)
-    loads = re.findall(r"tl\.load\((x\d+)_ptr", kernel)
-    assert sorted(loads) == ["x0", "x0", "x1"], kernel
+    for body in _bodies(kernel):  # over the last dim's pairs, and element by element
+        loads = re.findall(r"tl\.load\((x\d+)_ptr", body)
+        assert sorted(loads) == ["x0", "x0", "x1"], body
     # the indices 2 * (o // 2) + j are >= 0 by construction: no wrap of negative indices
     assert not re.search(r"tl\.where\(t\d+ < 0", kernel), kernel
     _accepted_on_cpu(tmp_path, case, result.source)
+
+
+def _bodies(kernel: str) -> tuple[str, str]:
+    """A pointwise kernel's body over the last dim's pairs and its body element by element."""
+    assert "\n    if PAIRS:" in kernel, kernel
+    pairs, flat = kernel.split("\n    if PAIRS:", 1)[1].split("\n    else:\n", 1)
+    return pairs, flat
+
+
+def test_interleaved_assignments_walk_the_last_dim_in_pairs(tmp_path: Path) -> None:
+    """Over an even last dim the kernel walks pairs (`kernels/pairs.py`): a take at
+    2 * (o // 2) + j is the same for both elements of a pair, so it loads once a pair (no
+    `jj` in its address or mask) and the pair's results meet in a `tl.where` on the parity,
+    stored at consecutive addresses. An odd last dim runs the element-wise body, chosen at
+    launch; both agree with PyTorch on sizes the trace never saw."""
+    import torch
+
+    body = ["out = torch.zeros_like(x)",
+            "out[..., ::2] = x[..., ::2] * 1.5",
+            "out[..., 1::2] = -x[..., 1::2].abs() + y[..., 1::2]",
+            "return out"]
+    case = load_case_dir(_write_case(tmp_path, body, [[3, 5, 16], [3, 5, 16]], "float32"))
+    result = generate_candidate(case)
+    assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
+    pairs, _flat = _bodies(_kernel_source(result.source))
+    loads = [line for line in pairs.splitlines() if "tl.load(" in line]
+    assert len(loads) == 3 and not any("jj" in line for line in loads), pairs
+    assert "tl.store(y0_ptr + offs," in pairs, pairs
+    assert "PAIRS=D[-1] % 2 == 0" in result.source
+    module = _load_candidate(result.source, tmp_path, case.name)
+    torch.manual_seed(0)
+    for shape in [(3, 5, 16), (2, 3, 7), (1, 1, 1), (4, 2, 2), (2, 1, 9)]:
+        x, y = torch.randn(shape), torch.randn(shape)
+        want = torch.zeros_like(x)
+        want[..., ::2] = x[..., ::2] * 1.5
+        want[..., 1::2] = -x[..., 1::2].abs() + y[..., 1::2]
+        torch.testing.assert_close(module.ModelNew()(x, y), want, rtol=0, atol=0)
+
+
+def test_pair_values_follow_only_exact_rules() -> None:
+    """The pair algebra keeps a value per pair only where every element's value is exact:
+    a division by m needs the pair's stride to be a multiple of m, truncation needs values
+    >= 0, comparisons need values without the pair's place. Checked against the values over
+    q = 0..5, both elements."""
+    import operator
+
+    from kopt.phases.engineers.offline.kernels.pairs import COORDINATE, Pair, pair_op
+    from kopt.phases.engineers.offline.pointwise import Operand
+
+    def values(p: Pair) -> list[int]:
+        return [p.a * q + p.f[j] for q in range(6) for j in (0, 1)]
+
+    c = Operand("c", "tl.int64", pair=COORDINATE)
+    coords = values(COORDINATE)
+    floor, trunc = operator.floordiv, lambda a, b: int(a / b)
+    fmod = lambda a, b: a - b * int(a / b)  # noqa: E731 (C's remainder)
+    cases = [("truediv_floor", [c, 2], [floor(o, 2) for o in coords]),
+             ("truediv_trunc", [c, 2], [trunc(o, 2) for o in coords]),
+             ("remainder", [c, 2], [o % 2 for o in coords]),
+             ("fmod", [c, 2], [fmod(o, 2) for o in coords]),
+             ("add", [c, -3], [o - 3 for o in coords]),
+             ("mul", [3, c], [3 * o for o in coords])]
+    for op, args, want in cases:
+        got = pair_op(op, args)
+        assert got is not None and values(got) == want, (op, got)
+    shifted = Operand("s", "tl.int64", pair=pair_op("sub", [c, 1]))  # o - 1: -1 at o = 0
+    assert pair_op("fmod", [shifted, 2]) is None  # C's remainder of -1 is -1, of 1 is 1
+    assert pair_op("truediv_trunc", [shifted, 2]) is None
+    assert values(pair_op("truediv_floor", [shifted, 2])) == [floor(o - 1, 2) for o in coords]
+    assert pair_op("truediv_floor", [c, 4]) is None  # 2q + j over 4 depends on q's parity
+    assert pair_op("lt", [c, 5]) is None  # depends on q
+    parity = Operand("r", "tl.int64", pair=pair_op("remainder", [c, 2]))
+    odd = pair_op("eq", [parity, 1])
+    assert odd.boolean and odd.f == (0, 1)
+    assert pair_op("mul", [c, c]) is None
 
 
 def test_an_index_is_nonnegative_only_by_construction() -> None:

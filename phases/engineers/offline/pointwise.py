@@ -153,12 +153,14 @@ def literal(v: Any) -> str:
 
 
 class Operand:
-    """An emitted value: its source text and compute type (None for a Python scalar)."""
+    """An emitted value: its source text and compute type (None for a Python scalar); `pair`,
+    in a kernel that walks the last dim in pairs, what it is over them (`kernels/pairs.py`)."""
 
-    def __init__(self, text: str, ctype: str | None, scalar: Any = None) -> None:
+    def __init__(self, text: str, ctype: str | None, scalar: Any = None, pair: Any = None) -> None:
         self.text = text
         self.ctype = ctype
         self.scalar = scalar
+        self.pair = pair
 
     def as_type(self, ctype: str) -> str:
         if self.ctype is None:

@@ -225,8 +225,8 @@ def _strided_scatter(b: Builder, base: Node, src: Node, d: int, lo: Any, step: i
     taken = _taken(b, src, q, d, base.shape, sizes, f"{name}_src", origin)
     if taken.dtype != base.dtype:
         taken = b.op(f"{name}_cast", "cast", [taken], taken, dtype=base.dtype, origin=origin)
-    on = b.op(f"{name}_on", "eq", [b.op(f"{name}_r", "fmod", [rel, step], idx, origin=origin), 0],
-              idx, dtype=torch.bool, origin=origin)
+    on = b.op(f"{name}_on", "eq", list(on_residue(b, idx, rel, lo, step, name, origin)), idx,
+              dtype=torch.bool, origin=origin)
     last = _plus(lo, Sym(step * (n.expr - 1) + 1, step * (src.shape[d] - 1) + 1) if isinstance(n, Sym)
                  else step * (n - 1) + 1)
     inside = b.op(f"{name}_in", "logical_and", [
@@ -252,6 +252,17 @@ def slice_index(b: Builder, idx: Node, rel: Node, lo: Any, step: int, name: str,
             q = b.op(f"{name}_qs", "sub", [q, lo // step], idx, origin=origin)
         return q
     return b.op(f"{name}_q", "truediv_trunc", [rel, step], idx, origin=origin)  # o < lo: masked
+
+
+def on_residue(b: Builder, idx: Node, rel: Node, lo: Any, step: int, name: str,
+               origin: str) -> tuple[Node, int]:
+    """(residue, value): o lies on the slice's step where the residue equals the value. With a
+    constant start >= 0, o % step against start % step: o is never negative, so every strided
+    scatter into one value shares the residue, and a pair kernel reads it off the pair's
+    parity (`kernels/pointwise.py`); else (o - lo) % step against 0."""
+    if isinstance(lo, int) and lo >= 0:
+        return b.op(f"{name}_r", "fmod", [idx, step], idx, origin=origin), lo % step
+    return b.op(f"{name}_r", "fmod", [rel, step], idx, origin=origin), 0
 
 
 def _coordinate(b: Builder, base: Node, j: int, sizes: tuple[Any, ...] | list[Any], name: str,

@@ -75,8 +75,8 @@ class _PointwiseWriter(_Writer):
         return "offs" if dm == _identity(len(self.g.domain)) else None
 
     def inner_flat(self, k: int) -> str | None:
-        if self.walk is not None or self.g.nhwc:  # the flat index is not the row-major one
-            return None
+        if self.walk is not None or self.g.nhwc or self.pairs is not None:
+            return None  # the flat index is not the row-major one, or the spans count pairs
         for j in range(k):
             self.coord(j)
         return "(" + " - ".join(["offs"] + [f"c{j} * span{j}" for j in range(k)]) + ")"
@@ -91,10 +91,11 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
     scope = _Scope()
     for o, out in enumerate(group.outputs):
         w.store(out, o, scope, "mask")
-    if w.inner_flags:
-        w.helpers.add("_laid_from")
     body = w.lines
     r = len(group.domain)
+    pairs = _pair_body(w, group) if walk is None and not group.nhwc else None
+    if w.inner_flags:
+        w.helpers.add("_laid_from")
     head = ["if INDEX_64:  # offsets past 2**31: 64-bit index maths",
             "    pid = tl.program_id(0).to(tl.int64)",
             "else:  # 32-bit: the coordinate divisions below stay cheap (int64 division is emulated)",
@@ -134,7 +135,50 @@ def pointwise_kernel(group: Group, part: Partition, sym_code: Any, name: str) ->
                               # 64x64 read 0.354 ms there, 8 warps 0.34-0.36 ms)
                               {"BLOCK_HW": 32, "BLOCK_C": 64, "num_warps": 4},
                               extra_constexpr=["INDEX_64"], blocks=["BLOCK_HW", "BLOCK_C"])
+    extra = ["INDEX_64"]
+    if pairs is not None:  # both bodies; the launch takes the pairs' where the last dim is even
+        pair_head, pair_lines = pairs
+        common = head[:5]
+        body = (["    if PAIRS:  # the last dim walked in pairs (kernels/pairs.py)"]
+                + [f"        {line}" for line in pair_head] + [f"    {line}" for line in pair_lines]
+                + ["    else:"] + [f"        {line}" for line in head[5:]] + [f"    {line}" for line in body])
+        head = common
+        extra.append("PAIRS")
     return _finish_simple(w, group, part, name, "pointwise", head, body,
                           ["n_elements"] + [f"D{k}" for k in range(r)],
                           {"BLOCK_SIZE": [256, 512, 1024, 2048, 4096], "num_warps": [2, 4, 8]},
-                          {"BLOCK_SIZE": 1024, "num_warps": 4}, extra_constexpr=["INDEX_64"])
+                          {"BLOCK_SIZE": 1024, "num_warps": 4}, extra_constexpr=extra)
+
+
+def _pair_body(w: _PointwiseWriter, group: Group) -> tuple[list[str], list[str]] | None:
+    """(head, body) of the kernel written over the last dim's pairs (`kernels/pairs.py`), or
+    None where that loads nothing fewer times: no take whose index is the same for both
+    elements of a pair, or a last dim of odd size at the traced shapes."""
+    r = len(group.domain)
+    if not r or not isinstance(group.domain[-1], int) or group.domain[-1] < 2 or group.domain[-1] % 2:
+        return None
+    lines, needed, counter = w.lines, w.coords_needed, w.counter
+    w.lines, w.coords_needed, w.pairs, w.pair_takes = [], set(), r - 1, 0
+    try:
+        scope = _Scope()
+        for o, out in enumerate(group.outputs):
+            w.store(out, o, scope, "mask")
+        pair_lines, pair_takes = w.lines, w.pair_takes
+        pair_needed = sorted(w.coords_needed | {r - 1})
+    finally:
+        w.lines, w.coords_needed, w.pairs = lines, needed, None
+    if not pair_takes:
+        w.counter = counter
+        return None
+    w.pair_kernel = True
+    last = f"D{r - 1}"
+    head = ["pp = pid * (BLOCK_SIZE // 2) + tl.arange(0, BLOCK_SIZE // 2)[:, None]  # pairs: 2 pp, 2 pp + 1",
+            "jj = tl.arange(0, 2)[None, :]  # which element of the pair",
+            "offs = pp * 2 + jj",
+            "mask = pp * 2 < n_elements  # (an even last dim: a pair is inside or outside whole)",
+            f"H = {last} // 2  # pairs along the last dim"]
+    head += _decompose_direct("pp", pair_needed, r, "c", sizes=[f"D{k}" for k in range(r - 1)] + ["H"],
+                              block="(BLOCK_SIZE // 2)", lane="tl.arange(0, BLOCK_SIZE // 2)[:, None]")
+    head += [f"q = c{r - 1}  # the pair's place along the last dim",
+             f"c{r - 1} = q * 2 + jj"]
+    return head, pair_lines

@@ -27,6 +27,7 @@ from kopt.phases.engineers.offline.graph import (
     Node,
     Sym,
 )
+from kopt.phases.engineers.offline.kernels.pairs import Pair, pair_op, pair_operand
 from kopt.phases.engineers.offline.lead import LEAD_SYMBOL
 from kopt.phases.engineers.offline.pointwise import (
     TL_TYPES,
@@ -122,6 +123,12 @@ class _Writer:
         self.walk: tuple[int, ...] | None = None
         """The domain's dims in the order the flat index walks them, outermost first, when not
         row-major (a pointwise kernel in a permuted input's memory order: pointwise.memory_walk)."""
+        self.pairs: int | None = None
+        """The last domain dim while the body is written over its pairs (`kernels/pairs.py`)."""
+        self.pair_takes = 0
+        """Takes written over pairs whose index is the same for both elements of a pair."""
+        self.pair_kernel = False
+        """Whether the kernel has a body over pairs, taken at launch when the last dim is even."""
 
     # -- helpers ------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -315,6 +322,9 @@ class _Writer:
         got = scope.get(key)
         if got is not None:
             return got
+        if self.pairs is not None and all(op.pair is not None and op.pair.per_pair for op in index_ops) \
+                and self.pairs not in [dm[j] for j in range(d)] + [dm[j - k + rb] for j in range(d + k, x.rank)]:
+            self.pair_takes += 1  # loaded once a pair
         for q, (t, op) in enumerate(zip(idxs, index_ops, strict=True)):
             size = x.sym[d + q]
             text = literal(size) if isinstance(size, int) else self.scalar_param(
@@ -363,8 +373,14 @@ class _Writer:
                 v = int(v)
             return Operand(literal(v), None, v)
         if n.op == "arange":
-            start, step = (self.scalar(a).text if isinstance(a, Sym) else literal(a) for a in n.args[:2])
             d = dm[0] if dm else None
+            if d is not None and d == self.pairs and ct != "tl.float32" and \
+                    all(type(a) is int for a in n.args[:2]):
+                self.coord(d)
+                op = pair_operand(Pair(2 * n.args[1], (n.args[0], n.args[0] + n.args[1])), ct)
+                scope.values[key] = op
+                return op
+            start, step = (self.scalar(a).text if isinstance(a, Sym) else literal(a) for a in n.args[:2])
             text = start if d is None else f"({self.coord(d)} * {step} + {start})"
             op = Operand(text, "tl.int64" if ct != "tl.float32" else None, None)
             if ct == "tl.float32":
@@ -378,6 +394,11 @@ class _Writer:
             return op
         else:
             ops = [self.operand(a, dm, n, scope) for a in n.args if not isinstance(a, torch.dtype)]
+            rep = pair_op(n.op, ops) if self.pairs is not None else None
+            if rep is not None:  # written from the pair's place and parity (kernels/pairs.py)
+                op = pair_operand(rep, ct)
+                scope.values[key] = op
+                return op
             text = emit_pointwise(n.op, ops, n.dtype, n.args[1:], self.helpers)
             op = scope.get(("text", text, ct))  # the same expression already computed
             if op is None:
@@ -656,7 +677,8 @@ def _decompose(flat: str, needed: list[int], rank: int, prefix: str, skip: int |
 
 
 def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str,
-                      order: list[int] | None = None) -> list[str]:
+                      order: list[int] | None = None, sizes: list[str] | None = None,
+                      block: str = "BLOCK_SIZE", lane: str = "tl.arange(0, BLOCK_SIZE)") -> list[str]:
     """Each coordinate in `needed` straight from a flat index (`pid * BLOCK_SIZE + lane`) over
     the domain's dims in `order`, outermost first (default: row-major, 0 to rank - 1; a walk
     in another input's memory order passes that order), with no division per element where the
@@ -672,32 +694,35 @@ def _decompose_direct(flat: str, needed: list[int], rank: int, prefix: str,
     operand of a 3-D convolution's epilogue cost three divisions and a remainder per element,
     which made a memory-bound epilogue compute-bound (KernelBench level-2 48 on the H100:
     0.430 ms against torch.compile's 0.294 ms, whose divisors are compile-time constants).
-    The spans are 64-bit with the 64-bit index (a span can pass 2**31 when the tensor does)."""
+    The spans are 64-bit with the 64-bit index (a span can pass 2**31 when the tensor does).
+    `sizes` names each dim's size (default `D<k>`), `block` the flat index's count a program,
+    `lane` its offsets in the program (a pair kernel walks pairs: `kernels/pairs.py`)."""
     lines: list[str] = []
     if needed:
-        lines += ["base = pid * BLOCK_SIZE  # the block's first flat index (offs = base + lane)",
-                  "lane = tl.arange(0, BLOCK_SIZE)"]
+        lines += [f"base = pid * {block}  # the block's first flat index (offs = base + lane)",
+                  f"lane = {lane}"]
     order = list(range(rank)) if order is None else list(order)
+    size = sizes or [f"D{k}" for k in range(rank)]
     for k in needed:
-        after = [f"D{j}" for j in order[order.index(k) + 1:]]
+        after = [size[j] for j in order[order.index(k) + 1:]]
         outermost = order.index(k) == 0
-        c = f"{prefix}{k}"
+        c, dk = f"{prefix}{k}", size[k]
         if not after:  # the last dim: offs % D_k
-            lines += [f"if D{k} >= BLOCK_SIZE:  # rows of a block's width or more: at most one wrap",
-                      f"    {c} = base - (base // D{k}) * D{k} + lane",
-                      f"    {c} = tl.where({c} >= D{k}, {c} - D{k}, {c})",
+            lines += [f"if {dk} >= {block}:  # rows of a block's width or more: at most one wrap",
+                      f"    {c} = base - (base // {dk}) * {dk} + lane",
+                      f"    {c} = tl.where({c} >= {dk}, {c} - {dk}, {c})",
                       "else:",
-                      f"    {c} = {flat} % D{k}"]
+                      f"    {c} = {flat} % {dk}"]
             continue
         wide = " * ".join([f"tl.cast({after[0]}, tl.int64)", *after[1:]])
         lines += ["if INDEX_64:", f"    span{k} = {wide}", "else:",
                   f"    span{k} = {' * '.join(after)}"]
         q0, q1 = f"(base // span{k})", f"(base // span{k} + 1)"
-        a, b = (q0, q1) if outermost else (f"{q0} % D{k}", f"{q1} % D{k}")
-        lines += [f"if span{k} >= BLOCK_SIZE:  # one value, or two across one wrap, per block",
+        a, b = (q0, q1) if outermost else (f"{q0} % {dk}", f"{q1} % {dk}")
+        lines += [f"if span{k} >= {block}:  # one value, or two across one wrap, per block",
                   f"    {c} = tl.where(base - (base // span{k}) * span{k} + lane >= span{k}, {b}, {a})",
                   "else:",
-                  f"    {c} = ({flat} // span{k})" + ("" if outermost else f" % D{k}")]
+                  f"    {c} = ({flat} // span{k})" + ("" if outermost else f" % {dk}")]
     return lines
 
 
@@ -811,6 +836,8 @@ def _simple_launcher(w: _Writer, group: Group, name: str, kind: str, in_args: li
         else:  # the flat index walks the domain in `walk` order: dense in that order
             flags = "".join(f", X{i}_CONTIG=_dense_walk(x{i}, D, {tuple(walk)})" for i in w.contig_flags)
         flags += "".join(f", X{i}_INNER=_laid_from(x{i}, D)" for i in w.inner_flags)
+        if w.pair_kernel:  # the body over the last dim's pairs (kernels/pairs.py)
+            flags += ", PAIRS=D[-1] % 2 == 0"
         spans = "".join(f", _span(x{i})" for i in range(len(group.inputs)))
         if group.nhwc:  # one (hw, channels) tile of one image per program
             lines += [f'    cfg = _launch_config("{name}", "tiled", D[2] * D[3], D[1])',
