@@ -18,7 +18,9 @@ stays in the kernel's index type, not cast to int64), `sharedq` (a strided slice
 a constant start takes its source at o // step - start // step, not (o - start) // step: two
 interleaved assignments share their loads), `nonneg` (a take at an index that is >= 0 by
 construction skips the wrap of negative indices), `pairs` (a pointwise kernel whose takes have
-the same index for both elements of a last-dim pair walks that dim in pairs). CASE: a bundled case or case
+the same index for both elements of a last-dim pair walks that dim in pairs), `interleave` (a view
+merging the last two dims of a stack or a repeat along a new last dim lowered as strided
+assignments). CASE: a bundled case or case
 directory; FILE.py: a KernelBench problem (imported as `kopt import-kernelbench` does). Each
 forward launched op by op (no CUDA graph), 20 forwards profiled (torch.profiler); the whole
 forward's device time is the sum over its kernels; the two variants alternate for `--rounds`
@@ -63,6 +65,7 @@ def _switches() -> dict[str, tuple[object, str, object]]:
         "sharedq": (scatter, "slice_index", _from_rel),
         "nonneg": (writer, "nonnegative", lambda v: False),
         "pairs": (pointwise, "_pair_body", lambda w, group: None),
+        "interleave": (capture, "lower_interleave_view", lambda *args: None),
     }
 
 

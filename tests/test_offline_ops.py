@@ -841,6 +841,23 @@ def test_interleaved_assignments_walk_the_last_dim_in_pairs(tmp_path: Path) -> N
         torch.testing.assert_close(module.ModelNew()(x, y), want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("expr", [
+    "torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2) * y",
+    "x * y[..., ::2].repeat_interleave(2, dim=-1)",
+    "torch.stack((x[..., ::2], y[..., 1::2] * 2.0), dim=-1).reshape(x.shape) - x"])
+def test_a_stack_or_repeat_merged_into_the_last_dim_is_an_interleave(tmp_path: Path, expr: str) -> None:
+    """A view that merges the last two dims of a stack along a new last dim (GPT-J's
+    `rotate_every_two`) or of a repeat along it (`repeat_interleave`) is the strided
+    assignments `out[..., j::k] = part_j` (`scatter.lower_interleave_view`): one kernel over
+    the output, nothing writes the (..., n, k) stack, and it walks the last dim in pairs."""
+    case = load_case_dir(_write_case(tmp_path, [f"return {expr}"], [[3, 5, 10], [3, 5, 10]],
+                                     "float32"))
+    result = generate_candidate(case)
+    assert [k["kind"] for k in result.kernels] == ["pointwise"], result.kernels
+    assert "if PAIRS:" in _kernel_source(result.source)
+    _accepted_on_cpu(tmp_path, case, result.source)
+
+
 def test_pair_values_follow_only_exact_rules() -> None:
     """The pair algebra keeps a value per pair only where every element's value is exact:
     a division by m needs the pair's stride to be a multiple of m, truncation needs values

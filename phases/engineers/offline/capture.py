@@ -68,7 +68,7 @@ from kopt.phases.engineers.offline.graph import (
 from kopt.phases.engineers.offline.in_place import out_of_place
 from kopt.phases.engineers.offline.layout import constructor_ints
 from kopt.phases.engineers.offline.lead import generalise_lead, lead_input
-from kopt.phases.engineers.offline.scatter import lower_slice_scatter
+from kopt.phases.engineers.offline.scatter import lower_interleave_view, lower_slice_scatter
 from kopt.phases.engineers.offline.split_k import lower_split_k
 from kopt.phases.engineers.offline.split_k import slices as split_k_slices
 
@@ -855,6 +855,10 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
             n.kwargs = dict(kwargs)
             n.shape = tuple(len(vals) for _ in range(1)) if isinstance(vals, (list, tuple)) else shape
             return n
+        if op == "view" and isinstance(x0(), Node):
+            woven = lower_interleave_view(b, x0(), tuple(shape), tuple(sym), dtype, name)
+            if woven is not None:
+                return woven
         if op == "view" and isinstance(x0(), Node) and x0().op == "view" and \
                 isinstance(x0().args[0], Node) and x0().args[0].shape == tuple(shape) and \
                 tuple(x0().args[0].sym) == tuple(sym) and x0().args[0].dtype == dtype:

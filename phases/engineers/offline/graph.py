@@ -327,6 +327,9 @@ class Builder:
         """Lowered ops -> the library call each stands for (`Graph.library_calls`)."""
         self.scatters: dict[Node, Any] = {}
         """Values lowered from `slice_scatter` -> what they wrote where (`scatter.Scatter`)."""
+        self.cats: dict[Node, tuple[tuple[Node, ...], int]] = {}
+        """Values lowered from `cat` -> (their parts, the dim): a view that merges a stack's
+        dims reads them (`scatter.lower_interleave_view`)."""
         self.arg_sizes: dict[str, list[tuple[int, ...]]] = {}
         """A forward argument's shape in each input set of the case (what sizes the candidate
         must run at besides the traced ones)."""
@@ -799,7 +802,9 @@ def lower_cat(b: Builder, xs: list[Node], dim: int, shape: tuple[int, ...], dtyp
         offset = offset + size
         hint += x.shape[d]
     assert acc is not None
-    return b.op(name, "identity", [acc], like, origin=origin)
+    out = b.op(name, "identity", [acc], like, origin=origin)
+    b.cats[out] = (tuple(parts), d)
+    return out
 
 
 def _key(v: Any, canon: dict[Node, Node]) -> Any:
