@@ -28,6 +28,7 @@ from kopt.harness.data import build_model
 from kopt.harness.errors import EngineerError
 from kopt.harness.model_state import tensor_attributes
 from kopt.harness.recurrent_ops import aten_target, whole_recurrent_layers
+from kopt.phases.engineers.offline.complex_values import lower_complex, materialized
 from kopt.phases.engineers.offline.constructor_sizes import (
     generalise_constructor,
     has_constructor_numbers,
@@ -645,7 +646,8 @@ def lower_program(ep: Any, ctor_ints: dict[str, int] | None = None,
             env[fx.name] = _lower(b, fx, env)
         elif fx.op == "output":
             outs = fx.args[0]
-            outputs = [env[o.name] if isinstance(o, torch.fx.Node) else o for o in outs]
+            outputs = [materialized(b, env[o.name], o.name) if isinstance(o, torch.fx.Node) else o
+                       for o in outs]
     user_outputs = [s for s in sig.output_specs if s.kind.name == "USER_OUTPUT"]
     # State writes (`self.hidden = h`) after forward's own outputs; other buffer mutations
     # are not kept, as before
@@ -712,7 +714,7 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
     target = fx.target
     name = fx.name
     if target is operator.getitem:
-        src, i = env[fx.args[0].name], fx.args[1]
+        src, i = materialized(b, env[fx.args[0].name], name), fx.args[1]
         if isinstance(src, tuple):
             return src[i]
         shape, sym, dtype = _meta(fx)
@@ -734,9 +736,15 @@ def _lower(b: Builder, fx: torch.fx.Node, env: dict[str, Any]) -> Any:
     kwargs = {k: _arg(v, env) for k, v in fx.kwargs.items()}
     shape, sym, dtype = _meta(fx)
     if _untyped(fx) and not packet.startswith("_assert"):
-        # complex values (an FFT's spectrum) have no Triton type: every op that makes or reads
-        # one runs in PyTorch, and the kernels take the real values around them
-        return _fallback(b, fx, args, kwargs, shape, sym, dtype)
+        # complex values have no Triton type: products, sums and layout ops of them are
+        # lowered on their real and imaginary parts (complex_values.py); any other op that
+        # makes or reads one (an FFT) runs in PyTorch, the kernels taking the real values
+        # around it
+        lowered = lower_complex(b, packet, args, shape, sym, dtype, name)
+        if lowered is not None:
+            return lowered
+        return _fallback(b, fx, materialized(b, args, name), materialized(b, kwargs, name),
+                         shape, sym, dtype)
 
     def node(op: str, a: list[Any], **kw: Any) -> Node:
         return b.add(Node(name, op, a, kw, shape, sym, dtype, origin=name))

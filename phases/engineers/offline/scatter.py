@@ -146,8 +146,9 @@ def _layout_root(n: Node) -> Node:
 def _loadable(n: Node) -> bool:
     """Whether a kernel can load n at a box or an index (`window_tap`, `take` read their
     operand from memory; fusion stores a value they read, one computed from shapes too): a
-    value, or a view of a forward argument or weight; not a view of a computed value."""
-    return n.op not in LAYOUT or _layout_root(n).op == "input"
+    value, or a view of a forward argument, a weight or what PyTorch computes (a complex
+    buffer's `view_as_real`); not a view of a value a kernel computes."""
+    return n.op not in LAYOUT or _layout_root(n).op in ("input", "fallback")
 
 
 def _scalar_expand(v: Node) -> bool:
