@@ -17,6 +17,7 @@ import torch
 
 from kopt.phases.engineers.offline.graph import (
     LAYOUT,
+    MATMUL,
     POINTWISE,
     TAKE,
     WINDOW_TAP,
@@ -146,9 +147,11 @@ def _layout_root(n: Node) -> Node:
 def _loadable(n: Node) -> bool:
     """Whether a kernel can load n at a box or an index (`window_tap`, `take` read their
     operand from memory; fusion stores a value they read, one computed from shapes too): a
-    value, or a view of a forward argument, a weight or what PyTorch computes (a complex
-    buffer's `view_as_real`); not a view of a value a kernel computes."""
-    return n.op not in LAYOUT or _layout_root(n).op in ("input", "fallback")
+    value, or a view of a forward argument, a weight, what PyTorch computes (a complex
+    buffer's `view_as_real`) or a matrix product (its kernel writes it whole: the heads of a
+    projection, `xq.view(b, s, h, d)`); not a view of a value a pointwise or row kernel
+    computes, which may be fused away."""
+    return n.op not in LAYOUT or _layout_root(n).op in ("input", "fallback", *MATMUL)
 
 
 def _scalar_expand(v: Node) -> bool:
