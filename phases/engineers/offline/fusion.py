@@ -553,6 +553,10 @@ def _fallback_reason(n: Node) -> str:
     if "pool" in name:
         return ("pooling in ceil mode, with a divisor override, an uncounted padding, its "
                 "indices read, or over 512 taps is not generated")
+    if "view_as_real" in name:
+        return "a complex value's real view (no copy); the kernels read its parts"
+    if "aten.complex." in name:
+        return "a complex value rebuilt for a complex op PyTorch runs (complex_values.py)"
     return "no Triton template for this op"
 
 
