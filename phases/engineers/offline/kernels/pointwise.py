@@ -157,7 +157,10 @@ def _pair_body(w: _PointwiseWriter, group: Group) -> tuple[list[str], list[str]]
     r = len(group.domain)
     if not r or not isinstance(group.domain[-1], int) or group.domain[-1] < 2 or group.domain[-1] % 2:
         return None
-    lines, needed, counter = w.lines, w.coords_needed, w.counter
+    lines, needed = w.lines, w.coords_needed
+    # what the pass adds to the kernel's parameters and launch, undone if it is dropped
+    kept = (w.counter, list(w.scalar_args), list(w.contig_flags), list(w.inner_flags),
+            dict(w.dim_sources), set(w.helpers), w.used_index_zero)
     w.lines, w.coords_needed, w.pairs, w.pair_takes = [], set(), r - 1, 0
     try:
         scope = _Scope()
@@ -168,7 +171,8 @@ def _pair_body(w: _PointwiseWriter, group: Group) -> tuple[list[str], list[str]]
     finally:
         w.lines, w.coords_needed, w.pairs = lines, needed, None
     if not pair_takes:
-        w.counter = counter
+        (w.counter, w.scalar_args, w.contig_flags, w.inner_flags, w.dim_sources, w.helpers,
+         w.used_index_zero) = kept
         return None
     w.pair_kernel = True
     last = f"D{r - 1}"
