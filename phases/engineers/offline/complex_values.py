@@ -22,15 +22,15 @@ from typing import Any
 
 import torch
 
-from kopt.phases.engineers.offline.graph import Builder, Node, lower_cat, norm_dim
+from kopt.phases.engineers.offline.graph import _SIMPLE, _VIEWS, Builder, Node, lower_cat, norm_dim
 
 _BIG = 9223372036854775807
 """A slice's end that means 'to the end', as torch.export writes it."""
 
-_LAYOUT = {"slice": "slice", "view": "view", "_unsafe_view": "view", "reshape": "view",
-           "unsqueeze": "unsqueeze", "expand": "expand", "permute": "permute",
-           "clone": "identity", "alias": "identity", "contiguous": "identity"}
-"""Layout ops applied to both parts, by export's name -> the graph's."""
+_LAYOUT = {p: _VIEWS.get(p) or _SIMPLE[p] for p in (
+    "slice", "view", "_unsafe_view", "reshape", "unsqueeze", "expand", "permute", "clone", "alias",
+    "contiguous")}
+"""Layout ops applied to both parts, by export's name -> the graph's (as capture maps them)."""
 _TARGETS = {"slice": torch.ops.aten.slice.Tensor, "select_index": torch.ops.aten.select.int}
 """The aten op the forward calls for a layout node the candidate runs in PyTorch."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kopt.phases.engineers.offline.fusion import DimMap, Group, Partition
-from kopt.phases.engineers.offline.graph import Node
+from kopt.phases.engineers.offline.graph import TAKE, Node
 from kopt.phases.engineers.offline.kernels.writer import (
     KernelSource,
     _decompose_direct,
@@ -155,8 +155,9 @@ def _pair_body(w: _PointwiseWriter, group: Group) -> tuple[list[str], list[str]]
     None where that loads nothing fewer times: no take whose index is the same for both
     elements of a pair, or a last dim of odd size at the traced shapes."""
     r = len(group.domain)
-    if not r or not isinstance(group.domain[-1], int) or group.domain[-1] < 2 or group.domain[-1] % 2:
-        return None
+    if not r or not isinstance(group.domain[-1], int) or group.domain[-1] < 2 or group.domain[-1] % 2 \
+            or not any(m.op == TAKE for m in group.nodes):
+        return None  # (without a take, no second pass: codegen writes most kernels once)
     lines, needed = w.lines, w.coords_needed
     # what the pass adds to the kernel's parameters and launch, undone if it is dropped
     kept = (w.counter, list(w.scalar_args), list(w.contig_flags), list(w.inner_flags),
